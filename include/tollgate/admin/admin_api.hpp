@@ -1,0 +1,43 @@
+// The admin API as a pure function from request to response (DESIGN.md section 5). The listener
+// lives in proxy/; this file knows nothing about sockets.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "tollgate/config/snapshot.hpp"
+#include "tollgate/config/switch_state.hpp"
+#include "tollgate/proxy/metrics.hpp"
+#include "tollgate/proxy/proxy_server.hpp"
+#include "tollgate/store/bucket_store.hpp"
+
+namespace tollgate::admin {
+
+struct AdminDeps {
+  config::SnapshotHolder& snapshots;
+  config::SwitchState& switch_state;
+  store::BucketStore& store;
+  const proxy::Metrics& metrics;
+  std::string token;  // empty: read-only admin API
+};
+
+// Constant-time comparison (the time taken does not depend on where the strings differ).
+bool constant_time_equals(std::string_view a, std::string_view b);
+
+class AdminApi {
+ public:
+  explicit AdminApi(AdminDeps deps) : deps_(std::move(deps)) {}
+  proxy::SimpleResponse handle(const proxy::SimpleRequest& req);
+
+ private:
+  // Empty optional: authorized. Otherwise the 401/403 to send.
+  std::optional<proxy::SimpleResponse> authorize(const proxy::SimpleRequest& req) const;
+  proxy::SimpleResponse get_rules() const;
+  proxy::SimpleResponse get_switch() const;
+  proxy::SimpleResponse put_switch(const proxy::SimpleRequest& req);
+  proxy::SimpleResponse get_bucket(std::string_view name) const;
+
+  AdminDeps deps_;
+};
+
+}  // namespace tollgate::admin

@@ -1,0 +1,82 @@
+// The gateway's configuration file (conf/gateway.json). Parsed once into immutable structs; every
+// error names the JSON path of the field at fault ("limits.rules[0].rateLimit: must be > 0").
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tollgate/config/rule.hpp"
+
+namespace tollgate::config {
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string to_string() const { return host + ":" + std::to_string(port); }
+};
+
+struct UpstreamConfig {
+  std::string name;
+  std::string url;             // as written, for messages
+  std::string host;            // resolved at start
+  std::uint16_t port = 80;
+  std::uint32_t connect_timeout_ms = 0;   // 0: proxy default
+  std::uint32_t response_timeout_ms = 0;  // 0: proxy default
+};
+
+struct RouteConfig {
+  std::string prefix;    // path prefix, "/" matches everything
+  std::string upstream;  // name in "upstreams"
+};
+
+struct ProxyLimits {
+  std::uint32_t max_header_bytes = 16 * 1024;
+  std::uint64_t max_body_bytes = 1024 * 1024;
+  std::uint32_t header_timeout_ms = 10'000;    // from the first byte of a request to its last header byte
+  std::uint32_t idle_timeout_ms = 60'000;      // keep-alive: waiting for the next request's first byte
+  std::uint32_t body_timeout_ms = 30'000;      // reading a request body
+  std::uint32_t connect_timeout_ms = 2'000;    // upstream connect
+  std::uint32_t response_timeout_ms = 30'000;  // upstream: request sent -> response header received
+  std::uint32_t max_idle_upstream_conns = 64;  // per upstream, per thread
+};
+
+struct AdminConfig {
+  Endpoint listen{"127.0.0.1", 9901};
+  std::string token_env = "TOLLGATE_ADMIN_TOKEN";
+  std::string token;  // resolved from token_env at load; empty: admin API is read-only
+};
+
+struct LimitsConfig {
+  std::string source = "file";
+  std::string store = "local";
+  bool switch_on = true;
+  std::vector<RawRow> rows;
+};
+
+struct GatewayConfig {
+  std::string path;  // the file it came from
+  Endpoint listen{"0.0.0.0", 8080};
+  unsigned threads = 0;  // 0: one per core
+  AdminConfig admin;
+  std::vector<UpstreamConfig> upstreams;
+  std::vector<RouteConfig> routes;
+  ProxyLimits proxy;
+  LimitsConfig limits;
+};
+
+// Parses and validates text. Throws ConfigError naming the field path.
+GatewayConfig parse_gateway_config(const std::string& text, const std::string& origin = "config");
+GatewayConfig load_gateway_config(const std::string& path);
+
+// Reads the rule rows of a "rules" JSON array into RawRows (type errors are recorded per row).
+std::vector<RawRow> parse_rule_rows(const std::string& json_array_text, const std::string& origin_prefix);
+
+Endpoint parse_endpoint(const std::string& text, const std::string& field);
+
+}  // namespace tollgate::config

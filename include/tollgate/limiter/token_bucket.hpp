@@ -1,0 +1,98 @@
+// The token bucket of DESIGN.md section 2: pure arithmetic on a state struct.
+// No I/O, no clock reads, no locks. Times are whole microseconds on the caller's clock.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+namespace tollgate::limiter {
+
+using Micros = std::int64_t;
+inline constexpr Micros kInfinite = std::numeric_limits<Micros>::max();
+
+// pay_now: the request waits until its own last permit exists (the gateway's rule).
+// pay_later: Guava's RateLimiter: the request waits only for the previous reservation.
+enum class Mode { pay_now, pay_later };
+
+// What an operator configures for one bucket.
+struct BucketParams {
+  double rate = 1.0;                 // permits generated per second, > 0
+  std::optional<double> burst;       // SmoothBursty maxPermits; unset = one second of permits
+  Micros warmup_us = 0;              // > 0 selects SmoothWarmingUp (bucket size follows Guava)
+  double cold_factor = 3.0;          // SmoothWarmingUp: cold interval = cold_factor * interval
+  Mode mode = Mode::pay_now;
+
+  bool operator==(const BucketParams&) const = default;
+};
+
+// The numbers derived from BucketParams, in microseconds and permits.
+struct Shape {
+  double interval_us = 0;       // stable interval between fresh permits
+  double max_permits = 0;
+  double cool_down_us = 0;      // time to generate one stored permit
+  bool warm = false;            // SmoothWarmingUp
+  double threshold = 0;         // warm-up: stored permits below this cost interval_us each
+  double cold_interval_us = 0;  // warm-up: cost of the permit at max_permits
+  double slope = 0;             // warm-up: d(cost)/d(permit) above threshold
+};
+
+// Throws std::invalid_argument for rate <= 0, negative burst, bad warm-up.
+Shape shape_of(const BucketParams& p);
+
+struct BucketState {
+  double stored = 0;   // stored permits, 0..max_permits, fractions kept
+  Micros next_free = 0;
+};
+
+// A missing state is a full, rested bucket (DESIGN.md): stored = max, next_free = now.
+inline BucketState full_state(const Shape& s, Micros now) { return {s.max_permits, now}; }
+inline BucketState empty_state(Micros now) { return {0.0, now}; }
+
+struct Decision {
+  bool granted = false;
+  Micros wait_us = 0;         // granted: how long the caller holds the request
+  Micros retry_after_us = 0;  // rejected: earliest moment (from now) the same request would fit
+  double remaining = 0;       // stored permits after the decision
+  Micros next_free = 0;       // the bucket's next free slot after the decision
+};
+
+// Step 1 of the algorithm: credit the time since next_free as stored permits.
+void resync(BucketState& st, const Shape& s, Micros now);
+
+// Cost in whole microseconds of taking `spend` permits out of `stored` (0 unless warm-up).
+Micros stored_permits_to_wait_time(const Shape& s, double stored, double spend);
+
+// try_acquire of DESIGN.md section 2. On rejection `st` is left unchanged.
+Decision try_acquire(BucketState& st, const Shape& s, Mode mode, double permits, Micros timeout_us,
+                     Micros now);
+
+// Guava's setRate: resync with the old shape, then rescale stored permits to the new maximum.
+void rescale(BucketState& st, const Shape& old_shape, const Shape& new_shape, Micros now);
+
+// Saturating helpers (exposed for the stores and tests).
+Micros saturating_add(Micros a, Micros b);
+Micros truncate_micros(double us);  // toward zero, saturating at the int64 range
+
+// A bucket object over the functions above, for the simulator and for tests.
+class TokenBucket {
+ public:
+  enum class Initial { full, empty };
+  TokenBucket(const BucketParams& params, Micros now, Initial initial = Initial::full);
+
+  Decision try_acquire(double permits, Micros timeout_us, Micros now);
+  Decision acquire(double permits, Micros now) { return try_acquire(permits, kInfinite, now); }
+  // Changes the rate the way Guava does; an unset burst follows the rate.
+  void set_rate(double rate, Micros now);
+
+  const BucketParams& params() const { return params_; }
+  const Shape& shape() const { return shape_; }
+  const BucketState& state() const { return state_; }
+
+ private:
+  BucketParams params_;
+  Shape shape_;
+  BucketState state_;
+};
+
+}  // namespace tollgate::limiter

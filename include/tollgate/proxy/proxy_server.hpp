@@ -1,0 +1,72 @@
+// The HTTP front end: the proxy listener (one acceptor and one io_context per thread, sharing the
+// port through SO_REUSEPORT) and a small listener for the admin API. Beast lives in the .cpp only.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tollgate/config/gateway_config.hpp"
+#include "tollgate/config/snapshot.hpp"
+#include "tollgate/config/switch_state.hpp"
+#include "tollgate/proxy/metrics.hpp"
+#include "tollgate/store/bucket_store.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace tollgate::proxy {
+
+struct ProxyDeps {
+  const config::GatewayConfig& config;  // listen, upstreams, routes, limits
+  config::SnapshotHolder& snapshots;
+  config::SwitchState& switch_state;
+  store::BucketStore& store;
+  Metrics& metrics;
+};
+
+class ProxyServer {
+ public:
+  // One io_context per thread; each runs its own acceptor, sessions and upstream pools.
+  ProxyServer(std::vector<boost::asio::io_context*> contexts, ProxyDeps deps);
+  ~ProxyServer();
+  void start();  // resolves upstreams and binds; throws std::runtime_error on failure
+  std::uint16_t port() const;
+  void stop();  // stops accepting
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A plain request/response pair for small JSON endpoints (the admin API).
+struct SimpleRequest {
+  std::string method;
+  std::string target;
+  std::string authorization;
+  std::string body;
+  std::string peer;  // client address
+};
+struct SimpleResponse {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+};
+using SimpleHandler = std::function<SimpleResponse(const SimpleRequest&)>;
+
+class SimpleServer {
+ public:
+  SimpleServer(boost::asio::io_context& ctx, config::Endpoint listen, SimpleHandler handler);
+  ~SimpleServer();
+  void start();
+  std::uint16_t port() const;
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tollgate::proxy

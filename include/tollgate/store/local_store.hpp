@@ -1,0 +1,53 @@
+// In-process bucket store (the embedded default): sharded maps, a lock held only for the arithmetic,
+// idle buckets evicted. Eviction drops only buckets that are full and rested, which by DESIGN.md is
+// the same as having no state, so it never changes a decision.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "tollgate/limiter/clock.hpp"
+#include "tollgate/store/bucket_store.hpp"
+
+namespace tollgate::store {
+
+class LocalStore final : public BucketStore {
+ public:
+  explicit LocalStore(const limiter::Clock& clock);
+
+  boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
+  std::optional<BucketSnapshot> inspect(std::string_view bucket, const BucketParams& params) override;
+  std::string name() const override { return "local"; }
+
+  // The synchronous decision the coroutine wraps; also what benchmarks and tests call.
+  StoreDecision decide(const AcquireRequest& req);
+  std::size_t size() const;
+
+ private:
+  struct Entry {
+    limiter::BucketState state;
+    BucketParams params;
+    limiter::Shape shape;
+  };
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  struct Shard {
+    mutable std::mutex mu;
+    std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> map;
+    std::size_t sweep_at = 1024;  // next size at which idle entries are swept
+  };
+  static constexpr std::size_t kShards = 64;
+
+  Shard& shard_for(std::string_view key);
+  static void sweep(Shard& shard, Micros now);
+
+  const limiter::Clock& clock_;
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace tollgate::store

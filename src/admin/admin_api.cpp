@@ -1,0 +1,146 @@
+#include "tollgate/admin/admin_api.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "tollgate/limiter/clock.hpp"
+#include "tollgate/proxy/throttle.hpp"
+
+namespace tollgate::admin {
+
+using nlohmann::json;
+using proxy::SimpleRequest;
+using proxy::SimpleResponse;
+
+namespace {
+SimpleResponse ok_json(const json& j) { return {200, j.dump(2) + "\n"}; }
+SimpleResponse error(int status, std::string_view code, std::string_view detail) {
+  return {status, proxy::error_body(code, detail) + "\n"};
+}
+}  // namespace
+
+bool constant_time_equals(std::string_view a, std::string_view b) {
+  // Compare over the longer length so neither content nor a prefix match shows in the timing.
+  const std::size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+std::optional<SimpleResponse> AdminApi::authorize(const SimpleRequest& req) const {
+  if (deps_.token.empty())
+    return error(403, "read_only", "no admin token is configured: the admin API is read-only");
+  constexpr std::string_view scheme = "Bearer ";
+  const std::string_view auth = req.authorization;
+  if (auth.size() <= scheme.size() || auth.substr(0, scheme.size()) != scheme)
+    return error(401, "unauthorized", "missing 'Authorization: Bearer <token>'");
+  if (!constant_time_equals(auth.substr(scheme.size()), deps_.token))
+    return error(401, "unauthorized", "wrong token");
+  return std::nullopt;
+}
+
+SimpleResponse AdminApi::handle(const SimpleRequest& req) {
+  const std::string_view path = proxy::path_of(req.target);
+  const bool get = req.method == "GET";
+  if (path == "/healthz") return get ? ok_json({{"status", "ok"}}) : error(405, "method_not_allowed", "use GET");
+  if (path == "/readyz") {
+    if (!get) return error(405, "method_not_allowed", "use GET");
+    const bool ready = deps_.snapshots.get() != nullptr;
+    return {ready ? 200 : 503, json{{"ready", ready}}.dump() + "\n"};
+  }
+  if (path == "/metrics") {
+    if (!get) return error(405, "method_not_allowed", "use GET");
+    std::string body = deps_.metrics.render();
+    body += "# HELP tollgate_switch_enabled Global limiting switch (1 enforcing, 0 off).\n"
+            "# TYPE tollgate_switch_enabled gauge\ntollgate_switch_enabled " +
+            std::string(deps_.switch_state.enabled() ? "1" : "0") + "\n";
+    return {200, std::move(body), "text/plain; version=0.0.4"};
+  }
+  if (path == "/admin/rules") return get ? get_rules() : error(405, "method_not_allowed", "use GET");
+  if (path == "/admin/switch") {
+    if (get) return get_switch();
+    if (req.method == "PUT") {
+      if (auto denied = authorize(req)) return *denied;
+      return put_switch(req);
+    }
+    return error(405, "method_not_allowed", "use GET or PUT");
+  }
+  constexpr std::string_view buckets = "/admin/buckets/";
+  if (path.starts_with(buckets)) {
+    if (!get) return error(405, "method_not_allowed", "use GET");
+    return get_bucket(path.substr(buckets.size() - 1));  // keep the leading '/': names are URLs
+  }
+  return error(404, "not_found", "no such admin endpoint");
+}
+
+SimpleResponse AdminApi::get_rules() const {
+  auto snap = deps_.snapshots.get();
+  if (!snap) return error(503, "no_config", "no configuration has been loaded");
+  json rules = json::array();
+  for (const auto& r : snap->rules) {
+    json j = {{"configId", r.config_id},     {"channelType", r.channel_type}, {"interfaceNo", r.interface_no},
+              {"interfaceUrl", r.interface_url}, {"rateLimit", r.rate_limit}, {"cache", r.cache_s},
+              {"status", r.enabled ? 1 : 0},  {"burst", limiter::shape_of(r.params).max_permits}};
+    if (r.params.warmup_us > 0) j["warmupSeconds"] = static_cast<double>(r.params.warmup_us) / 1e6;
+    rules.push_back(std::move(j));
+  }
+  json rejected = json::array();
+  for (const auto& b : snap->rejected) {
+    json j = {{"origin", b.origin}, {"field", b.field}, {"reason", b.reason}, {"message", b.message()}};
+    if (b.config_id) j["configId"] = *b.config_id;
+    rejected.push_back(std::move(j));
+  }
+  const double age_s = static_cast<double>(limiter::steady_now_us() - snap->loaded_at_us) / 1e6;
+  return ok_json({{"version", snap->version},
+                  {"source", snap->source},
+                  {"age_s", age_s},
+                  {"rules", rules},
+                  {"rejected", rejected}});
+}
+
+SimpleResponse AdminApi::get_switch() const {
+  const config::SwitchInfo s = deps_.switch_state.info();
+  return ok_json({{"enabled", s.enabled},
+                  {"changed_by", s.changed_by},
+                  {"changed_at_ms", s.changed_at_ms},
+                  {"source", s.source}});
+}
+
+SimpleResponse AdminApi::put_switch(const SimpleRequest& req) {
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    return error(400, "bad_json", std::string("body is not JSON: ") + e.what());
+  }
+  if (!body.is_object() || !body.contains("enabled") || !body["enabled"].is_boolean())
+    return error(400, "bad_request", "body must be {\"enabled\": true|false}");
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (it.key() != "enabled") return error(400, "bad_request", "unknown field '" + it.key() + "'");
+  const bool enabled = body["enabled"].get<bool>();
+  const bool old = deps_.switch_state.set(enabled, "admin@" + req.peer, "admin");
+  json out = json::parse(get_switch().body);
+  out["previous"] = old;
+  return ok_json(out);
+}
+
+SimpleResponse AdminApi::get_bucket(std::string_view name) const {
+  auto snap = deps_.snapshots.get();
+  const config::Rule* rule = snap ? snap->find_by_url(name) : nullptr;
+  if (rule == nullptr) return error(404, "unknown_bucket", "no rule has interfaceUrl " + std::string(name));
+  auto view = deps_.store.inspect(rule->interface_url, rule->params);
+  if (!view) return error(503, "store_unavailable", "the bucket store did not answer");
+  const double debt_s = static_cast<double>(std::max<limiter::Micros>(0, view->next_free - view->now)) / 1e6;
+  return ok_json({{"bucket", rule->interface_url},
+                  {"store", deps_.store.name()},
+                  {"rateLimit", rule->rate_limit},
+                  {"max_permits", view->max_permits},
+                  {"stored_permits", view->stored},
+                  {"debt_s", debt_s},
+                  {"tracked", view->tracked}});
+}
+
+}  // namespace tollgate::admin

@@ -1,0 +1,40 @@
+// tollgate --config FILE [--check]
+#include <cstring>
+#include <iostream>
+
+#include "tollgate/app/gateway.hpp"
+
+int main(int argc, char** argv) {
+  std::string path = "conf/gateway.json";
+  bool check_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--config") && i + 1 < argc) {
+      path = argv[++i];
+    } else if (!std::strcmp(argv[i], "--check")) {
+      check_only = true;
+    } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::cout << "usage: tollgate [--config FILE] [--check]\n"
+                   "  --config FILE  gateway configuration (default conf/gateway.json)\n"
+                   "  --check        validate the configuration and exit\n";
+      return 0;
+    } else {
+      std::cerr << "tollgate: unknown argument '" << argv[i] << "' (try --help)\n";
+      return 2;
+    }
+  }
+  try {
+    tollgate::app::Gateway gw(tollgate::config::load_gateway_config(path));
+    if (check_only) {
+      std::cout << "tollgate: " << path << " is valid\n";
+      return 0;
+    }
+    gw.start();
+    return gw.run();
+  } catch (const tollgate::config::ConfigError& e) {
+    std::cerr << "tollgate: config error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "tollgate: cannot start: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,252 @@
+#include "tollgate/config/gateway_config.hpp"
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace tollgate::config {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw ConfigError(path + ": " + what); }
+
+void check_keys(const json& obj, const std::string& path, std::initializer_list<const char*> allowed) {
+  if (!obj.is_object()) fail(path, "must be an object");
+  std::set<std::string> ok(allowed.begin(), allowed.end());
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (!ok.count(it.key())) fail(path.empty() ? it.key() : path + "." + it.key(), "unknown field");
+}
+
+std::string join(const std::string& path, const char* key) { return path.empty() ? key : path + "." + key; }
+
+std::string get_string(const json& obj, const std::string& path, const char* key, std::string def) {
+  if (!obj.contains(key)) return def;
+  const json& v = obj.at(key);
+  if (!v.is_string()) fail(join(path, key), "must be a string");
+  return v.get<std::string>();
+}
+
+std::uint64_t get_uint(const json& obj, const std::string& path, const char* key, std::uint64_t def,
+                       std::uint64_t min, std::uint64_t max) {
+  if (!obj.contains(key)) return def;
+  const json& v = obj.at(key);
+  if (!v.is_number_integer() && !v.is_number_unsigned()) fail(join(path, key), "must be an integer");
+  if (v.is_number_integer() && v.get<std::int64_t>() < 0) fail(join(path, key), "must be >= " + std::to_string(min));
+  const std::uint64_t n = v.get<std::uint64_t>();
+  if (n < min || n > max)
+    fail(join(path, key), "must be within [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  return n;
+}
+
+bool get_bool(const json& obj, const std::string& path, const char* key, bool def) {
+  if (!obj.contains(key)) return def;
+  const json& v = obj.at(key);
+  if (!v.is_boolean()) fail(join(path, key), "must be true or false");
+  return v.get<bool>();
+}
+
+void parse_upstream_url(UpstreamConfig& u, const std::string& path) {
+  const std::string& url = u.url;
+  const std::string scheme = "http://";
+  if (url.rfind(scheme, 0) != 0) fail(path, "must start with http:// (TLS to upstreams is not supported)");
+  std::string rest = url.substr(scheme.size());
+  if (rest.ends_with("/")) rest.pop_back();
+  if (rest.find('/') != std::string::npos) fail(path, "must be scheme://host[:port] without a path");
+  if (rest.empty()) fail(path, "has no host");
+  const auto colon = rest.rfind(':');
+  if (colon == std::string::npos) {
+    u.host = rest;
+    u.port = 80;
+    return;
+  }
+  u.host = rest.substr(0, colon);
+  const std::string port = rest.substr(colon + 1);
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 1 || p > 65535) fail(path, "has an invalid port '" + port + "'");
+  if (u.host.empty()) fail(path, "has no host");
+  u.port = static_cast<std::uint16_t>(p);
+}
+
+template <typename T>
+std::optional<T> row_number(const json& row, const char* key, RawRow& out) {
+  if (!row.contains(key) || row.at(key).is_null()) return std::nullopt;
+  const json& v = row.at(key);
+  if constexpr (std::is_integral_v<T>) {
+    if (v.is_number_integer() || v.is_number_unsigned()) return v.get<T>();
+    if (v.is_boolean() && std::string_view(key) == "status") return v.get<bool>() ? 1 : 0;
+    out.type_errors.push_back(std::string(key) + ": must be an integer");
+  } else {
+    if (v.is_number()) return v.get<T>();
+    out.type_errors.push_back(std::string(key) + ": must be a number");
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> row_string(const json& row, const char* key, RawRow& out) {
+  if (!row.contains(key) || row.at(key).is_null()) return std::nullopt;
+  const json& v = row.at(key);
+  if (v.is_string()) return v.get<std::string>();
+  out.type_errors.push_back(std::string(key) + ": must be a string");
+  return std::nullopt;
+}
+
+RawRow to_raw_row(const json& row, const std::string& origin) {
+  RawRow r;
+  r.origin = origin;
+  if (!row.is_object()) {
+    r.type_errors.push_back("row: must be an object");
+    return r;
+  }
+  static const std::set<std::string> known = {"configId", "channelType", "interfaceNo", "interfaceUrl", "rateLimit",
+                                              "cache", "status", "burst", "warmupSeconds", "lastModifyTime"};
+  for (auto it = row.begin(); it != row.end(); ++it)
+    if (!known.count(it.key())) r.type_errors.push_back(it.key() + ": unknown field");
+  r.config_id = row_number<std::int64_t>(row, "configId", r);
+  r.channel_type = row_string(row, "channelType", r);
+  r.interface_no = row_string(row, "interfaceNo", r);
+  r.interface_url = row_string(row, "interfaceUrl", r);
+  r.rate_limit = row_number<double>(row, "rateLimit", r);
+  r.cache = row_number<double>(row, "cache", r);
+  r.status = row_number<std::int64_t>(row, "status", r);
+  r.burst = row_number<double>(row, "burst", r);
+  r.warmup_seconds = row_number<double>(row, "warmupSeconds", r);
+  return r;
+}
+
+std::vector<RawRow> rows_from_json(const json& arr, const std::string& path) {
+  if (!arr.is_array()) fail(path, "must be an array");
+  std::vector<RawRow> rows;
+  for (std::size_t i = 0; i < arr.size(); ++i) rows.push_back(to_raw_row(arr[i], path + "[" + std::to_string(i) + "]"));
+  return rows;
+}
+
+}  // namespace
+
+Endpoint parse_endpoint(const std::string& text, const std::string& field) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) fail(field, "must be host:port, got '" + text + "'");
+  Endpoint e;
+  e.host = text.substr(0, colon);
+  if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') e.host = e.host.substr(1, e.host.size() - 2);
+  const std::string port = text.substr(colon + 1);
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 0 || p > 65535) fail(field, "has an invalid port '" + port + "'");
+  e.port = static_cast<std::uint16_t>(p);
+  return e;
+}
+
+std::vector<RawRow> parse_rule_rows(const std::string& text, const std::string& origin_prefix) {
+  json arr;
+  try {
+    arr = json::parse(text, nullptr, true, true);
+  } catch (const json::parse_error& e) {
+    fail(origin_prefix, std::string("invalid JSON: ") + e.what());
+  }
+  return rows_from_json(arr, origin_prefix);
+}
+
+GatewayConfig parse_gateway_config(const std::string& text, const std::string& origin) {
+  json doc;
+  try {
+    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    throw ConfigError(origin + ": invalid JSON: " + e.what());
+  }
+  GatewayConfig c;
+  c.path = origin;
+  check_keys(doc, "", {"listen", "threads", "admin", "upstreams", "routes", "proxy", "limits"});
+  c.listen = parse_endpoint(get_string(doc, "", "listen", "0.0.0.0:8080"), "listen");
+  c.threads = static_cast<unsigned>(get_uint(doc, "", "threads", 0, 0, 256));
+
+  if (doc.contains("admin")) {
+    const json& a = doc["admin"];
+    check_keys(a, "admin", {"listen", "token_env"});
+    c.admin.listen = parse_endpoint(get_string(a, "admin", "listen", "127.0.0.1:9901"), "admin.listen");
+    c.admin.token_env = get_string(a, "admin", "token_env", c.admin.token_env);
+  }
+  if (!c.admin.token_env.empty()) {
+    if (const char* t = std::getenv(c.admin.token_env.c_str())) c.admin.token = t;
+  }
+
+  if (!doc.contains("upstreams")) fail("upstreams", "is required");
+  const json& ups = doc["upstreams"];
+  if (!ups.is_object() || ups.empty()) fail("upstreams", "must be an object with at least one upstream");
+  for (auto it = ups.begin(); it != ups.end(); ++it) {
+    const std::string path = "upstreams." + it.key();
+    check_keys(it.value(), path, {"url", "connect_timeout_ms", "response_timeout_ms"});
+    UpstreamConfig u;
+    u.name = it.key();
+    if (!it.value().contains("url")) fail(path + ".url", "is required");
+    u.url = get_string(it.value(), path, "url", "");
+    parse_upstream_url(u, path + ".url");
+    u.connect_timeout_ms = static_cast<std::uint32_t>(get_uint(it.value(), path, "connect_timeout_ms", 0, 1, 600'000));
+    u.response_timeout_ms =
+        static_cast<std::uint32_t>(get_uint(it.value(), path, "response_timeout_ms", 0, 1, 3'600'000));
+    c.upstreams.push_back(std::move(u));
+  }
+
+  if (!doc.contains("routes")) fail("routes", "is required");
+  const json& routes = doc["routes"];
+  if (!routes.is_array() || routes.empty()) fail("routes", "must be an array with at least one route");
+  for (std::size_t i = 0; i < routes.size(); ++i) {
+    const std::string path = "routes[" + std::to_string(i) + "]";
+    check_keys(routes[i], path, {"prefix", "upstream"});
+    RouteConfig r;
+    r.prefix = get_string(routes[i], path, "prefix", "");
+    r.upstream = get_string(routes[i], path, "upstream", "");
+    if (r.prefix.empty() || r.prefix.front() != '/') fail(path + ".prefix", "must start with '/'");
+    bool known = false;
+    for (const auto& u : c.upstreams) known = known || u.name == r.upstream;
+    if (!known) fail(path + ".upstream", "names no upstream: '" + r.upstream + "'");
+    c.routes.push_back(std::move(r));
+  }
+
+  if (doc.contains("proxy")) {
+    const json& p = doc["proxy"];
+    const std::string path = "proxy";
+    check_keys(p, path, {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms",
+                         "body_timeout_ms", "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns"});
+    auto& l = c.proxy;
+    l.max_header_bytes = static_cast<std::uint32_t>(get_uint(p, path, "max_header_bytes", l.max_header_bytes, 1024, 1 << 20));
+    l.max_body_bytes = get_uint(p, path, "max_body_bytes", l.max_body_bytes, 0, 1ull << 32);
+    l.header_timeout_ms = static_cast<std::uint32_t>(get_uint(p, path, "header_timeout_ms", l.header_timeout_ms, 1, 600'000));
+    l.idle_timeout_ms = static_cast<std::uint32_t>(get_uint(p, path, "idle_timeout_ms", l.idle_timeout_ms, 1, 3'600'000));
+    l.body_timeout_ms = static_cast<std::uint32_t>(get_uint(p, path, "body_timeout_ms", l.body_timeout_ms, 1, 3'600'000));
+    l.connect_timeout_ms =
+        static_cast<std::uint32_t>(get_uint(p, path, "connect_timeout_ms", l.connect_timeout_ms, 1, 600'000));
+    l.response_timeout_ms =
+        static_cast<std::uint32_t>(get_uint(p, path, "response_timeout_ms", l.response_timeout_ms, 1, 3'600'000));
+    l.max_idle_upstream_conns =
+        static_cast<std::uint32_t>(get_uint(p, path, "max_idle_upstream_conns", l.max_idle_upstream_conns, 0, 100'000));
+  }
+
+  if (doc.contains("limits")) {
+    const json& l = doc["limits"];
+    check_keys(l, "limits", {"source", "store", "switch", "rules"});
+    c.limits.source = get_string(l, "limits", "source", "file");
+    if (c.limits.source != "file") fail("limits.source", "must be \"file\" (got \"" + c.limits.source + "\")");
+    c.limits.store = get_string(l, "limits", "store", "local");
+    if (c.limits.store != "local") fail("limits.store", "must be \"local\" (got \"" + c.limits.store + "\")");
+    c.limits.switch_on = get_bool(l, "limits", "switch", true);
+    if (l.contains("rules")) c.limits.rows = rows_from_json(l["rules"], "limits.rules");
+  }
+  return c;
+}
+
+GatewayConfig load_gateway_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  GatewayConfig c = parse_gateway_config(ss.str(), path);
+  c.path = path;
+  return c;
+}
+
+}  // namespace tollgate::config

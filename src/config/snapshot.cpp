@@ -1,0 +1,34 @@
+#include "tollgate/config/snapshot.hpp"
+
+#include "tollgate/limiter/clock.hpp"
+
+namespace tollgate::config {
+
+const Rule* Snapshot::match(std::string_view path) const {
+  const std::size_t i = index.match(path);
+  return i == SuffixIndex::npos ? nullptr : &rules[i];
+}
+
+const Rule* Snapshot::find_by_url(std::string_view url) const {
+  const Rule* disabled = nullptr;  // an enabled row wins over disabled ones with the same URL
+  for (const Rule& r : rules) {
+    if (r.interface_url != url) continue;
+    if (r.enabled) return &r;
+    if (disabled == nullptr) disabled = &r;
+  }
+  return disabled;
+}
+
+std::shared_ptr<const Snapshot> make_snapshot(ValidatedRules validated, std::uint64_t version, std::string source) {
+  auto s = std::make_shared<Snapshot>();
+  s->rules = std::move(validated.rules);
+  s->rejected = std::move(validated.rejected);
+  for (std::size_t i = 0; i < s->rules.size(); ++i)
+    if (s->rules[i].enabled) s->index.add(s->rules[i].interface_url, i);
+  s->version = version;
+  s->loaded_at_us = limiter::steady_now_us();
+  s->source = std::move(source);
+  return s;
+}
+
+}  // namespace tollgate::config

@@ -1,0 +1,135 @@
+#include "tollgate/limiter/token_bucket.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace tollgate::limiter {
+
+Micros saturating_add(Micros a, Micros b) {
+  Micros r;
+  if (__builtin_add_overflow(a, b, &r)) return b > 0 ? kInfinite : std::numeric_limits<Micros>::min();
+  return r;
+}
+
+Micros truncate_micros(double us) {
+  if (std::isnan(us)) return 0;
+  // 2^63 is exactly representable; anything at or above it saturates.
+  if (us >= 9223372036854775807.0) return kInfinite;
+  if (us <= -9223372036854775807.0) return std::numeric_limits<Micros>::min();
+  return static_cast<Micros>(us);  // truncation toward zero, as Java's (long) cast
+}
+
+Shape shape_of(const BucketParams& p) {
+  if (!(p.rate > 0) || !std::isfinite(p.rate)) throw std::invalid_argument("rate must be a finite number > 0");
+  Shape s;
+  s.interval_us = 1e6 / p.rate;
+  if (p.warmup_us > 0) {
+    if (!(p.cold_factor >= 1.0) || !std::isfinite(p.cold_factor))
+      throw std::invalid_argument("cold_factor must be >= 1");
+    const double warmup = static_cast<double>(p.warmup_us);
+    s.warm = true;
+    s.cold_interval_us = s.interval_us * p.cold_factor;
+    s.threshold = 0.5 * warmup / s.interval_us;
+    s.max_permits = s.threshold + 2.0 * warmup / (s.interval_us + s.cold_interval_us);
+    s.slope = (s.cold_interval_us - s.interval_us) / (s.max_permits - s.threshold);
+    s.cool_down_us = warmup / s.max_permits;
+  } else {
+    if (p.warmup_us < 0) throw std::invalid_argument("warmup must be >= 0");
+    const double burst = p.burst.value_or(p.rate);  // one second of permits by default
+    if (!(burst >= 0) || !std::isfinite(burst)) throw std::invalid_argument("burst must be a finite number >= 0");
+    s.max_permits = burst;
+    s.cool_down_us = s.interval_us;
+  }
+  return s;
+}
+
+void resync(BucketState& st, const Shape& s, Micros now) {
+  if (now > st.next_free) {
+    const double fresh = static_cast<double>(now - st.next_free) / s.cool_down_us;
+    st.stored = std::min(s.max_permits, st.stored + fresh);
+    st.next_free = now;
+  }
+}
+
+namespace {
+// Warm-up: the cost of the permit at `permits` stored permits above the threshold.
+double permits_to_time(const Shape& s, double permits) { return s.interval_us + permits * s.slope; }
+}  // namespace
+
+Micros stored_permits_to_wait_time(const Shape& s, double stored, double spend) {
+  if (!s.warm) return 0;
+  Micros micros = 0;
+  const double above = stored - s.threshold;
+  if (above > 0.0) {
+    const double take_above = std::min(above, spend);
+    // Trapezoid under the warm-up line between `above` and `above - take_above`.
+    const double length = permits_to_time(s, above) + permits_to_time(s, above - take_above);
+    micros = truncate_micros(take_above * length / 2.0);
+    spend -= take_above;
+  }
+  return saturating_add(micros, truncate_micros(s.interval_us * spend));
+}
+
+Decision try_acquire(BucketState& st, const Shape& s, Mode mode, double permits, Micros timeout_us,
+                     Micros now) {
+  BucketState next = st;  // committed only on grant
+  resync(next, s, now);
+  const double spend = std::min(permits, next.stored);
+  const double fresh = permits - spend;
+  const Micros cost = saturating_add(stored_permits_to_wait_time(s, next.stored, spend),
+                                     truncate_micros(fresh * s.interval_us));
+  const Micros release = saturating_add(next.next_free, cost);
+
+  Decision d;
+  // pay_now: released when its own last permit exists; pay_later: when the previous one does.
+  const Micros ready = mode == Mode::pay_now ? release : next.next_free;
+  const Micros wait = std::max<Micros>(0, ready - now);
+  if (wait > timeout_us) {
+    d.granted = false;
+    d.retry_after_us = ready - timeout_us - now;
+    d.remaining = next.stored;
+    d.next_free = st.next_free;
+    return d;
+  }
+  next.next_free = release;
+  next.stored -= spend;
+  st = next;
+  d.granted = true;
+  d.wait_us = wait;
+  d.remaining = st.stored;
+  d.next_free = st.next_free;
+  return d;
+}
+
+void rescale(BucketState& st, const Shape& old_shape, const Shape& new_shape, Micros now) {
+  resync(st, old_shape, now);
+  if (old_shape.max_permits > 0.0) {
+    st.stored = st.stored * new_shape.max_permits / old_shape.max_permits;
+  } else {
+    // Guava: a bursty bucket of size 0 stays empty; a warming one starts cold (full).
+    st.stored = new_shape.warm ? new_shape.max_permits : 0.0;
+  }
+  st.stored = std::min(st.stored, new_shape.max_permits);
+}
+
+TokenBucket::TokenBucket(const BucketParams& params, Micros now, Initial initial)
+    : params_(params), shape_(shape_of(params)) {
+  state_ = initial == Initial::full ? full_state(shape_, now) : empty_state(now);
+}
+
+Decision TokenBucket::try_acquire(double permits, Micros timeout_us, Micros now) {
+  if (!(permits > 0) || !std::isfinite(permits)) throw std::invalid_argument("permits must be a finite number > 0");
+  return limiter::try_acquire(state_, shape_, params_.mode, permits, std::max<Micros>(0, timeout_us), now);
+}
+
+void TokenBucket::set_rate(double rate, Micros now) {
+  BucketParams next = params_;
+  next.rate = rate;
+  const Shape new_shape = shape_of(next);
+  rescale(state_, shape_, new_shape, now);
+  params_ = next;
+  shape_ = new_shape;
+}
+
+}  // namespace tollgate::limiter

@@ -1,0 +1,583 @@
+// The only translation unit of the gateway that includes Beast (compile time on 2 cores).
+// Shape: one coroutine per client connection; per request: read (with header/body limits and
+// timeouts) -> route -> throttle (store decision, hold on a steady_timer) -> forward over a pooled
+// keep-alive upstream connection -> relay the response without buffering its body.
+#include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
+
+#include "tollgate/proxy/proxy_server.hpp"
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <iostream>
+
+#include "tollgate/proxy/throttle.hpp"
+
+namespace tollgate::proxy {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr auto kAwait = net::use_awaitable;
+inline auto with(beast::error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
+
+using reuse_port = net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+
+tcp::endpoint make_endpoint(const config::Endpoint& e) {
+  boost::system::error_code ec;
+  auto addr = net::ip::make_address(e.host == "localhost" ? "127.0.0.1" : e.host, ec);
+  if (ec) throw std::runtime_error("listen address '" + e.host + "' is not an IP address");
+  return {addr, e.port};
+}
+
+void open_acceptor(tcp::acceptor& acc, const tcp::endpoint& ep, bool share_port) {
+  acc.open(ep.protocol());
+  acc.set_option(net::socket_base::reuse_address(true));
+  if (share_port) acc.set_option(reuse_port(true));
+  boost::system::error_code ec;
+  acc.bind(ep, ec);
+  if (ec) throw std::runtime_error("cannot bind " + ep.address().to_string() + ":" + std::to_string(ep.port()) + ": " + ec.message());
+  acc.listen(net::socket_base::max_listen_connections);
+}
+
+bool is_idempotent(http::verb v) {
+  switch (v) {
+    case http::verb::get: case http::verb::head: case http::verb::options:
+    case http::verb::put: case http::verb::delete_: case http::verb::trace:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Hop-by-hop headers (RFC 9110 7.6.1) plus any header the Connection field names.
+template <class Fields>
+void strip_hop_by_hop(Fields& f, bool keep_transfer_encoding) {
+  std::vector<std::string> named;
+  for (auto const& token : http::token_list{f[http::field::connection]}) named.emplace_back(token);
+  for (const auto& n : named) f.erase(n);
+  f.erase(http::field::connection);
+  f.erase(http::field::keep_alive);
+  f.erase(http::field::proxy_connection);
+  f.erase(http::field::te);
+  f.erase(http::field::trailer);
+  f.erase(http::field::upgrade);
+  f.erase(http::field::proxy_authorization);
+  f.erase(http::field::proxy_authenticate);
+  if (!keep_transfer_encoding) f.erase(http::field::transfer_encoding);
+}
+
+struct Upstream {
+  config::UpstreamConfig conf;
+  std::vector<tcp::endpoint> endpoints;
+  std::string host_header;
+  milliseconds connect_timeout;
+  milliseconds response_timeout;
+};
+
+struct Route {
+  std::string prefix;
+  std::size_t upstream;
+};
+
+struct PooledConn {
+  explicit PooledConn(net::any_io_executor ex) : stream(ex) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::chrono::steady_clock::time_point idle_since;
+};
+
+// Idle keep-alive connections to one upstream, owned by one thread: no locks.
+struct Pool {
+  std::vector<std::unique_ptr<PooledConn>> idle;
+};
+
+constexpr auto kPoolIdleMax = 30s;  // older idle connections are closed rather than reused
+
+}  // namespace
+
+struct ProxyServer::Impl {
+  struct Worker {
+    net::io_context* ctx;
+    std::unique_ptr<tcp::acceptor> acceptor;
+    std::vector<Pool> pools;
+  };
+
+  ProxyDeps deps;
+  std::vector<Worker> workers;
+  std::vector<Upstream> upstreams;
+  std::vector<Route> routes;  // longest prefix first
+  std::uint16_t bound_port = 0;
+  const config::ProxyLimits& limits;
+
+  Impl(std::vector<net::io_context*> ctxs, ProxyDeps d) : deps(d), limits(d.config.proxy) {
+    for (auto* c : ctxs) workers.push_back(Worker{c, nullptr, {}});
+  }
+
+  void resolve_upstreams() {
+    net::io_context tmp;
+    tcp::resolver resolver(tmp);
+    for (const auto& u : deps.config.upstreams) {
+      Upstream up;
+      up.conf = u;
+      boost::system::error_code ec;
+      auto results = resolver.resolve(u.host, std::to_string(u.port), ec);
+      if (ec) throw std::runtime_error("upstream '" + u.name + "' (" + u.url + "): cannot resolve: " + ec.message());
+      for (const auto& r : results) up.endpoints.push_back(r.endpoint());
+      up.host_header = u.port == 80 ? u.host : u.host + ":" + std::to_string(u.port);
+      up.connect_timeout = milliseconds(u.connect_timeout_ms ? u.connect_timeout_ms : limits.connect_timeout_ms);
+      up.response_timeout = milliseconds(u.response_timeout_ms ? u.response_timeout_ms : limits.response_timeout_ms);
+      upstreams.push_back(std::move(up));
+    }
+    for (const auto& r : deps.config.routes) {
+      std::size_t idx = 0;
+      while (upstreams[idx].conf.name != r.upstream) ++idx;
+      routes.push_back({r.prefix, idx});
+    }
+    std::stable_sort(routes.begin(), routes.end(),
+                     [](const Route& a, const Route& b) { return a.prefix.size() > b.prefix.size(); });
+  }
+
+  const Route* route_for(std::string_view path) const {
+    for (const auto& r : routes)
+      if (path.starts_with(r.prefix)) return &r;
+    return nullptr;
+  }
+
+  void start() {
+    resolve_upstreams();
+    tcp::endpoint ep = make_endpoint(deps.config.listen);
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      auto& w = workers[i];
+      w.pools.resize(upstreams.size());
+      w.acceptor = std::make_unique<tcp::acceptor>(*w.ctx);
+      open_acceptor(*w.acceptor, ep, workers.size() > 1);
+      if (i == 0) {
+        bound_port = w.acceptor->local_endpoint().port();
+        ep.port(bound_port);  // port 0: the others join the port the first one got
+      }
+      net::co_spawn(*w.ctx, accept_loop(w), net::detached);
+    }
+  }
+
+  net::awaitable<void> accept_loop(Worker& w) {
+    for (;;) {
+      beast::error_code ec;
+      tcp::socket sock = co_await w.acceptor->async_accept(with(ec));
+      if (ec) {
+        if (ec == net::error::operation_aborted || !w.acceptor->is_open()) co_return;
+        // EMFILE and friends: back off briefly instead of spinning.
+        net::steady_timer t(*w.ctx, 50ms);
+        co_await t.async_wait(with(ec));
+        continue;
+      }
+      sock.set_option(tcp::no_delay(true), ec);
+      net::co_spawn(*w.ctx, session(w, std::move(sock)), net::detached);
+    }
+  }
+
+  // ---- client side -------------------------------------------------------------------------
+
+  template <class Body>
+  static net::awaitable<bool> write_response(beast::tcp_stream& stream, http::response<Body>& res) {
+    beast::error_code ec;
+    res.prepare_payload();
+    co_await http::async_write(stream, res, with(ec));
+    co_return !ec;
+  }
+
+  net::awaitable<bool> send_error(beast::tcp_stream& stream, unsigned version, bool keep, http::status status,
+                                  std::string_view code, std::string_view detail) {
+    http::response<http::string_body> res{status, version};
+    res.set(http::field::content_type, "application/json");
+    res.keep_alive(keep);
+    res.body() = error_body(code, detail);
+    stream.expires_after(milliseconds(limits.body_timeout_ms));
+    const bool ok = co_await write_response(stream, res);
+    co_return ok && keep;
+  }
+
+  net::awaitable<void> session(Worker& w, tcp::socket sock) {
+    deps.metrics.connections.fetch_add(1, std::memory_order_relaxed);
+    std::string client_ip;
+    {
+      boost::system::error_code ec;
+      auto ep = sock.remote_endpoint(ec);
+      if (!ec) client_ip = ep.address().to_string();
+    }
+    beast::tcp_stream stream(std::move(sock));
+    beast::flat_buffer buffer;
+    for (;;) {
+      beast::error_code ec;
+      if (buffer.size() == 0) {
+        // Keep-alive idle: wait for the first byte of the next request.
+        stream.expires_after(milliseconds(limits.idle_timeout_ms));
+        const std::size_t n = co_await stream.async_read_some(buffer.prepare(4096), with(ec));
+        if (ec) break;
+        buffer.commit(n);
+      }
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(limits.max_header_bytes);
+      parser.body_limit(limits.max_body_bytes);
+      stream.expires_after(milliseconds(limits.header_timeout_ms));
+      co_await http::async_read_header(stream, buffer, parser, with(ec));
+      if (ec) {
+        co_await answer_read_error(stream, ec);
+        break;
+      }
+      const unsigned version = parser.get().version();
+      if (!parser.is_done()) {
+        if (parser.get()[http::field::expect] == "100-continue") {
+          http::response<http::empty_body> cont{http::status::continue_, version};
+          stream.expires_after(milliseconds(limits.body_timeout_ms));
+          co_await http::async_write(stream, cont, with(ec));
+          if (ec) break;
+        }
+        stream.expires_after(milliseconds(limits.body_timeout_ms));
+        co_await http::async_read(stream, buffer, parser, with(ec));
+        if (ec) {
+          co_await answer_read_error(stream, ec);
+          break;
+        }
+      }
+      http::request<http::string_body> req = parser.release();
+      const bool keep = co_await handle(w, stream, std::move(req), client_ip);
+      if (!keep) break;
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    deps.metrics.connections.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  net::awaitable<void> answer_read_error(beast::tcp_stream& stream, beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted)
+      co_return;  // the client went away: nothing to answer
+    deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    if (ec == beast::error::timeout) {
+      co_await send_error(stream, 11, false, http::status::request_timeout, "request_timeout",
+                          "the request was not received in time");
+    } else if (ec == http::error::header_limit) {
+      co_await send_error(stream, 11, false, http::status::request_header_fields_too_large, "headers_too_large",
+                          "request headers exceed " + std::to_string(limits.max_header_bytes) + " bytes");
+    } else if (ec == http::error::body_limit) {
+      co_await send_error(stream, 11, false, http::status::payload_too_large, "body_too_large",
+                          "request body exceeds " + std::to_string(limits.max_body_bytes) + " bytes");
+    } else {
+      co_await send_error(stream, 11, false, http::status::bad_request, "bad_request", ec.message());
+    }
+  }
+
+  // Returns whether the client connection stays open.
+  net::awaitable<bool> handle(Worker& w, beast::tcp_stream& stream, http::request<http::string_body> req,
+                              const std::string& client_ip) {
+    const unsigned version = req.version();
+    const bool keep = req.keep_alive();
+    const std::string_view path = path_of(req.target());
+    const Route* route = route_for(path);
+    if (route == nullptr || path.empty() || path.front() != '/') {
+      deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      co_return co_await send_error(stream, version, keep, http::status::not_found, "no_route",
+                                    "no route for this path");
+    }
+
+    std::string policy_header, limit_header;
+    if (!deps.switch_state.enabled()) {
+      deps.metrics.count(Outcome::bypassed);
+    } else {
+      const std::shared_ptr<const config::Snapshot> snap = deps.snapshots.get();
+      const config::Rule* rule = snap ? snap->match(path) : nullptr;
+      if (rule == nullptr) {
+        deps.metrics.count(Outcome::unmatched);
+      } else {
+        store::StoreDecision sd = co_await deps.store.try_acquire(
+            store::AcquireRequest{rule->interface_url, rule->params, 1.0, rule->timeout_us()});
+        if (sd.status != store::StoreStatus::ok) {
+          deps.metrics.count(Outcome::store_error);  // fail open: forward unlimited
+        } else {
+          policy_header = ratelimit_policy_header(*rule, sd.max_permits);
+          limit_header = ratelimit_header(*rule, sd.decision);
+          if (!sd.decision.granted) {
+            deps.metrics.count(Outcome::rejected);
+            http::response<http::string_body> res{http::status::too_many_requests, version};
+            res.set(http::field::content_type, "application/json");
+            res.set(http::field::retry_after, std::to_string(ceil_seconds(sd.decision.retry_after_us)));
+            res.set("RateLimit-Policy", policy_header);
+            res.set("RateLimit", limit_header);
+            res.keep_alive(keep);
+            res.body() = rejection_body(*rule, sd.decision);
+            stream.expires_after(milliseconds(limits.body_timeout_ms));
+            const bool ok = co_await write_response(stream, res);
+            co_return ok && keep;
+          }
+          if (sd.decision.wait_us > 0) {
+            // Held on a timer: the coroutine frame and its buffers are all a waiting request costs.
+            deps.metrics.count(Outcome::delayed);
+            deps.metrics.held.fetch_add(1, std::memory_order_relaxed);
+            net::steady_timer timer(*w.ctx, std::chrono::microseconds(sd.decision.wait_us));
+            beast::error_code ec;
+            co_await timer.async_wait(with(ec));
+            deps.metrics.held.fetch_sub(1, std::memory_order_relaxed);
+          } else {
+            deps.metrics.count(Outcome::forwarded);
+          }
+        }
+      }
+    }
+    co_return co_await forward(w, stream, std::move(req), client_ip, upstreams[route->upstream],
+                               w.pools[route->upstream], policy_header, limit_header);
+  }
+
+  // ---- upstream side -----------------------------------------------------------------------
+
+  std::unique_ptr<PooledConn> take_idle(Pool& pool) {
+    const auto now = std::chrono::steady_clock::now();
+    while (!pool.idle.empty()) {
+      auto c = std::move(pool.idle.back());
+      pool.idle.pop_back();
+      if (now - c->idle_since < kPoolIdleMax && c->stream.socket().is_open()) return c;
+    }
+    return nullptr;
+  }
+
+  void give_back(Pool& pool, std::unique_ptr<PooledConn> c) {
+    if (pool.idle.size() >= limits.max_idle_upstream_conns || c->buffer.size() != 0) return;
+    c->stream.expires_never();
+    c->idle_since = std::chrono::steady_clock::now();
+    pool.idle.push_back(std::move(c));
+  }
+
+  net::awaitable<bool> forward(Worker& w, beast::tcp_stream& client, http::request<http::string_body> req,
+                               const std::string& client_ip, Upstream& up, Pool& pool,
+                               const std::string& policy_header, const std::string& limit_header) {
+    const unsigned version = req.version();
+    bool keep = req.keep_alive();
+    const bool head = req.method() == http::verb::head;
+
+    // Rewrite the request in place for the upstream hop.
+    const std::string original_host(req[http::field::host]);
+    strip_hop_by_hop(req, false);
+    req.erase(http::field::expect);  // the body is already here
+    {
+      std::string xff(req["X-Forwarded-For"]);
+      req.set("X-Forwarded-For", xff.empty() ? client_ip : xff + ", " + client_ip);
+    }
+    req.set("X-Forwarded-Proto", "http");
+    if (!original_host.empty()) req.set("X-Forwarded-Host", original_host);
+    req.set(http::field::host, up.host_header);
+    req.version(11);
+    req.keep_alive(true);
+    req.prepare_payload();
+
+    std::unique_ptr<PooledConn> conn;
+    std::optional<http::response_parser<http::buffer_body>> parser;
+    for (int attempt = 0;; ++attempt) {
+      beast::error_code ec;
+      conn = take_idle(pool);
+      const bool reused = conn != nullptr;
+      if (!reused) {
+        conn = std::make_unique<PooledConn>(w.ctx->get_executor());
+        conn->stream.expires_after(up.connect_timeout);
+        co_await conn->stream.async_connect(up.endpoints, with(ec));
+        if (ec) {
+          const bool timeout = ec == beast::error::timeout;
+          deps.metrics.count(timeout ? UpstreamError::timeout : UpstreamError::connect);
+          co_return co_await send_error(client, version, keep,
+                                        timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                                        timeout ? "upstream_timeout" : "upstream_unavailable",
+                                        "upstream '" + up.conf.name + "': connect: " + ec.message());
+        }
+        conn->stream.socket().set_option(tcp::no_delay(true), ec);
+        ec = {};
+      }
+      conn->stream.expires_after(up.response_timeout);
+      co_await http::async_write(conn->stream, req, with(ec));
+      bool retry = false;
+      if (!ec) {
+        parser.emplace();
+        parser->header_limit(64 * 1024);
+        parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+        if (head) parser->skip(true);
+        co_await http::async_read_header(conn->stream, conn->buffer, *parser, with(ec));
+        // A reused connection the upstream closed while idle: try once more on a fresh one,
+        // unless the request may not be repeated.
+        retry = ec && reused && attempt == 0 && ec != beast::error::timeout && is_idempotent(req.method());
+      } else {
+        retry = reused && attempt == 0 && ec != beast::error::timeout;  // nothing reached the upstream
+      }
+      if (!ec) break;
+      if (retry) continue;
+      const bool timeout = ec == beast::error::timeout;
+      deps.metrics.count(timeout ? UpstreamError::timeout : UpstreamError::reset);
+      co_return co_await send_error(client, version, keep,
+                                    timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                                    timeout ? "upstream_timeout" : "upstream_failed",
+                                    "upstream '" + up.conf.name + "': " + ec.message());
+    }
+
+    // Relay: status and headers first, then the body in pieces as it arrives.
+    auto& res = parser->get();
+    const bool upstream_keep = res.keep_alive();
+    const int status = res.result_int();
+    const bool no_body = head || status == 204 || status == 304 || (status >= 100 && status < 200);
+    strip_hop_by_hop(res, true);
+    if (!no_body && !res.chunked() && !res.has_content_length()) {
+      // Body delimited by the upstream closing: re-frame as chunked, or close after it for HTTP/1.0.
+      if (version == 11) res.chunked(true);
+      else keep = false;
+    }
+    if (version == 10 && res.chunked()) {
+      res.chunked(false);
+      keep = false;
+    }
+    res.version(version);
+    res.keep_alive(keep);
+    if (!policy_header.empty()) {
+      res.set("RateLimit-Policy", policy_header);
+      res.set("RateLimit", limit_header);
+    }
+
+    beast::error_code ec;
+    http::response_serializer<http::buffer_body> sr{res};
+    client.expires_after(milliseconds(limits.body_timeout_ms));
+    if (no_body) {
+      co_await http::async_write_header(client, sr, with(ec));
+      if (!ec && upstream_keep && parser->is_done()) give_back(pool, std::move(conn));
+      co_return !ec && keep;
+    }
+    char buf[16 * 1024];
+    bool upstream_ok = true;
+    for (;;) {
+      if (!parser->is_done()) {
+        res.body().data = buf;
+        res.body().size = sizeof buf;
+        conn->stream.expires_after(up.response_timeout);
+        co_await http::async_read(conn->stream, conn->buffer, *parser, with(ec));
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) {
+          upstream_ok = false;
+          deps.metrics.count(ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::reset);
+          break;  // headers already went out: all we can do is close the client connection
+        }
+        res.body().size = sizeof buf - res.body().size;
+        res.body().data = buf;
+        res.body().more = !parser->is_done();
+      } else {
+        res.body().data = nullptr;
+        res.body().more = false;
+      }
+      client.expires_after(milliseconds(limits.body_timeout_ms));
+      co_await http::async_write(client, sr, with(ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return false;
+      if (sr.is_done()) break;
+    }
+    if (!upstream_ok) co_return false;
+    if (upstream_keep && parser->is_done()) give_back(pool, std::move(conn));
+    co_return keep;
+  }
+
+  void stop() {
+    for (auto& w : workers) {
+      if (!w.acceptor) continue;
+      net::post(*w.ctx, [a = w.acceptor.get()] {
+        boost::system::error_code ec;
+        a->close(ec);
+      });
+    }
+  }
+};
+
+ProxyServer::ProxyServer(std::vector<net::io_context*> contexts, ProxyDeps deps)
+    : impl_(std::make_unique<Impl>(std::move(contexts), deps)) {}
+ProxyServer::~ProxyServer() = default;
+void ProxyServer::start() { impl_->start(); }
+std::uint16_t ProxyServer::port() const { return impl_->bound_port; }
+void ProxyServer::stop() { impl_->stop(); }
+
+// ---- SimpleServer: small request/response endpoints (admin API) ------------------------------
+
+struct SimpleServer::Impl {
+  net::io_context& ctx;
+  config::Endpoint listen;
+  SimpleHandler handler;
+  tcp::acceptor acceptor;
+
+  Impl(net::io_context& c, config::Endpoint l, SimpleHandler h)
+      : ctx(c), listen(std::move(l)), handler(std::move(h)), acceptor(c) {}
+
+  net::awaitable<void> accept_loop() {
+    for (;;) {
+      beast::error_code ec;
+      tcp::socket sock = co_await acceptor.async_accept(with(ec));
+      if (ec) {
+        if (!acceptor.is_open()) co_return;
+        continue;
+      }
+      net::co_spawn(ctx, session(std::move(sock)), net::detached);
+    }
+  }
+
+  net::awaitable<void> session(tcp::socket sock) {
+    std::string peer;
+    {
+      boost::system::error_code ec;
+      auto ep = sock.remote_endpoint(ec);
+      if (!ec) peer = ep.address().to_string();
+    }
+    beast::tcp_stream stream(std::move(sock));
+    beast::flat_buffer buffer;
+    for (;;) {
+      beast::error_code ec;
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(16 * 1024);
+      parser.body_limit(64 * 1024);
+      stream.expires_after(30s);
+      co_await http::async_read(stream, buffer, parser, with(ec));
+      if (ec) break;
+      auto& req = parser.get();
+      SimpleRequest in{std::string(req.method_string()), std::string(req.target()),
+                       std::string(req[http::field::authorization]), std::move(req.body()), peer};
+      SimpleResponse out;
+      try {
+        out = handler(in);
+      } catch (const std::exception& e) {
+        out = {500, error_body("internal", e.what())};
+      }
+      http::response<http::string_body> res{static_cast<http::status>(out.status), req.version()};
+      res.set(http::field::content_type, out.content_type);
+      res.keep_alive(req.keep_alive());
+      res.body() = std::move(out.body);
+      res.prepare_payload();
+      co_await http::async_write(stream, res, with(ec));
+      if (ec || !res.keep_alive()) break;
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+};
+
+SimpleServer::SimpleServer(net::io_context& ctx, config::Endpoint listen, SimpleHandler handler)
+    : impl_(std::make_unique<Impl>(ctx, std::move(listen), std::move(handler))) {}
+SimpleServer::~SimpleServer() = default;
+void SimpleServer::start() {
+  open_acceptor(impl_->acceptor, make_endpoint(impl_->listen), false);
+  net::co_spawn(impl_->ctx, impl_->accept_loop(), net::detached);
+}
+std::uint16_t SimpleServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+void SimpleServer::stop() {
+  net::post(impl_->ctx, [this] {
+    boost::system::error_code ec;
+    impl_->acceptor.close(ec);
+  });
+}
+
+}  // namespace tollgate::proxy

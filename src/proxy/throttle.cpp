@@ -1,0 +1,63 @@
+#include "tollgate/proxy/throttle.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+
+namespace tollgate::proxy {
+
+std::string_view path_of(std::string_view target) {
+  const std::size_t q = target.find_first_of("?#");
+  return q == std::string_view::npos ? target : target.substr(0, q);
+}
+
+long long ceil_seconds(limiter::Micros us) {
+  if (us <= 0) return 0;
+  return (us + 999'999) / 1'000'000;
+}
+
+namespace {
+std::string sf_string(std::string_view s) {
+  // sf-string: escape '"' and '\'; interfaceUrls are validated to printable ASCII.
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+std::string number(double v) {
+  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+}  // namespace
+
+std::string ratelimit_policy_header(const config::Rule& rule, double max_permits) {
+  return sf_string(rule.interface_url) + ";q=" + number(rule.rate_limit) + ";w=1;burst=" + number(std::floor(max_permits));
+}
+
+std::string ratelimit_header(const config::Rule& rule, const limiter::Decision& d) {
+  const long long remaining = d.granted || d.remaining >= 1 ? static_cast<long long>(std::floor(d.remaining)) : 0;
+  const long long t = d.granted ? 0 : ceil_seconds(d.retry_after_us);
+  return sf_string(rule.interface_url) + ";r=" + std::to_string(remaining) + ";t=" + std::to_string(t);
+}
+
+std::string rejection_body(const config::Rule& rule, const limiter::Decision& d) {
+  nlohmann::json j = {{"error", "rate_limited"},
+                      {"bucket", rule.interface_url},
+                      {"configId", rule.config_id},
+                      {"rate_limit_per_s", rule.rate_limit},
+                      {"wait_window_ms", static_cast<long long>(rule.cache_s * 1000)},
+                      {"retry_after_ms", (d.retry_after_us + 999) / 1000}};
+  return j.dump();
+}
+
+std::string error_body(std::string_view code, std::string_view detail) {
+  nlohmann::json j = {{"error", code}, {"detail", detail}};
+  return j.dump();
+}
+
+}  // namespace tollgate::proxy
