@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Tollgate needs, only those missing. Usage: scripts/deps.sh build|test
+set -euo pipefail
+want=(cmake g++ make pkg-config libboost-dev nlohmann-json3-dev curl)
+if [[ "${1:-build}" == "test" ]]; then
+  want+=(googletest libgtest-dev)
+fi
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

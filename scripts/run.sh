@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the embedded default: the mock upstream on :9000 and
+# the gateway on :8080 (admin on 127.0.0.1:9901) with conf/gateway.json. Ctrl-C stops both.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh build
+scripts/build.sh -DTOLLGATE_BUILD_TESTS=OFF
+export TOLLGATE_ADMIN_TOKEN="${TOLLGATE_ADMIN_TOKEN:-change-me}"
+./build/tollgate-mock-upstream --port 9000 &
+mock=$!
+trap 'kill $mock 2>/dev/null || true' EXIT
+cat <<MSG
+
+Try:
+  curl -i http://127.0.0.1:8080/ibe/shopping/search          # 5/s, may wait up to 0.5 s
+  for i in \$(seq 20); do curl -s -o /dev/null -w '%{http_code}\\n' http://127.0.0.1:8080/ibe/shopping/search & done; wait
+  curl -s http://127.0.0.1:9901/admin/rules
+  curl -s -X PUT -H "Authorization: Bearer $TOLLGATE_ADMIN_TOKEN" -d '{"enabled":false}' http://127.0.0.1:9901/admin/switch
+  curl -s http://127.0.0.1:9901/metrics
+  curl -s http://127.0.0.1:9000/__stats                        # what reached the upstream
+
+MSG
+./build/tollgate --config conf/gateway.json

@@ -1,0 +1,105 @@
+#include <utility>
+
+#include "support/http_client.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace tollgate::testing {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+http::request<http::string_body> build(const HttpRequest& r) {
+  http::request<http::string_body> req{http::string_to_verb(r.method), r.target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  for (const auto& [k, v] : r.headers) req.set(k, v);
+  req.body() = r.body;
+  if (!r.body.empty() || r.method == "POST" || r.method == "PUT") req.prepare_payload();
+  return req;
+}
+
+HttpResponse convert(http::response<http::string_body>& res) {
+  HttpResponse out;
+  out.status = res.result_int();
+  for (const auto& f : res) {
+    std::string name(f.name_string());
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.headers[name] = std::string(f.value());
+  }
+  out.body = std::move(res.body());
+  return out;
+}
+
+}  // namespace
+
+std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& r, int n, std::chrono::milliseconds timeout) {
+  net::io_context ctx;
+  std::vector<std::unique_ptr<beast::tcp_stream>> streams;
+  std::vector<HttpResponse> out(static_cast<std::size_t>(n));
+  const tcp::endpoint ep(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port));
+  for (int i = 0; i < n; ++i) {
+    auto s = std::make_unique<beast::tcp_stream>(ctx);
+    beast::error_code ec;
+    s->socket().connect(ep, ec);
+    if (ec) out[static_cast<std::size_t>(i)].error = ec.message();
+    else s->socket().set_option(tcp::no_delay(true));
+    streams.push_back(std::move(s));
+  }
+  auto req = build(r);
+  for (int i = 0; i < n; ++i) {
+    if (!out[static_cast<std::size_t>(i)].error.empty()) continue;
+    beast::error_code ec;
+    http::write(*streams[static_cast<std::size_t>(i)], req, ec);
+    if (ec) out[static_cast<std::size_t>(i)].error = ec.message();
+  }
+  for (int i = 0; i < n; ++i) {
+    auto& o = out[static_cast<std::size_t>(i)];
+    if (!o.error.empty()) continue;
+    auto& s = *streams[static_cast<std::size_t>(i)];
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    s.socket().set_option(net::socket_base::receive_buffer_size(1 << 20));
+    // Blocking read with a deadline: SO_RCVTIMEO on the socket.
+    timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
+    setsockopt(s.socket().native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    beast::error_code ec;
+    http::read(s.socket(), buf, res, ec);
+    if (ec) {
+      o.error = ec.message();
+      continue;
+    }
+    o = convert(res);
+  }
+  return out;
+}
+
+HttpResponse http_request(int port, const HttpRequest& req, std::chrono::milliseconds timeout) {
+  return concurrent_requests(port, req, 1, timeout).at(0);
+}
+
+std::string raw_exchange(int port, const std::string& bytes, std::chrono::milliseconds timeout) {
+  net::io_context ctx;
+  tcp::socket s(ctx);
+  beast::error_code ec;
+  s.connect({net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+  if (ec) return "";
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
+  setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  net::write(s, net::buffer(bytes), ec);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const std::size_t n = s.read_some(net::buffer(buf), ec);
+    if (ec) break;
+    out.append(buf, n);
+  }
+  return out;
+}
+
+}  // namespace tollgate::testing

@@ -1,0 +1,43 @@
+// A blocking HTTP/1.1 client for end-to-end tests (Beast stays in the .cpp).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tollgate::testing {
+
+struct HttpResponse {
+  int status = 0;  // 0: no response (connection failed or closed)
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+  std::string error;
+  std::string header(const std::string& lower_name) const {
+    auto it = headers.find(lower_name);
+    return it == headers.end() ? "" : it->second;
+  }
+};
+
+struct HttpRequest {
+  std::string method = "GET";
+  std::string target = "/";
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+
+// One request on a new connection.
+HttpResponse http_request(int port, const HttpRequest& req,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(10));
+inline HttpResponse http_get(int port, const std::string& target) { return http_request(port, {"GET", target, {}, {}}); }
+
+// Opens `n` connections, then sends one request on each back to back, then reads every answer:
+// the requests reach the server as close together as the client can make them.
+std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& req, int n,
+                                              std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// Writes raw bytes and returns what came back until the server closed or the timeout passed.
+std::string raw_exchange(int port, const std::string& bytes, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+}  // namespace tollgate::testing

@@ -1,0 +1,118 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support/manual_clock.hpp"
+#include "tollgate/admin/admin_api.hpp"
+#include "tollgate/store/local_store.hpp"
+
+namespace tollgate::admin {
+namespace {
+
+using nlohmann::json;
+using proxy::SimpleRequest;
+
+struct Fixture {
+  testing::ManualClock clock;
+  config::SnapshotHolder snaps;
+  config::SwitchState sw{true, "file"};
+  store::LocalStore store{clock};
+  proxy::Metrics metrics;
+
+  Fixture() {
+    config::RawRow r;
+    r.config_id = 1;
+    r.interface_url = "/shopping/search";
+    r.rate_limit = 5;
+    r.status = 1;
+    config::RawRow bad = r;
+    bad.config_id = 2;
+    bad.interface_url = "/x";
+    bad.rate_limit = -1;
+    snaps.set(config::make_snapshot(config::validate_rows({r, bad}), 3, "test"));
+  }
+  AdminApi api(std::string token) { return AdminApi({snaps, sw, store, metrics, std::move(token)}); }
+};
+
+SimpleRequest put_switch(std::string auth, std::string body = R"({"enabled":false})") {
+  return {"PUT", "/admin/switch", std::move(auth), std::move(body), "10.0.0.1"};
+}
+
+TEST(AdminApi, MutationsNeedTheBearerToken) {
+  Fixture f;
+  auto api = f.api("s3cret");
+  EXPECT_EQ(api.handle(put_switch("")).status, 401);
+  EXPECT_EQ(api.handle(put_switch("Bearer wrong")).status, 401);
+  EXPECT_EQ(api.handle(put_switch("Bearer s3cret-and-more")).status, 401);
+  EXPECT_EQ(api.handle(put_switch("Basic s3cret")).status, 401);
+  EXPECT_TRUE(f.sw.enabled());
+  auto ok = api.handle(put_switch("Bearer s3cret"));
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_FALSE(f.sw.enabled());
+  const auto j = json::parse(ok.body);
+  EXPECT_EQ(j["enabled"], false);
+  EXPECT_EQ(j["previous"], true);
+  EXPECT_EQ(j["changed_by"], "admin@10.0.0.1");
+}
+
+TEST(AdminApi, NoTokenConfiguredMeansReadOnly) {
+  Fixture f;
+  auto api = f.api("");
+  EXPECT_EQ(api.handle(put_switch("Bearer anything")).status, 403);
+  EXPECT_EQ(api.handle({"GET", "/admin/switch", "", "", ""}).status, 200);
+  EXPECT_TRUE(f.sw.enabled());
+}
+
+TEST(AdminApi, BadSwitchBodiesAreExplained) {
+  Fixture f;
+  auto api = f.api("t");
+  EXPECT_EQ(api.handle(put_switch("Bearer t", "{")).status, 400);
+  EXPECT_EQ(api.handle(put_switch("Bearer t", R"({"enabled":"no"})")).status, 400);
+  EXPECT_EQ(api.handle(put_switch("Bearer t", R"({"enabled":false,"x":1})")).status, 400);
+  EXPECT_TRUE(f.sw.enabled());
+}
+
+TEST(AdminApi, RulesShowActiveAndRejectedRows) {
+  Fixture f;
+  auto res = f.api("").handle({"GET", "/admin/rules", "", "", ""});
+  ASSERT_EQ(res.status, 200);
+  const auto j = json::parse(res.body);
+  EXPECT_EQ(j["version"], 3);
+  ASSERT_EQ(j["rules"].size(), 1u);
+  EXPECT_EQ(j["rules"][0]["interfaceUrl"], "/shopping/search");
+  ASSERT_EQ(j["rejected"].size(), 1u);
+  EXPECT_EQ(j["rejected"][0]["configId"], 2);
+  EXPECT_EQ(j["rejected"][0]["field"], "rateLimit");
+}
+
+TEST(AdminApi, BucketView) {
+  Fixture f;
+  auto api = f.api("");
+  for (int i = 0; i < 7; ++i) f.store.decide({"/shopping/search", f.snaps.get()->rules[0].params, 1, 1'000'000});
+  auto res = api.handle({"GET", "/admin/buckets/shopping/search", "", "", ""});
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_DOUBLE_EQ(json::parse(res.body)["debt_s"].get<double>(), 0.4);
+  EXPECT_EQ(api.handle({"GET", "/admin/buckets/nope", "", "", ""}).status, 404);
+}
+
+TEST(AdminApi, HealthMetricsAndUnknownPaths) {
+  Fixture f;
+  auto api = f.api("");
+  EXPECT_EQ(api.handle({"GET", "/healthz", "", "", ""}).status, 200);
+  EXPECT_EQ(api.handle({"GET", "/readyz", "", "", ""}).status, 200);
+  auto m = api.handle({"GET", "/metrics", "", "", ""});
+  EXPECT_NE(m.body.find("tollgate_switch_enabled 1"), std::string::npos);
+  EXPECT_EQ(api.handle({"GET", "/nope", "", "", ""}).status, 404);
+  EXPECT_EQ(api.handle({"POST", "/admin/rules", "", "", ""}).status, 405);
+}
+
+TEST(AdminApi, ConstantTimeEquals) {
+  EXPECT_TRUE(constant_time_equals("abc", "abc"));
+  EXPECT_FALSE(constant_time_equals("abc", "abd"));
+  EXPECT_FALSE(constant_time_equals("abc", "abcd"));
+  EXPECT_FALSE(constant_time_equals("", "a"));
+  EXPECT_TRUE(constant_time_equals("", ""));
+}
+
+}  // namespace
+}  // namespace tollgate::admin

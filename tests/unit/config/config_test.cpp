@@ -1,0 +1,145 @@
+#include <gtest/gtest.h>
+
+#include "tollgate/config/config_source.hpp"
+#include "tollgate/config/gateway_config.hpp"
+#include "tollgate/config/snapshot.hpp"
+
+namespace tollgate::config {
+namespace {
+
+const char* kMinimal = R"({"upstreams":{"ibe":{"url":"http://127.0.0.1:9000"}},
+  "routes":[{"prefix":"/","upstream":"ibe"}], "limits":{"rules":RULES}})";
+
+std::string with_rules(const std::string& rules) {
+  std::string s = kMinimal;
+  s.replace(s.find("RULES"), 5, rules);
+  return s;
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    const GatewayConfig c = parse_gateway_config(text);
+    FileSource::from_rows(c.limits.rows, c.limits.switch_on);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(GatewayConfig, ShippedDefaultIsValid) {
+  const GatewayConfig c = load_gateway_config(TOLLGATE_SOURCE_DIR "/conf/gateway.json");
+  EXPECT_EQ(c.listen.port, 8080);
+  EXPECT_EQ(c.admin.listen.host, "127.0.0.1");
+  ASSERT_EQ(c.upstreams.size(), 1u);
+  EXPECT_EQ(c.upstreams[0].port, 9000);
+  const LoadResult r = FileSource::from_rows(c.limits.rows, c.limits.switch_on);
+  ASSERT_FALSE(r.rules.rules.empty());
+  EXPECT_EQ(r.rules.rules[0].interface_url, "/shopping/search");
+  EXPECT_DOUBLE_EQ(r.rules.rules[0].rate_limit, 5);
+  EXPECT_EQ(r.rules.rules[0].timeout_us(), 500000);
+}
+
+TEST(GatewayConfig, DefaultsWhenOmitted) {
+  const GatewayConfig c = parse_gateway_config(with_rules("[]"));
+  EXPECT_EQ(c.listen.to_string(), "0.0.0.0:8080");
+  EXPECT_EQ(c.admin.listen.to_string(), "127.0.0.1:9901");
+  EXPECT_EQ(c.admin.token_env, "TOLLGATE_ADMIN_TOKEN");
+  EXPECT_EQ(c.proxy.max_header_bytes, 16384u);
+  EXPECT_TRUE(c.limits.switch_on);
+}
+
+TEST(GatewayConfig, ErrorsNameTheFieldPath) {
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"/a","rateLimit":0,"status":1}])")),
+            "limits.rules[0].rateLimit: must be > 0 (configId 1)");
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1},
+                                    {"configId":2,"interfaceUrl":"a","rateLimit":5,"status":1}])")),
+            "limits.rules[1].interfaceUrl: must start with '/' (configId 2)");
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"cache":61,"status":1}])")),
+            "limits.rules[0].cache: must be within [0, 60] seconds (configId 1)");
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"/a","rateLimit":"5","status":1}])")),
+            "limits.rules[0].rateLimit: must be a number (configId 1)");
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,"colour":2}])")),
+            "limits.rules[0].colour: unknown field (configId 1)");
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"","rateLimit":5,"status":1}])")),
+            "limits.rules[0].interfaceUrl: must not be empty (configId 1)");
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":3}])")),
+            "limits.rules[0].status: must be 0 or 1 (configId 1)");
+  EXPECT_EQ(error_of(R"({"upstreams":{"ibe":{"url":"https://x"}},"routes":[{"prefix":"/","upstream":"ibe"}]})"),
+            "upstreams.ibe.url: must start with http:// (TLS to upstreams is not supported)");
+  EXPECT_EQ(error_of(R"({"upstreams":{"ibe":{"url":"http://x:1"}},"routes":[{"prefix":"/","upstream":"nope"}]})"),
+            "routes[0].upstream: names no upstream: 'nope'");
+  EXPECT_EQ(error_of(R"({"listn":"0.0.0.0:1"})"), "listn: unknown field");
+  EXPECT_EQ(error_of(R"({"upstreams":{"ibe":{"url":"http://x:1"}},"routes":[{"prefix":"/","upstream":"ibe"}],
+                        "proxy":{"max_header_bytes":10}})"),
+            "proxy.max_header_bytes: must be within [1024, 1048576]");
+  EXPECT_NE(error_of("{not json").find("config: invalid JSON"), std::string::npos);
+}
+
+TEST(RuleValidation, TwoEnabledRowsForOneUrlKeepTheFirst) {
+  std::vector<RawRow> rows(3);
+  for (int i = 0; i < 3; ++i) {
+    rows[i].config_id = i + 1;
+    rows[i].interface_url = "/same";
+    rows[i].rate_limit = 5;
+    rows[i].status = i == 1 ? 0 : 1;
+  }
+  const ValidatedRules v = validate_rows(rows);
+  ASSERT_EQ(v.rules.size(), 2u);  // row 1 (enabled) and row 2 (disabled)
+  ASSERT_EQ(v.rejected.size(), 1u);
+  EXPECT_EQ(*v.rejected[0].config_id, 3);
+  EXPECT_EQ(v.rejected[0].field, "interfaceUrl");
+  EXPECT_NE(v.rejected[0].reason.find("configId 1"), std::string::npos);
+}
+
+TEST(RuleValidation, OriginalRowKeepsItsMeaning) {
+  RawRow r;
+  r.config_id = 9;
+  r.channel_type = "IBE+";
+  r.interface_no = "S01";
+  r.interface_url = "/shopping/search";
+  r.rate_limit = 5;
+  r.status = 1;  // cache absent: 0.5 s
+  const ValidatedRules v = validate_rows({r});
+  ASSERT_EQ(v.rules.size(), 1u);
+  const Rule& rule = v.rules[0];
+  EXPECT_TRUE(rule.enabled);
+  EXPECT_DOUBLE_EQ(rule.cache_s, 0.5);
+  EXPECT_FALSE(rule.params.burst.has_value());  // one second of permits
+  EXPECT_EQ(rule.params.warmup_us, 0);
+  EXPECT_DOUBLE_EQ(limiter::shape_of(rule.params).max_permits, 5);
+}
+
+TEST(RuleValidation, RejectsBadExtensions) {
+  RawRow r;
+  r.config_id = 1;
+  r.interface_url = "/a";
+  r.rate_limit = 5;
+  r.status = 1;
+  r.burst = 0.5;
+  EXPECT_EQ(validate_rows({r}).rejected.at(0).field, "burst");
+  r.burst.reset();
+  r.warmup_seconds = -1;
+  EXPECT_EQ(validate_rows({r}).rejected.at(0).field, "warmupSeconds");
+  r.warmup_seconds.reset();
+  r.rate_limit = 2e6;
+  EXPECT_EQ(validate_rows({r}).rejected.at(0).field, "rateLimit");
+}
+
+TEST(Snapshot, DisabledRowsLimitNothing) {
+  std::vector<RawRow> rows(2);
+  rows[0].config_id = 1;
+  rows[0].interface_url = "/on";
+  rows[0].rate_limit = 1;
+  rows[0].status = 1;
+  rows[1].config_id = 2;
+  rows[1].interface_url = "/off";
+  rows[1].rate_limit = 1;
+  rows[1].status = 0;
+  auto snap = make_snapshot(validate_rows(rows), 1, "test");
+  EXPECT_NE(snap->match("/x/on"), nullptr);
+  EXPECT_EQ(snap->match("/x/off"), nullptr);
+  EXPECT_NE(snap->find_by_url("/off"), nullptr);  // still listed for the admin API
+}
+
+}  // namespace
+}  // namespace tollgate::config
