@@ -1,10 +1,28 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds from scratch in build-test/, and runs every test through ctest.
+# Installs what is missing, builds from scratch in build-test/, starts the servers the integration
+# tests use (a private MariaDB on a free loopback port, in a temporary folder), runs every test
+# through ctest, and stops the servers again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$(pwd)
 scripts/deps.sh test
+
 rm -rf build-test
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DTOLLGATE_BUILD_TESTS=ON >/dev/null
 cmake --build build-test -j"$(nproc)"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+servers=$(mktemp -d /tmp/tollgate-servers-XXXXXX)
+cleanup() {
+  "$root/scripts/mysql-server.sh" stop "$servers/mysql" || true
+  rm -rf "$servers"
+}
+trap cleanup EXIT
+
+export TOLLGATE_TEST_MYSQL_DIR="$servers/mysql"
+export TOLLGATE_TEST_MYSQL_PORT=$(free_port)
+scripts/mysql-server.sh start "$TOLLGATE_TEST_MYSQL_DIR" "$TOLLGATE_TEST_MYSQL_PORT"
+echo "test: MariaDB on 127.0.0.1:$TOLLGATE_TEST_MYSQL_PORT ($TOLLGATE_TEST_MYSQL_DIR)"
+
 cd build-test
 ctest --output-on-failure -j2 --timeout 300

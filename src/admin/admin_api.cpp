@@ -46,18 +46,15 @@ SimpleResponse AdminApi::handle(const SimpleRequest& req) {
   const std::string_view path = proxy::path_of(req.target);
   const bool get = req.method == "GET";
   if (path == "/healthz") return get ? ok_json({{"status", "ok"}}) : error(405, "method_not_allowed", "use GET");
-  if (path == "/readyz") {
-    if (!get) return error(405, "method_not_allowed", "use GET");
-    const bool ready = deps_.snapshots.get() != nullptr;
-    return {ready ? 200 : 503, json{{"ready", ready}}.dump() + "\n"};
-  }
+  if (path == "/readyz") return get ? readyz() : error(405, "method_not_allowed", "use GET");
   if (path == "/metrics") {
     if (!get) return error(405, "method_not_allowed", "use GET");
-    std::string body = deps_.metrics.render();
-    body += "# HELP tollgate_switch_enabled Global limiting switch (1 enforcing, 0 off).\n"
-            "# TYPE tollgate_switch_enabled gauge\ntollgate_switch_enabled " +
-            std::string(deps_.switch_state.enabled() ? "1" : "0") + "\n";
-    return {200, std::move(body), "text/plain; version=0.0.4"};
+    return {200, metrics_text(), "text/plain; version=0.0.4"};
+  }
+  if (path == "/admin/reload") {
+    if (req.method != "POST") return error(405, "method_not_allowed", "use POST");
+    if (auto denied = authorize(req)) return *denied;
+    return post_reload();
   }
   if (path == "/admin/rules") return get ? get_rules() : error(405, "method_not_allowed", "use GET");
   if (path == "/admin/switch") {
@@ -74,6 +71,66 @@ SimpleResponse AdminApi::handle(const SimpleRequest& req) {
     return get_bucket(path.substr(buckets.size() - 1));  // keep the leading '/': names are URLs
   }
   return error(404, "not_found", "no such admin endpoint");
+}
+
+namespace {
+json status_json(const config::SourceStatus& st) {
+  const std::int64_t now = config::SwitchState::now_ms();
+  return {{"source", st.source},
+          {"healthy", st.healthy},
+          {"using_fallback", st.using_fallback},
+          {"last_error", st.last_error},
+          {"last_success_age_s", st.last_success_ms ? static_cast<double>(now - st.last_success_ms) / 1e3 : -1.0},
+          {"loads_ok", st.loads_ok},
+          {"loads_failed", st.loads_failed},
+          {"rejected_rows", st.rejected_rows}};
+}
+}  // namespace
+
+SimpleResponse AdminApi::readyz() const {
+  auto snap = deps_.snapshots.get();
+  const bool ready = snap != nullptr;
+  json j = {{"ready", ready}};
+  if (snap) j["config_age_s"] = static_cast<double>(limiter::steady_now_us() - snap->loaded_at_us) / 1e6;
+  // Still ready when the source is down: the last good rules keep being enforced. Said here.
+  if (deps_.config) j["config_source"] = status_json(deps_.config->status());
+  return {ready ? 200 : 503, j.dump() + "\n"};
+}
+
+std::string AdminApi::metrics_text() const {
+  std::string body = deps_.metrics.render();
+  body += "# HELP tollgate_switch_enabled Global limiting switch (1 enforcing, 0 off).\n"
+          "# TYPE tollgate_switch_enabled gauge\ntollgate_switch_enabled " +
+          std::string(deps_.switch_state.enabled() ? "1" : "0") + "\n";
+  if (deps_.config) {
+    const config::SourceStatus st = deps_.config->status();
+    auto snap = deps_.snapshots.get();
+    body += "# HELP tollgate_config_loads_total Config loads from the source by result.\n"
+            "# TYPE tollgate_config_loads_total counter\n"
+            "tollgate_config_loads_total{result=\"ok\"} " + std::to_string(st.loads_ok) + "\n"
+            "tollgate_config_loads_total{result=\"failed\"} " + std::to_string(st.loads_failed) + "\n"
+            "# HELP tollgate_config_rejected_rows Rule rows rejected in the active config.\n"
+            "# TYPE tollgate_config_rejected_rows gauge\ntollgate_config_rejected_rows " +
+            std::to_string(st.rejected_rows) + "\n"
+            "# HELP tollgate_config_source_up Whether the last read of the config source succeeded.\n"
+            "# TYPE tollgate_config_source_up gauge\ntollgate_config_source_up " + (st.healthy ? "1" : "0") + "\n"
+            "# HELP tollgate_config_version Version of the active rule snapshot.\n"
+            "# TYPE tollgate_config_version gauge\ntollgate_config_version " +
+            std::to_string(snap ? snap->version : 0) + "\n";
+  }
+  return body;
+}
+
+SimpleResponse AdminApi::post_reload() {
+  if (!deps_.config) return error(501, "not_supported", "no reloadable config source");
+  const config::ReloadResult r = deps_.config->reload();
+  if (!r.ok) {
+    json j = {{"error", "reload_failed"}, {"detail", r.error}, {"active_version", r.version}};
+    return {503, j.dump(2) + "\n"};
+  }
+  json out = json::parse(get_rules().body);
+  out["reloaded"] = true;
+  return ok_json(out);
 }
 
 SimpleResponse AdminApi::get_rules() const {
@@ -94,11 +151,13 @@ SimpleResponse AdminApi::get_rules() const {
     rejected.push_back(std::move(j));
   }
   const double age_s = static_cast<double>(limiter::steady_now_us() - snap->loaded_at_us) / 1e6;
-  return ok_json({{"version", snap->version},
-                  {"source", snap->source},
-                  {"age_s", age_s},
-                  {"rules", rules},
-                  {"rejected", rejected}});
+  json out = {{"version", snap->version},
+              {"source", snap->source},
+              {"age_s", age_s},
+              {"rules", rules},
+              {"rejected", rejected}};
+  if (deps_.config) out["config_source"] = status_json(deps_.config->status());
+  return ok_json(out);
 }
 
 SimpleResponse AdminApi::get_switch() const {
@@ -121,7 +180,20 @@ SimpleResponse AdminApi::put_switch(const SimpleRequest& req) {
   for (auto it = body.begin(); it != body.end(); ++it)
     if (it.key() != "enabled") return error(400, "bad_request", "unknown field '" + it.key() + "'");
   const bool enabled = body["enabled"].get<bool>();
-  const bool old = deps_.switch_state.set(enabled, "admin@" + req.peer, "admin");
+  const std::string who = deps_.token_name.empty() ? "admin@" + req.peer : deps_.token_name;
+  bool old;
+  if (deps_.switch_writer) {
+    // Fleet-wide: the row and its audit row first; every instance (this one now) follows the row.
+    try {
+      const config::SwitchChange change = deps_.switch_writer->write_switch(enabled, who);
+      old = change.previous;
+      deps_.switch_state.apply(enabled, change.now.changed_by, change.now.changed_at_ms, "mysql");
+    } catch (const std::exception& e) {
+      return error(503, "switch_store_unavailable", std::string("switch not changed: ") + e.what());
+    }
+  } else {
+    old = deps_.switch_state.set(enabled, who, "admin");
+  }
   json out = json::parse(get_switch().body);
   out["previous"] = old;
   return ok_json(out);

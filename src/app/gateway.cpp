@@ -9,7 +9,9 @@
 #include <thread>
 
 #include "tollgate/admin/admin_api.hpp"
+#include "tollgate/config/config_manager.hpp"
 #include "tollgate/config/config_source.hpp"
+#include "tollgate/config/mysql_source.hpp"
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/limiter/clock.hpp"
@@ -19,6 +21,7 @@
 namespace tollgate::app {
 
 namespace net = boost::asio;
+using Guard = net::executor_work_guard<net::io_context::executor_type>;
 
 struct Gateway::Impl {
   config::GatewayConfig cfg;
@@ -26,16 +29,38 @@ struct Gateway::Impl {
   config::SnapshotHolder snapshots;
   config::SwitchState switch_state;
   proxy::Metrics metrics;
+  std::shared_ptr<config::MysqlSource> mysql;  // set when limits.source is "mysql"
+  std::unique_ptr<config::ConfigManager> config_manager;
   std::unique_ptr<store::BucketStore> store;
+  // Request threads: one io_context each. The admin API has its own thread, so a slow MySQL
+  // write or reload there never delays a request.
   std::vector<std::unique_ptr<net::io_context>> contexts;
-  std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
+  std::vector<Guard> guards;
+  net::io_context admin_ctx{1};
+  Guard admin_guard{net::make_work_guard(admin_ctx)};
   std::unique_ptr<proxy::ProxyServer> proxy;
   std::unique_ptr<admin::AdminApi> admin_api;
   std::unique_ptr<proxy::SimpleServer> admin_server;
 
-  explicit Impl(config::GatewayConfig c) : cfg(std::move(c)), switch_state(cfg.limits.switch_on, cfg.limits.source) {
-    config::LoadResult loaded = config::FileSource::from_rows(cfg.limits.rows, cfg.limits.switch_on);
-    snapshots.set(config::make_snapshot(std::move(loaded.rules), 1, "file:" + cfg.path));
+  explicit Impl(config::GatewayConfig c) : cfg(std::move(c)), switch_state(cfg.limits.switch_on, "file") {
+    // The file's rules: the configuration itself (file source) or the fallback (MySQL source).
+    // Either way they are checked strictly: a bad file stops the start with the reason.
+    config::LoadResult from_file = config::FileSource::from_rows(cfg.limits.rows, cfg.limits.switch_on);
+    if (cfg.limits.source == "mysql") {
+      mysql = std::make_shared<config::MysqlSource>(cfg.limits.mysql);
+      config_manager = std::make_unique<config::ConfigManager>(
+          mysql, snapshots, switch_state, std::chrono::milliseconds(cfg.limits.mysql.poll_interval_ms));
+      const config::ReloadResult first = config_manager->reload();
+      if (!first.ok) {
+        std::cerr << "tollgate: warn: MySQL unreachable at start; serving the " << from_file.rules.rules.size()
+                  << " rules of " << cfg.path << " until it answers (retrying with backoff)" << std::endl;
+        config_manager->install(std::move(from_file.rules), "file-fallback:" + cfg.path, true);
+      }
+    } else {
+      config_manager = std::make_unique<config::ConfigManager>(
+          std::make_shared<config::FileSource>(cfg.path), snapshots, switch_state, std::chrono::milliseconds(1000));
+      config_manager->install(std::move(from_file.rules), "file:" + cfg.path, false);
+    }
     store = std::make_unique<store::LocalStore>(clock);
   }
 };
@@ -55,11 +80,13 @@ void Gateway::start() {
   m.proxy = std::make_unique<proxy::ProxyServer>(
       raw, proxy::ProxyDeps{m.cfg, m.snapshots, m.switch_state, *m.store, m.metrics});
   m.proxy->start();
-  m.admin_api = std::make_unique<admin::AdminApi>(
-      admin::AdminDeps{m.snapshots, m.switch_state, *m.store, m.metrics, m.cfg.admin.token});
+  m.admin_api = std::make_unique<admin::AdminApi>(admin::AdminDeps{m.snapshots, m.switch_state, *m.store, m.metrics,
+                                                                   m.cfg.admin.token, m.cfg.admin.token_name,
+                                                                   m.config_manager.get(), m.mysql.get()});
   m.admin_server = std::make_unique<proxy::SimpleServer>(
-      *raw[0], m.cfg.admin.listen, [api = m.admin_api.get()](const proxy::SimpleRequest& r) { return api->handle(r); });
+      m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const proxy::SimpleRequest& r) { return api->handle(r); });
   m.admin_server->start();
+  m.config_manager->start();
 
   const auto snap = m.snapshots.get();
   std::size_t enabled = 0;
@@ -75,18 +102,20 @@ void Gateway::start() {
 
 int Gateway::run() {
   auto& m = *impl_;
-  net::signal_set signals(*m.contexts[0], SIGINT, SIGTERM);
+  net::signal_set signals(m.admin_ctx, SIGINT, SIGTERM);
   signals.async_wait([&m](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     std::cout << "tollgate: signal " << sig << ", stopping" << std::endl;
     m.proxy->stop();
     m.admin_server->stop();
     for (auto& c : m.contexts) c->stop();
+    m.admin_ctx.stop();
   });
   std::vector<std::thread> threads;
-  for (std::size_t i = 1; i < m.contexts.size(); ++i) threads.emplace_back([c = m.contexts[i].get()] { c->run(); });
-  m.contexts[0]->run();
+  for (auto& c : m.contexts) threads.emplace_back([ctx = c.get()] { ctx->run(); });
+  m.admin_ctx.run();
   for (auto& t : threads) t.join();
+  m.config_manager->stop();
   return 0;
 }
 

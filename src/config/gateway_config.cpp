@@ -166,7 +166,8 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
 
   if (doc.contains("admin")) {
     const json& a = doc["admin"];
-    check_keys(a, "admin", {"listen", "token_env"});
+    check_keys(a, "admin", {"listen", "token_env", "token_name"});
+    c.admin.token_name = get_string(a, "admin", "token_name", "");
     c.admin.listen = parse_endpoint(get_string(a, "admin", "listen", "127.0.0.1:9901"), "admin.listen");
     c.admin.token_env = get_string(a, "admin", "token_env", c.admin.token_env);
   }
@@ -228,9 +229,33 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
 
   if (doc.contains("limits")) {
     const json& l = doc["limits"];
-    check_keys(l, "limits", {"source", "store", "switch", "rules"});
+    check_keys(l, "limits", {"source", "store", "switch", "rules", "mysql"});
     c.limits.source = get_string(l, "limits", "source", "file");
-    if (c.limits.source != "file") fail("limits.source", "must be \"file\" (got \"" + c.limits.source + "\")");
+    if (c.limits.source != "file" && c.limits.source != "mysql")
+      fail("limits.source", "must be \"file\" or \"mysql\" (got \"" + c.limits.source + "\")");
+    if (c.limits.source == "mysql" && !l.contains("mysql")) fail("limits.mysql", "is required when source is \"mysql\"");
+    if (l.contains("mysql")) {
+      const json& m = l["mysql"];
+      const std::string path = "limits.mysql";
+      check_keys(m, path, {"host", "port", "user", "database", "password_env", "poll_interval_ms",
+                           "connect_timeout_ms", "query_timeout_ms", "switch_name"});
+      auto& my = c.limits.mysql;
+      my.host = get_string(m, path, "host", my.host);
+      my.port = static_cast<std::uint16_t>(get_uint(m, path, "port", my.port, 1, 65535));
+      my.user = get_string(m, path, "user", my.user);
+      my.database = get_string(m, path, "database", my.database);
+      my.password_env = get_string(m, path, "password_env", my.password_env);
+      my.poll_interval_ms = static_cast<std::uint32_t>(get_uint(m, path, "poll_interval_ms", my.poll_interval_ms, 50, 600'000));
+      my.connect_timeout_ms =
+          static_cast<std::uint32_t>(get_uint(m, path, "connect_timeout_ms", my.connect_timeout_ms, 100, 600'000));
+      my.query_timeout_ms =
+          static_cast<std::uint32_t>(get_uint(m, path, "query_timeout_ms", my.query_timeout_ms, 100, 600'000));
+      my.switch_name = get_string(m, path, "switch_name", my.switch_name);
+      if (my.host.empty()) fail(path + ".host", "must not be empty");
+      if (my.database.empty()) fail(path + ".database", "must not be empty");
+      if (!my.password_env.empty())
+        if (const char* pw = std::getenv(my.password_env.c_str())) my.password = pw;
+    }
     c.limits.store = get_string(l, "limits", "store", "local");
     if (c.limits.store != "local") fail("limits.store", "must be \"local\" (got \"" + c.limits.store + "\")");
     c.limits.switch_on = get_bool(l, "limits", "switch", true);

@@ -4,8 +4,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "support/http_client.hpp"
-#include "support/process.hpp"
+#include "support/stack.hpp"
 
 namespace tollgate::testing {
 namespace {
@@ -13,52 +12,9 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-constexpr const char* kToken = "e2e-token";
-
-struct Upstream {
-  std::unique_ptr<Process> proc;
-  int port = -1;
-  explicit Upstream(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv{TOLLGATE_MOCK_BIN, "--port", "0"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    proc = std::make_unique<Process>(argv);
-    auto line = proc->wait_for_line("listening on", 10s);
-    if (line) port = port_from_line(*line);
-  }
-  json stats() const { return json::parse(http_get(port, "/__stats").body); }
-};
-
-json base_config(int upstream_port) {
-  return json::parse(R"({
-    "listen": "127.0.0.1:0", "threads": 2,
-    "admin": {"listen": "127.0.0.1:0", "token_env": "TOLLGATE_E2E_TOKEN"},
-    "upstreams": {"ibe": {"url": "http://127.0.0.1:)" + std::to_string(upstream_port) + R"("}},
-    "routes": [{"prefix": "/", "upstream": "ibe"}],
-    "proxy": {"response_timeout_ms": 1500, "connect_timeout_ms": 1000},
-    "limits": {"source": "file", "store": "local", "switch": true, "rules": [
-      {"configId": 1, "channelType": "IBE+", "interfaceNo": "S01", "interfaceUrl": "/shopping/search",
-       "rateLimit": 5, "cache": 0.5, "status": 1}]}})");
-}
-
-struct Gateway {
-  std::string dir = temp_dir();
-  std::unique_ptr<Process> proc;
-  int port = -1;
-  int admin_port = -1;
-  explicit Gateway(const json& config, bool with_token = true) {
-    write_file(dir + "/gateway.json", config.dump(2));
-    std::map<std::string, std::string> env;
-    if (with_token) env["TOLLGATE_E2E_TOKEN"] = kToken;
-    proc = std::make_unique<Process>(std::vector<std::string>{TOLLGATE_BIN, "--config", dir + "/gateway.json"}, env);
-    if (auto l = proc->wait_for_line("proxy listening on", 10s)) port = port_from_line(*l);
-    if (auto l = proc->wait_for_line("admin listening on", 10s)) admin_port = port_from_line(*l);
-    proc->wait_for_line("ready", 10s);
-  }
-};
-
-int count_status(const std::vector<HttpResponse>& rs, int status) {
-  return static_cast<int>(std::count_if(rs.begin(), rs.end(), [&](const HttpResponse& r) { return r.status == status; }));
-}
+using Upstream = MockUpstream;
+using Gateway = GatewayProcess;
+constexpr const char* kToken = kAdminToken;
 
 class GatewayE2E : public ::testing::Test {
  protected:
@@ -209,7 +165,7 @@ TEST(GatewayE2EStandalone, UpstreamDownGets502AndRecovers) {
 
 TEST(GatewayE2EStandalone, NoTokenMeansReadOnlyAdmin) {
   Upstream up;
-  Gateway gw(base_config(up.port), /*with_token=*/false);
+  Gateway gw(base_config(up.port), {}, /*with_token=*/false);
   ASSERT_GT(gw.admin_port, 0) << gw.proc->output();
   HttpRequest put{"PUT", "/admin/switch", {{"Authorization", "Bearer anything"}}, R"({"enabled":false})"};
   EXPECT_EQ(http_request(gw.admin_port, put).status, 403);

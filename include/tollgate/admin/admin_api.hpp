@@ -5,6 +5,8 @@
 #include <functional>
 #include <string>
 
+#include "tollgate/config/config_manager.hpp"
+#include "tollgate/config/config_source.hpp"
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/proxy/metrics.hpp"
@@ -18,7 +20,10 @@ struct AdminDeps {
   config::SwitchState& switch_state;
   store::BucketStore& store;
   const proxy::Metrics& metrics;
-  std::string token;  // empty: read-only admin API
+  std::string token;                              // empty: read-only admin API
+  std::string token_name;                         // recorded as the author of changes ("" = client address)
+  config::ConfigManager* config = nullptr;        // reload and source status
+  config::SwitchWriter* switch_writer = nullptr;  // fleet-wide switch (MySQL); null: per process
 };
 
 // Constant-time comparison (the time taken does not depend on where the strings differ).
@@ -35,7 +40,10 @@ class AdminApi {
   proxy::SimpleResponse get_rules() const;
   proxy::SimpleResponse get_switch() const;
   proxy::SimpleResponse put_switch(const proxy::SimpleRequest& req);
+  proxy::SimpleResponse post_reload();
   proxy::SimpleResponse get_bucket(std::string_view name) const;
+  proxy::SimpleResponse readyz() const;
+  std::string metrics_text() const;
 
   AdminDeps deps_;
 };

@@ -11,16 +11,41 @@
 
 namespace tollgate::config {
 
+struct SwitchRecord {
+  bool enabled = true;
+  std::string changed_by;
+  std::int64_t changed_at_ms = 0;
+  bool operator==(const SwitchRecord&) const = default;
+};
+
 struct LoadResult {
   ValidatedRules rules;
-  std::optional<bool> switch_on;  // set when the source carries the switch
+  std::optional<bool> switch_on;        // the file's start value
+  std::optional<SwitchRecord> fleet_switch;  // set when the source carries the fleet's switch
 };
 
 class ConfigSource {
  public:
   virtual ~ConfigSource() = default;
+  // Throws (ConfigError or any std::exception) when nothing could be loaded.
   virtual LoadResult load() = 0;
   virtual std::string describe() const = 0;
+  // A cheap value that changes whenever load() would return something else; nullopt: cannot tell.
+  virtual std::optional<std::string> fingerprint() { return std::nullopt; }
+  // Whether a background loop should poll this source (files are reloaded on demand only).
+  virtual bool polled() const { return false; }
+};
+
+// Where a fleet-wide switch change is written (MySQL). Without one the switch is per process.
+struct SwitchChange {
+  bool previous = true;
+  SwitchRecord now;
+};
+class SwitchWriter {
+ public:
+  virtual ~SwitchWriter() = default;
+  // Writes the switch and its audit row atomically. Throws on failure (nothing is changed then).
+  virtual SwitchChange write_switch(bool enabled, const std::string& who) = 0;
 };
 
 // Rules from the "limits.rules" array of the gateway's JSON file. Files are edited by hand and

@@ -49,14 +49,29 @@ struct ProxyLimits {
 struct AdminConfig {
   Endpoint listen{"127.0.0.1", 9901};
   std::string token_env = "TOLLGATE_ADMIN_TOKEN";
-  std::string token;  // resolved from token_env at load; empty: admin API is read-only
+  std::string token;       // resolved from token_env at load; empty: admin API is read-only
+  std::string token_name;  // who the token's holder is, for the switch audit ("" = client address)
+};
+
+struct MysqlConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 3306;
+  std::string user = "tollgate";
+  std::string database = "tollgate";
+  std::string password_env = "TOLLGATE_MYSQL_PASSWORD";
+  std::string password;                 // resolved from password_env at load
+  std::uint32_t poll_interval_ms = 1000;
+  std::uint32_t connect_timeout_ms = 2000;
+  std::uint32_t query_timeout_ms = 2000;
+  std::string switch_name = "global";   // the row of t_ratelimite_switch this fleet follows
 };
 
 struct LimitsConfig {
-  std::string source = "file";
+  std::string source = "file";   // "file" or "mysql"
   std::string store = "local";
   bool switch_on = true;
-  std::vector<RawRow> rows;
+  std::vector<RawRow> rows;      // source "mysql": the fallback while MySQL cannot be read at start
+  MysqlConfig mysql;
 };
 
 struct GatewayConfig {

@@ -37,6 +37,15 @@ class SwitchState {
     enabled_.store(enabled, std::memory_order_relaxed);
     return old;
   }
+  // Takes a value decided elsewhere (the fleet's row in MySQL), with its own author and time.
+  void apply(bool enabled, std::string by, std::int64_t at_ms, std::string source) {
+    std::lock_guard lock(mu_);
+    info_.enabled = enabled;
+    info_.changed_by = std::move(by);
+    info_.changed_at_ms = at_ms;
+    info_.source = std::move(source);
+    enabled_.store(enabled, std::memory_order_relaxed);
+  }
   SwitchInfo info() const {
     std::lock_guard lock(mu_);
     return info_;

@@ -1,0 +1,44 @@
+// Rules and the fleet switch from MySQL (t_ratelimite_conf, t_ratelimite_switch), through MySQL
+// Connector/C++ 1.1. Blocking calls: used from the config thread and the admin thread only, never
+// from request threads. One connection, reopened after any error.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "tollgate/config/config_source.hpp"
+#include "tollgate/config/gateway_config.hpp"
+
+namespace sql {
+class Connection;
+}
+
+namespace tollgate::config {
+
+class MysqlSource final : public ConfigSource, public SwitchWriter {
+ public:
+  explicit MysqlSource(MysqlConfig config);
+  ~MysqlSource() override;
+
+  LoadResult load() override;
+  std::string describe() const override;
+  // COUNT(*), MAX(lastModifyTime), a checksum of every row, and the switch row: one round trip.
+  std::optional<std::string> fingerprint() override;
+  bool polled() const override { return true; }
+
+  SwitchChange write_switch(bool enabled, const std::string& who) override;
+
+ private:
+  sql::Connection& connection();  // opens (or reopens) the connection; throws on failure
+  void drop_connection();
+  template <class F>
+  auto with_connection(F&& f);
+
+  MysqlConfig config_;
+  std::mutex mu_;
+  std::unique_ptr<sql::Connection> conn_;
+  std::set<std::string> columns_;  // of t_ratelimite_conf, read once per connection
+};
+
+}  // namespace tollgate::config

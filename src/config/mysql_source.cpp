@@ -1,0 +1,190 @@
+#include "tollgate/config/mysql_source.hpp"
+
+#include <cppconn/driver.h>
+#include <cppconn/exception.h>
+#include <cppconn/prepared_statement.h>
+#include <cppconn/resultset.h>
+#include <cppconn/statement.h>
+#include <mysql_driver.h>
+
+#include <sstream>
+
+namespace tollgate::config {
+
+namespace {
+
+// Tollgate's own, nullable columns: read only where the table has them, so the original table
+// (without them) keeps working.
+const char* const kExtensionColumns[] = {"burst", "warmupSeconds"};
+
+std::string describe_error(const sql::SQLException& e) {
+  std::ostringstream o;
+  o << "mysql: " << e.what() << " (error " << e.getErrorCode() << ", state " << e.getSQLState() << ")";
+  return o.str();
+}
+
+}  // namespace
+
+MysqlSource::MysqlSource(MysqlConfig config) : config_(std::move(config)) {}
+MysqlSource::~MysqlSource() = default;
+
+std::string MysqlSource::describe() const {
+  return "mysql:" + config_.user + "@" + config_.host + ":" + std::to_string(config_.port) + "/" + config_.database;
+}
+
+void MysqlSource::drop_connection() {
+  conn_.reset();
+  columns_.clear();
+}
+
+sql::Connection& MysqlSource::connection() {
+  if (conn_ && !conn_->isClosed()) return *conn_;
+  drop_connection();
+  sql::mysql::MySQL_Driver* driver = sql::mysql::get_mysql_driver_instance();
+  sql::ConnectOptionsMap opts;
+  opts["hostName"] = sql::SQLString("tcp://" + config_.host + ":" + std::to_string(config_.port));
+  opts["userName"] = sql::SQLString(config_.user);
+  opts["password"] = sql::SQLString(config_.password);
+  opts["schema"] = sql::SQLString(config_.database);
+  // Connector/C++ takes these in whole seconds; at least 1.
+  opts["OPT_CONNECT_TIMEOUT"] = std::max(1, static_cast<int>((config_.connect_timeout_ms + 999) / 1000));
+  opts["OPT_READ_TIMEOUT"] = std::max(1, static_cast<int>((config_.query_timeout_ms + 999) / 1000));
+  opts["OPT_WRITE_TIMEOUT"] = std::max(1, static_cast<int>((config_.query_timeout_ms + 999) / 1000));
+  opts["OPT_RECONNECT"] = false;
+  conn_.reset(driver->connect(opts));
+  std::unique_ptr<sql::Statement> st(conn_->createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(
+      "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+      "AND TABLE_NAME = 't_ratelimite_conf'"));
+  while (rs->next()) columns_.insert(rs->getString(1));
+  if (columns_.empty()) {
+    drop_connection();
+    throw std::runtime_error("mysql: table t_ratelimite_conf does not exist in " + config_.database +
+                             " (load sql/schema.sql)");
+  }
+  return *conn_;
+}
+
+template <class F>
+auto MysqlSource::with_connection(F&& f) {
+  std::lock_guard lock(mu_);
+  try {
+    return f(connection());
+  } catch (const sql::SQLException& e) {
+    drop_connection();  // the next call reconnects
+    throw std::runtime_error(describe_error(e));
+  }
+}
+
+std::optional<std::string> MysqlSource::fingerprint() {
+  return with_connection([this](sql::Connection& c) {
+    std::string row_expr =
+        "CONCAT_WS('|', configId, IFNULL(channelType,''), IFNULL(interfaceNo,''), IFNULL(interfaceUrl,''), "
+        "IFNULL(rateLimit,''), IFNULL(cache,''), status";
+    for (const char* col : kExtensionColumns)
+      if (columns_.count(col)) row_expr += std::string(", IFNULL(") + col + ",'')";
+    row_expr += ")";
+    std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
+        "SELECT (SELECT CONCAT(COUNT(*), '/', IFNULL(MAX(lastModifyTime), ''), '/', IFNULL(SUM(CRC32(" + row_expr +
+        ")), 0)) FROM t_ratelimite_conf), "
+        "(SELECT CONCAT(state, '/', changedBy, '/', changedAt) FROM t_ratelimite_switch WHERE name = ?)"));
+    ps->setString(1, config_.switch_name);
+    std::unique_ptr<sql::ResultSet> rs(ps->executeQuery());
+    rs->next();
+    std::string fp = rs->getString(1);
+    fp += "#";
+    fp += rs->isNull(2) ? std::string("-") : std::string(rs->getString(2));
+    return std::optional<std::string>(fp);
+  });
+}
+
+LoadResult MysqlSource::load() {
+  return with_connection([this](sql::Connection& c) {
+    LoadResult out;
+    std::string query =
+        "SELECT configId, channelType, interfaceNo, interfaceUrl, rateLimit, "
+        "CAST(cache AS DECIMAL(6,2)) AS cache, status";
+    for (const char* col : kExtensionColumns)
+      if (columns_.count(col)) query += std::string(", ") + col;
+    query += " FROM t_ratelimite_conf ORDER BY configId";
+    std::unique_ptr<sql::Statement> st(c.createStatement());
+    std::unique_ptr<sql::ResultSet> rs(st->executeQuery(query));
+    std::vector<RawRow> rows;
+    while (rs->next()) {
+      RawRow r;
+      r.config_id = rs->getInt64("configId");
+      r.origin = "t_ratelimite_conf[configId=" + std::to_string(*r.config_id) + "]";
+      if (!rs->isNull("channelType")) r.channel_type = rs->getString("channelType");
+      if (!rs->isNull("interfaceNo")) r.interface_no = rs->getString("interfaceNo");
+      if (!rs->isNull("interfaceUrl")) r.interface_url = rs->getString("interfaceUrl");
+      if (!rs->isNull("rateLimit")) r.rate_limit = static_cast<double>(rs->getInt64("rateLimit"));
+      if (!rs->isNull("cache")) r.cache = std::stod(std::string(rs->getString("cache")));
+      r.status = rs->getInt("status");
+      if (columns_.count("burst") && !rs->isNull("burst")) r.burst = rs->getDouble("burst");
+      if (columns_.count("warmupSeconds") && !rs->isNull("warmupSeconds")) r.warmup_seconds = rs->getDouble("warmupSeconds");
+      rows.push_back(std::move(r));
+    }
+    out.rules = validate_rows(rows);
+
+    std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
+        "SELECT state, changedBy, CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED) FROM t_ratelimite_switch "
+        "WHERE name = ?"));
+    ps->setString(1, config_.switch_name);
+    std::unique_ptr<sql::ResultSet> sw(ps->executeQuery());
+    if (sw->next()) out.fleet_switch = SwitchRecord{sw->getInt(1) != 0, sw->getString(2), sw->getInt64(3)};
+    return out;
+  });
+}
+
+SwitchChange MysqlSource::write_switch(bool enabled, const std::string& who) {
+  return with_connection([&](sql::Connection& c) {
+    SwitchChange out;
+    c.setAutoCommit(false);
+    try {
+      // Lock the row (creating it if missing) so concurrent writers audit a true old -> new.
+      {
+        std::unique_ptr<sql::PreparedStatement> ins(
+            c.prepareStatement("INSERT IGNORE INTO t_ratelimite_switch (name, state, changedBy) VALUES (?, 1, 'tollgate')"));
+        ins->setString(1, config_.switch_name);
+        ins->execute();
+      }
+      std::unique_ptr<sql::PreparedStatement> sel(
+          c.prepareStatement("SELECT state FROM t_ratelimite_switch WHERE name = ? FOR UPDATE"));
+      sel->setString(1, config_.switch_name);
+      std::unique_ptr<sql::ResultSet> rs(sel->executeQuery());
+      rs->next();
+      out.previous = rs->getInt(1) != 0;
+      std::unique_ptr<sql::PreparedStatement> upd(c.prepareStatement(
+          "UPDATE t_ratelimite_switch SET state = ?, changedBy = ?, changedAt = CURRENT_TIMESTAMP(3) WHERE name = ?"));
+      upd->setInt(1, enabled ? 1 : 0);
+      upd->setString(2, who);
+      upd->setString(3, config_.switch_name);
+      upd->execute();
+      std::unique_ptr<sql::PreparedStatement> audit(c.prepareStatement(
+          "INSERT INTO t_ratelimite_switch_audit (name, oldState, newState, changedBy) VALUES (?, ?, ?, ?)"));
+      audit->setString(1, config_.switch_name);
+      audit->setInt(2, out.previous ? 1 : 0);
+      audit->setInt(3, enabled ? 1 : 0);
+      audit->setString(4, who);
+      audit->execute();
+      std::unique_ptr<sql::PreparedStatement> now(c.prepareStatement(
+          "SELECT CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED) FROM t_ratelimite_switch WHERE name = ?"));
+      now->setString(1, config_.switch_name);
+      std::unique_ptr<sql::ResultSet> t(now->executeQuery());
+      t->next();
+      out.now = SwitchRecord{enabled, who, t->getInt64(1)};
+      c.commit();
+      c.setAutoCommit(true);
+    } catch (...) {
+      try {
+        c.rollback();
+        c.setAutoCommit(true);
+      } catch (...) {
+      }
+      throw;
+    }
+    return out;
+  });
+}
+
+}  // namespace tollgate::config

@@ -1,0 +1,208 @@
+// The MySQL config source on a real MariaDB, with the real gateway and mock upstream processes.
+// These tests share one server and one of them stops it: ctest runs them under RESOURCE_LOCK mysql.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "support/mariadb.hpp"
+#include "support/stack.hpp"
+
+namespace tollgate::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+json mysql_config(int upstream_port, int mysql_port, const std::string& db) {
+  json c = base_config(upstream_port);
+  c["limits"]["source"] = "mysql";
+  c["limits"]["rules"] = json::array();  // no fallback rules unless a test adds them
+  // poll_interval_ms left at its default (1 s): the tests hold the gateway to it.
+  c["limits"]["mysql"] = {{"host", "127.0.0.1"}, {"port", mysql_port}, {"user", "tg"}, {"database", db},
+                          {"password_env", "TOLLGATE_TEST_MYSQL_PASSWORD"}};
+  return c;
+}
+
+class MysqlE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!db_server().available()) GTEST_SKIP() << db_server().why_not();
+    ASSERT_GT(upstream.port, 0);
+    db = db_server().create_database(/*seed=*/true);
+  }
+  static MariaDb& db_server() { return MariaDb::shared(); }
+  std::unique_ptr<GatewayProcess> start_gateway(json config = {}) {
+    if (config.is_null()) config = mysql_config(upstream.port, db_server().port(), db);
+    auto gw = std::make_unique<GatewayProcess>(config, std::map<std::string, std::string>{
+                                                           {"TOLLGATE_TEST_MYSQL_PASSWORD", "tgpass"}});
+    EXPECT_GT(gw->port, 0) << gw->proc->output();
+    return gw;
+  }
+  // How many of n simultaneous requests the upstream saw.
+  int admitted(const GatewayProcess& gw, const std::string& path, int n) {
+    const auto rs = concurrent_requests(gw.port, {"GET", path, {}, {}}, n);
+    return count_status(rs, 200);
+  }
+  json rule(const GatewayProcess& gw, int config_id) {
+    const json all = gw.admin_json("/admin/rules");
+    for (const auto& r : all["rules"])
+      if (r["configId"] == config_id) return r;
+    return nullptr;
+  }
+  MockUpstream upstream;
+  std::string db;
+};
+
+TEST_F(MysqlE2E, LoadsTheSeededRows) {
+  auto gw = start_gateway();
+  const json rules = gw->admin_json("/admin/rules");
+  EXPECT_EQ(rules["rules"].size(), 3u);
+  EXPECT_EQ(rules["source"], "mysql:tg@127.0.0.1:" + std::to_string(db_server().port()) + "/" + db);
+  EXPECT_EQ(rules["config_source"]["healthy"], true);
+  // /shopping/search: 5/s, cache 0.5 -> 7 of 20 (as with the file).
+  EXPECT_EQ(admitted(*gw, "/ibe/shopping/search", 20), 7);
+}
+
+TEST_F(MysqlE2E, SqlScriptsAreSafeToRunTwice) {
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 99 WHERE configId = 1");
+  const auto file = [](const char* name) {
+    std::ifstream in(std::string(TOLLGATE_SOURCE_DIR) + "/sql/" + name);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  db_server().sql(db, file("schema.sql"));
+  db_server().sql(db, file("seed.sql"));
+  EXPECT_EQ(db_server().sql(db, "SELECT COUNT(*), SUM(rateLimit) FROM t_ratelimite_conf"), "3\t17\n");
+  EXPECT_EQ(db_server().sql(db, "SELECT COUNT(*) FROM t_ratelimite_switch"), "1\n");
+}
+
+TEST_F(MysqlE2E, EditedRateIsInForceWithinTwoSeconds) {
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET cache = 0 WHERE configId = 2");  // /pricing 10/s, no wait
+  auto gw = start_gateway();
+  ASSERT_EQ(rule(*gw, 2)["cache"], 0.0);
+  const auto edited = std::chrono::steady_clock::now();
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 30 WHERE configId = 2");
+  ASSERT_TRUE(eventually([&] { return rule(*gw, 2)["rateLimit"] == 30.0; }, 2s)) << gw->proc->output();
+  EXPECT_LT(std::chrono::steady_clock::now() - edited, 2s);
+  // The bucket rests to its new size (30) in one second: then 30 of 40 simultaneous requests pass
+  // (one or two more may be minted while the 40 arrive).
+  std::this_thread::sleep_for(1100ms);
+  const int n = admitted(*gw, "/ibe/pricing", 40);
+  EXPECT_GE(n, 30);
+  EXPECT_LE(n, 32);
+}
+
+TEST_F(MysqlE2E, DisableDeleteAndInsertRows) {
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET cache = 0 WHERE configId = 2");
+  auto gw = start_gateway();
+  EXPECT_EQ(admitted(*gw, "/ibe/booking", 10), 4);  // 2/s with a 1 s window: 2 at once + 2 held (0.5 s, 1 s)
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET status = 0 WHERE configId = 3");
+  ASSERT_TRUE(eventually([&] { return rule(*gw, 3)["status"] == 0; }, 2s));
+  EXPECT_EQ(admitted(*gw, "/ibe/booking", 10), 10);  // disabled: limits nothing
+
+  db_server().sql(db, "INSERT INTO t_ratelimite_conf (configId, channelType, interfaceNo, interfaceUrl, rateLimit, "
+                      "cache, status) VALUES (10, 'IBE+', 'T01', '/ticketing', 2, 0, 1)");
+  ASSERT_TRUE(eventually([&] { return !rule(*gw, 10).is_null(); }, 2s));
+  EXPECT_EQ(admitted(*gw, "/ibe/ticketing", 10), 2);
+
+  db_server().sql(db, "DELETE FROM t_ratelimite_conf WHERE configId = 10");
+  ASSERT_TRUE(eventually([&] { return rule(*gw, 10).is_null(); }, 2s));
+  EXPECT_EQ(admitted(*gw, "/ibe/ticketing", 10), 10);
+}
+
+TEST_F(MysqlE2E, BadRowIsRejectedWithItsReasonWhileOthersApply) {
+  auto gw = start_gateway();
+  db_server().sql(db, "INSERT INTO t_ratelimite_conf (configId, channelType, interfaceUrl, rateLimit, status) VALUES "
+                      "(20, 'IBE+', '/refund', 0, 1), (21, 'IBE+', 'no-slash', 5, 1), "
+                      "(22, 'IBE+', '/shopping/search', 9, 1), (23, 'IBE+', '/change', 4, 1)");
+  ASSERT_TRUE(eventually([&] { return !rule(*gw, 23).is_null(); }, 2s));
+  const json rules = gw->admin_json("/admin/rules");
+  std::map<int, std::string> reasons;
+  for (const auto& r : rules["rejected"]) reasons[r["configId"].get<int>()] = r["field"].get<std::string>() + ": " + r["reason"].get<std::string>();
+  EXPECT_EQ(reasons[20], "rateLimit: must be > 0");
+  EXPECT_EQ(reasons[21], "interfaceUrl: must start with '/'");
+  EXPECT_EQ(reasons[22], "interfaceUrl: another enabled row (configId 1) already limits /shopping/search");
+  EXPECT_EQ(rules["config_source"]["rejected_rows"], 3);
+  // Each is logged once, naming the row.
+  EXPECT_TRUE(gw->proc->wait_for_line("t_ratelimite_conf[configId=20].rateLimit: must be > 0", 2s));
+  EXPECT_TRUE(rule(*gw, 20).is_null());
+  EXPECT_EQ(rule(*gw, 1)["rateLimit"], 5.0);  // the original row is untouched by its duplicate
+  EXPECT_EQ(admitted(*gw, "/ibe/refund", 10), 10);
+}
+
+TEST_F(MysqlE2E, SwitchFlipsTheWholeFleetAndIsAudited) {
+  auto a = start_gateway();
+  auto b = start_gateway();
+  const auto put = a->admin("PUT", "/admin/switch", R"({"enabled":false})");
+  ASSERT_EQ(put.status, 200) << put.body;
+  const auto flipped = std::chrono::steady_clock::now();
+  EXPECT_EQ(a->admin_json("/admin/switch")["enabled"], false);  // at once on the instance that wrote it
+  ASSERT_TRUE(eventually([&] { return b->admin_json("/admin/switch")["enabled"] == false; }, 2s));
+  EXPECT_LT(std::chrono::steady_clock::now() - flipped, 2s);
+  const json sw = b->admin_json("/admin/switch");
+  EXPECT_EQ(sw["source"], "mysql");
+  EXPECT_EQ(sw["changed_by"], "admin@127.0.0.1");
+  EXPECT_EQ(admitted(*b, "/ibe/shopping/search", 20), 20);  // off on b too
+  EXPECT_EQ(db_server().sql(db, "SELECT name, oldState, newState, changedBy FROM t_ratelimite_switch_audit"),
+            "global\t1\t0\tadmin@127.0.0.1\n");
+  // Without the token nothing is written.
+  EXPECT_EQ(http_request(b->admin_port, {"PUT", "/admin/switch", {}, R"({"enabled":true})"}).status, 401);
+  EXPECT_EQ(db_server().sql(db, "SELECT COUNT(*) FROM t_ratelimite_switch_audit"), "1\n");
+}
+
+TEST_F(MysqlE2E, ReloadNowAndTokenName) {
+  json c = mysql_config(upstream.port, db_server().port(), db);
+  c["admin"]["token_name"] = "ops-oncall";
+  c["limits"]["mysql"]["poll_interval_ms"] = 60000;  // only a forced reload can pick the edit up
+  auto gw = start_gateway(c);
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 8 WHERE configId = 1");
+  EXPECT_EQ(rule(*gw, 1)["rateLimit"], 5.0);
+  EXPECT_EQ(http_request(gw->admin_port, {"POST", "/admin/reload", {}, {}}).status, 401);
+  const auto r = gw->admin("POST", "/admin/reload");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["reloaded"], true);
+  EXPECT_EQ(rule(*gw, 1)["rateLimit"], 8.0);
+  ASSERT_EQ(gw->admin("PUT", "/admin/switch", R"({"enabled":false})").status, 200);
+  EXPECT_EQ(db_server().sql(db, "SELECT changedBy FROM t_ratelimite_switch WHERE name = 'global'"), "ops-oncall\n");
+}
+
+// Stops the shared server and starts it again (ctest runs the MySQL tests one at a time).
+TEST_F(MysqlE2E, ServerOutageKeepsLastRulesAndRecovers) {
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET cache = 0 WHERE configId = 3");  // /booking 2/s, no wait
+  auto gw = start_gateway();
+  db_server().stop();
+  ASSERT_TRUE(eventually([&] { return gw->admin_json("/readyz")["config_source"]["healthy"] == false; }, 5s));
+  const json ready = gw->admin_json("/readyz");
+  EXPECT_EQ(ready["ready"], true);  // still enforcing the last good rules
+  EXPECT_NE(ready["config_source"]["last_error"].get<std::string>().find("mysql"), std::string::npos);
+  EXPECT_EQ(admitted(*gw, "/ibe/booking", 10), 2);
+  // A switch change cannot be written: refused, and nothing changes.
+  EXPECT_EQ(gw->admin("PUT", "/admin/switch", R"({"enabled":false})").status, 503);
+  EXPECT_EQ(gw->admin_json("/admin/switch")["enabled"], true);
+
+  // A second gateway started now falls back to the rules in its file.
+  json c = mysql_config(upstream.port, db_server().port(), db);
+  c["limits"]["rules"] = json::array({{{"configId", 1}, {"interfaceUrl", "/fallback"}, {"rateLimit", 1},
+                                       {"cache", 0}, {"status", 1}}});
+  auto late = start_gateway(c);
+  EXPECT_NE(late->admin_json("/admin/rules")["source"].get<std::string>().find("file-fallback"), std::string::npos);
+  EXPECT_EQ(admitted(*late, "/ibe/fallback", 5), 1);
+
+  db_server().start();
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 4 WHERE configId = 3");
+  ASSERT_TRUE(eventually([&] { return rule(*gw, 3)["rateLimit"] == 4.0; }, 10s)) << gw->proc->output();
+  EXPECT_EQ(gw->admin_json("/readyz")["config_source"]["healthy"], true);
+  ASSERT_TRUE(eventually([&] { return late->admin_json("/admin/rules")["source"].get<std::string>().rfind("mysql:", 0) == 0; }, 10s));
+  EXPECT_EQ(admitted(*late, "/ibe/fallback", 5), 5);  // the MySQL rules replaced the fallback
+  // Incidents are logged once each, start and end.
+  EXPECT_TRUE(gw->proc->wait_for_line("is back", 5s));
+  const std::string out = gw->proc->output();
+  EXPECT_NE(out.find("failed, keeping config"), std::string::npos);
+  EXPECT_EQ(out.find("failed, keeping config"), out.rfind("failed, keeping config"));
+  EXPECT_NE(out.find("is back"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tollgate::testing

@@ -1,0 +1,86 @@
+// Real processes for end-to-end tests: the mock upstream and the gateway, on free ports.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/http_client.hpp"
+#include "support/process.hpp"
+
+namespace tollgate::testing {
+
+struct MockUpstream {
+  std::unique_ptr<Process> proc;
+  int port = -1;
+  explicit MockUpstream(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{TOLLGATE_MOCK_BIN, "--port", "0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proc = std::make_unique<Process>(argv);
+    if (auto line = proc->wait_for_line("listening on", std::chrono::seconds(10))) port = port_from_line(*line);
+  }
+  nlohmann::json stats() const { return nlohmann::json::parse(http_get(port, "/__stats").body); }
+  int count(const std::string& path) const {
+    const auto s = stats();
+    return s["paths"].contains(path) ? s["paths"][path]["count"].get<int>() : 0;
+  }
+  void reset() const { http_request(port, {"POST", "/__reset", {}, {}}); }
+};
+
+// A gateway config with one upstream and the /shopping/search rule (5/s, cache 0.5).
+inline nlohmann::json base_config(int upstream_port) {
+  return nlohmann::json::parse(R"({
+    "listen": "127.0.0.1:0", "threads": 2,
+    "admin": {"listen": "127.0.0.1:0", "token_env": "TOLLGATE_E2E_TOKEN"},
+    "upstreams": {"ibe": {"url": "http://127.0.0.1:)" + std::to_string(upstream_port) + R"("}},
+    "routes": [{"prefix": "/", "upstream": "ibe"}],
+    "proxy": {"response_timeout_ms": 1500, "connect_timeout_ms": 1000},
+    "limits": {"source": "file", "store": "local", "switch": true, "rules": [
+      {"configId": 1, "channelType": "IBE+", "interfaceNo": "S01", "interfaceUrl": "/shopping/search",
+       "rateLimit": 5, "cache": 0.5, "status": 1}]}})");
+}
+
+inline constexpr const char* kAdminToken = "e2e-token";
+
+struct GatewayProcess {
+  std::string dir = temp_dir();
+  std::unique_ptr<Process> proc;
+  int port = -1;
+  int admin_port = -1;
+  explicit GatewayProcess(const nlohmann::json& config, std::map<std::string, std::string> env = {},
+                          bool with_token = true) {
+    write_file(dir + "/gateway.json", config.dump(2));
+    if (with_token) env["TOLLGATE_E2E_TOKEN"] = kAdminToken;
+    proc = std::make_unique<Process>(std::vector<std::string>{TOLLGATE_BIN, "--config", dir + "/gateway.json"}, env);
+    if (auto l = proc->wait_for_line("proxy listening on", std::chrono::seconds(15))) port = port_from_line(*l);
+    if (auto l = proc->wait_for_line("admin listening on", std::chrono::seconds(10))) admin_port = port_from_line(*l);
+    proc->wait_for_line("ready", std::chrono::seconds(10));
+  }
+  HttpResponse admin(const std::string& method, const std::string& target, const std::string& body = "") const {
+    return http_request(admin_port, {method, target, {{"Authorization", std::string("Bearer ") + kAdminToken}}, body});
+  }
+  nlohmann::json admin_json(const std::string& target) const {
+    return nlohmann::json::parse(http_get(admin_port, target).body);
+  }
+};
+
+inline int count_status(const std::vector<HttpResponse>& rs, int status) {
+  return static_cast<int>(std::count_if(rs.begin(), rs.end(), [&](const HttpResponse& r) { return r.status == status; }));
+}
+
+// Polls `pred` every 50 ms until it holds or `timeout` passes.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (pred()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace tollgate::testing
