@@ -14,6 +14,7 @@ CREATE TABLE IF NOT EXISTS t_ratelimite_conf (
   -- Tollgate extensions (NULL = original behaviour)
   burst          DOUBLE       DEFAULT NULL COMMENT 'bucket size; NULL: rateLimit (one second of permits)',
   warmupSeconds  DOUBLE       DEFAULT NULL COMMENT 'Guava SmoothWarmingUp period; NULL: none',
+  scope          VARCHAR(16)  DEFAULT NULL COMMENT 'NULL/interface: per URL; channel: a limit for the whole channelType',
   PRIMARY KEY (configId)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 

@@ -99,6 +99,7 @@ SimpleResponse AdminApi::readyz() const {
 
 std::string AdminApi::metrics_text() const {
   std::string body = deps_.metrics.render();
+  body += deps_.store.metrics_text();
   body += "# HELP tollgate_switch_enabled Global limiting switch (1 enforcing, 0 off).\n"
           "# TYPE tollgate_switch_enabled gauge\ntollgate_switch_enabled " +
           std::string(deps_.switch_state.enabled() ? "1" : "0") + "\n";
@@ -142,6 +143,8 @@ SimpleResponse AdminApi::get_rules() const {
               {"interfaceUrl", r.interface_url}, {"rateLimit", r.rate_limit}, {"cache", r.cache_s},
               {"status", r.enabled ? 1 : 0},  {"burst", limiter::shape_of(r.params).max_permits}};
     if (r.params.warmup_us > 0) j["warmupSeconds"] = static_cast<double>(r.params.warmup_us) / 1e6;
+    j["scope"] = r.channel ? "channel" : "interface";
+    j["bucket"] = r.bucket;
     rules.push_back(std::move(j));
   }
   json rejected = json::array();
@@ -201,12 +204,13 @@ SimpleResponse AdminApi::put_switch(const SimpleRequest& req) {
 
 SimpleResponse AdminApi::get_bucket(std::string_view name) const {
   auto snap = deps_.snapshots.get();
-  const config::Rule* rule = snap ? snap->find_by_url(name) : nullptr;
-  if (rule == nullptr) return error(404, "unknown_bucket", "no rule has interfaceUrl " + std::string(name));
-  auto view = deps_.store.inspect(rule->interface_url, rule->params);
+  const config::Rule* rule = snap ? snap->find_bucket(name) : nullptr;
+  if (rule == nullptr && name.starts_with("/channel:")) rule = snap->find_bucket(name.substr(1));
+  if (rule == nullptr) return error(404, "unknown_bucket", "no rule has the bucket " + std::string(name));
+  auto view = deps_.store.inspect(rule->bucket, rule->params);
   if (!view) return error(503, "store_unavailable", "the bucket store did not answer");
   const double debt_s = static_cast<double>(std::max<limiter::Micros>(0, view->next_free - view->now)) / 1e6;
-  return ok_json({{"bucket", rule->interface_url},
+  return ok_json({{"bucket", rule->bucket},
                   {"store", deps_.store.name()},
                   {"rateLimit", rule->rate_limit},
                   {"max_permits", view->max_permits},

@@ -17,6 +17,7 @@
 #include "tollgate/limiter/clock.hpp"
 #include "tollgate/proxy/proxy_server.hpp"
 #include "tollgate/store/local_store.hpp"
+#include "tollgate/store/redis_store.hpp"
 
 namespace tollgate::app {
 
@@ -61,7 +62,27 @@ struct Gateway::Impl {
           std::make_shared<config::FileSource>(cfg.path), snapshots, switch_state, std::chrono::milliseconds(1000));
       config_manager->install(std::move(from_file.rules), "file:" + cfg.path, false);
     }
-    store = std::make_unique<store::LocalStore>(clock);
+  }
+
+  std::unique_ptr<store::BucketStore> make_store(const std::vector<net::io_context*>& ctxs) {
+    if (cfg.limits.store != "redis") return std::make_unique<store::LocalStore>(clock);
+    const auto& rc = cfg.limits.redis;
+    store::RedisOptions o;
+    o.host = rc.host;
+    o.port = rc.port;
+    o.password = rc.password;
+    o.database = rc.database;
+    o.key_prefix = rc.key_prefix;
+    o.decision_timeout_ms = rc.decision_timeout_ms;
+    o.connect_timeout_ms = rc.connect_timeout_ms;
+    o.failure_policy = rc.failure_policy == "fail_closed" ? store::FailurePolicy::fail_closed
+                       : rc.failure_policy == "local"     ? store::FailurePolicy::local
+                                                          : store::FailurePolicy::fail_open;
+    o.local_divisor = rc.local_divisor;
+    o.heartbeat_ms = rc.heartbeat_ms;
+    auto redis = std::make_unique<store::RedisStore>(o, ctxs, clock);
+    redis->start();
+    return redis;
   }
 };
 
@@ -77,6 +98,7 @@ void Gateway::start() {
     m.guards.push_back(net::make_work_guard(*m.contexts.back()));
     raw.push_back(m.contexts.back().get());
   }
+  m.store = m.make_store(raw);
   m.proxy = std::make_unique<proxy::ProxyServer>(
       raw, proxy::ProxyDeps{m.cfg, m.snapshots, m.switch_state, *m.store, m.metrics});
   m.proxy->start();

@@ -103,7 +103,7 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
     return r;
   }
   static const std::set<std::string> known = {"configId", "channelType", "interfaceNo", "interfaceUrl", "rateLimit",
-                                              "cache", "status", "burst", "warmupSeconds", "lastModifyTime"};
+                                              "cache", "status", "burst", "warmupSeconds", "scope", "lastModifyTime"};
   for (auto it = row.begin(); it != row.end(); ++it)
     if (!known.count(it.key())) r.type_errors.push_back(it.key() + ": unknown field");
   r.config_id = row_number<std::int64_t>(row, "configId", r);
@@ -115,6 +115,7 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
   r.status = row_number<std::int64_t>(row, "status", r);
   r.burst = row_number<double>(row, "burst", r);
   r.warmup_seconds = row_number<double>(row, "warmupSeconds", r);
+  r.scope = row_string(row, "scope", r);
   return r;
 }
 
@@ -229,7 +230,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
 
   if (doc.contains("limits")) {
     const json& l = doc["limits"];
-    check_keys(l, "limits", {"source", "store", "switch", "rules", "mysql"});
+    check_keys(l, "limits", {"source", "store", "switch", "rules", "mysql", "redis"});
     c.limits.source = get_string(l, "limits", "source", "file");
     if (c.limits.source != "file" && c.limits.source != "mysql")
       fail("limits.source", "must be \"file\" or \"mysql\" (got \"" + c.limits.source + "\")");
@@ -257,7 +258,34 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
         if (const char* pw = std::getenv(my.password_env.c_str())) my.password = pw;
     }
     c.limits.store = get_string(l, "limits", "store", "local");
-    if (c.limits.store != "local") fail("limits.store", "must be \"local\" (got \"" + c.limits.store + "\")");
+    if (c.limits.store != "local" && c.limits.store != "redis")
+      fail("limits.store", "must be \"local\" or \"redis\" (got \"" + c.limits.store + "\")");
+    if (c.limits.store == "redis" && !l.contains("redis")) fail("limits.redis", "is required when store is \"redis\"");
+    if (l.contains("redis")) {
+      const json& r = l["redis"];
+      const std::string path = "limits.redis";
+      check_keys(r, path, {"host", "port", "password_env", "database", "key_prefix", "decision_timeout_ms",
+                           "connect_timeout_ms", "failure_policy", "local_divisor", "heartbeat_ms"});
+      auto& rc = c.limits.redis;
+      rc.host = get_string(r, path, "host", rc.host);
+      rc.port = static_cast<std::uint16_t>(get_uint(r, path, "port", rc.port, 1, 65535));
+      rc.password_env = get_string(r, path, "password_env", rc.password_env);
+      rc.database = static_cast<int>(get_uint(r, path, "database", 0, 0, 15));
+      rc.key_prefix = get_string(r, path, "key_prefix", rc.key_prefix);
+      rc.decision_timeout_ms =
+          static_cast<std::uint32_t>(get_uint(r, path, "decision_timeout_ms", rc.decision_timeout_ms, 1, 60'000));
+      rc.connect_timeout_ms =
+          static_cast<std::uint32_t>(get_uint(r, path, "connect_timeout_ms", rc.connect_timeout_ms, 10, 60'000));
+      rc.failure_policy = get_string(r, path, "failure_policy", rc.failure_policy);
+      if (rc.failure_policy != "fail_open" && rc.failure_policy != "fail_closed" && rc.failure_policy != "local")
+        fail(path + ".failure_policy", "must be \"fail_open\", \"fail_closed\" or \"local\"");
+      rc.local_divisor = static_cast<unsigned>(get_uint(r, path, "local_divisor", 0, 0, 10'000));
+      rc.heartbeat_ms = static_cast<std::uint32_t>(get_uint(r, path, "heartbeat_ms", rc.heartbeat_ms, 100, 60'000));
+      if (rc.host.empty()) fail(path + ".host", "must not be empty");
+      if (rc.key_prefix.find_first_of("{}") != std::string::npos) fail(path + ".key_prefix", "must not contain '{' or '}'");
+      if (!rc.password_env.empty())
+        if (const char* pw = std::getenv(rc.password_env.c_str())) rc.password = pw;
+    }
     c.limits.switch_on = get_bool(l, "limits", "switch", true);
     if (l.contains("rules")) c.limits.rows = rows_from_json(l["rules"], "limits.rules");
   }

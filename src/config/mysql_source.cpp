@@ -15,7 +15,7 @@ namespace {
 
 // Tollgate's own, nullable columns: read only where the table has them, so the original table
 // (without them) keeps working.
-const char* const kExtensionColumns[] = {"burst", "warmupSeconds"};
+const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope"};
 
 std::string describe_error(const sql::SQLException& e) {
   std::ostringstream o;
@@ -122,6 +122,7 @@ LoadResult MysqlSource::load() {
       r.status = rs->getInt("status");
       if (columns_.count("burst") && !rs->isNull("burst")) r.burst = rs->getDouble("burst");
       if (columns_.count("warmupSeconds") && !rs->isNull("warmupSeconds")) r.warmup_seconds = rs->getDouble("warmupSeconds");
+      if (columns_.count("scope") && !rs->isNull("scope")) r.scope = std::string(rs->getString("scope"));
       rows.push_back(std::move(r));
     }
     out.rules = validate_rows(rows);

@@ -38,8 +38,16 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
     return reject(e.substr(0, colon), colon == std::string::npos ? e : e.substr(colon + 2));
   }
   if (!row.config_id) return reject("configId", "is required");
-  if (!row.interface_url) return reject("interfaceUrl", "is required");
-  if (auto why = check_interface_url(*row.interface_url); !why.empty()) return reject("interfaceUrl", why);
+  const std::string scope = row.scope.value_or("interface");
+  if (scope != "interface" && scope != "channel") return reject("scope", "must be \"interface\" or \"channel\"");
+  rule.channel = scope == "channel";
+  if (rule.channel) {
+    if (!row.channel_type || row.channel_type->empty()) return reject("channelType", "is required for a channel limit");
+    if (row.channel_type->size() > 24) return reject("channelType", "must be at most 24 characters");
+  } else {
+    if (!row.interface_url) return reject("interfaceUrl", "is required");
+    if (auto why = check_interface_url(*row.interface_url); !why.empty()) return reject("interfaceUrl", why);
+  }
   const std::int64_t status = row.status.value_or(0);  // NOT NULL DEFAULT 0 in the table
   if (status != 0 && status != 1) return reject("status", "must be 0 or 1");
   if (!row.rate_limit) return reject("rateLimit", "is required");
@@ -60,7 +68,8 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   rule.config_id = *row.config_id;
   rule.channel_type = row.channel_type.value_or("");
   rule.interface_no = row.interface_no.value_or("");
-  rule.interface_url = *row.interface_url;
+  rule.interface_url = rule.channel ? "" : *row.interface_url;
+  rule.bucket = rule.channel ? "channel:" + rule.channel_type : rule.interface_url;
   rule.rate_limit = rate;
   rule.cache_s = cache;
   rule.enabled = status == 1;
@@ -88,11 +97,11 @@ ValidatedRules validate_rows(const std::vector<RawRow>& rows) {
       continue;
     }
     if (rule.enabled) {
-      auto [it, fresh] = enabled_urls.emplace(rule.interface_url, rule.config_id);
+      auto [it, fresh] = enabled_urls.emplace(rule.bucket, rule.config_id);
       if (!fresh) {
-        out.rejected.push_back({row.config_id, row.origin, "interfaceUrl",
-                                "another enabled row (configId " + std::to_string(it->second) +
-                                    ") already limits " + rule.interface_url});
+        out.rejected.push_back({row.config_id, row.origin, rule.channel ? "channelType" : "interfaceUrl",
+                                "another enabled row (configId " + std::to_string(it->second) + ") already limits " +
+                                    (rule.channel ? "channel " + rule.channel_type : rule.interface_url)});
         continue;
       }
     }

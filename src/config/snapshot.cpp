@@ -9,10 +9,16 @@ const Rule* Snapshot::match(std::string_view path) const {
   return i == SuffixIndex::npos ? nullptr : &rules[i];
 }
 
-const Rule* Snapshot::find_by_url(std::string_view url) const {
+const Rule* Snapshot::channel_of(const Rule& rule) const {
+  if (channels.empty() || rule.channel || rule.channel_type.empty()) return nullptr;
+  auto it = channels.find(rule.channel_type);
+  return it == channels.end() ? nullptr : &rules[it->second];
+}
+
+const Rule* Snapshot::find_bucket(std::string_view url) const {
   const Rule* disabled = nullptr;  // an enabled row wins over disabled ones with the same URL
   for (const Rule& r : rules) {
-    if (r.interface_url != url) continue;
+    if (r.bucket != url) continue;
     if (r.enabled) return &r;
     if (disabled == nullptr) disabled = &r;
   }
@@ -23,8 +29,12 @@ std::shared_ptr<const Snapshot> make_snapshot(ValidatedRules validated, std::uin
   auto s = std::make_shared<Snapshot>();
   s->rules = std::move(validated.rules);
   s->rejected = std::move(validated.rejected);
-  for (std::size_t i = 0; i < s->rules.size(); ++i)
-    if (s->rules[i].enabled) s->index.add(s->rules[i].interface_url, i);
+  for (std::size_t i = 0; i < s->rules.size(); ++i) {
+    const Rule& r = s->rules[i];
+    if (!r.enabled) continue;
+    if (r.channel) s->channels.emplace(r.channel_type, i);
+    else s->index.add(r.interface_url, i);
+  }
   s->version = version;
   s->loaded_at_us = limiter::steady_now_us();
   s->source = std::move(source);

@@ -99,7 +99,41 @@ Decision try_acquire(BucketState& st, const Shape& s, Mode mode, double permits,
   d.wait_us = wait;
   d.remaining = st.stored;
   d.next_free = st.next_free;
+  d.cost_us = cost;
+  d.spent = spend;
   return d;
+}
+
+PairDecision try_acquire_pair(BucketState& a, const Shape& sa, BucketState& b, const Shape& sb, Mode mode,
+                              double permits, Micros timeout_us, Micros now) {
+  PairDecision out;
+  BucketState ta = a, tb = b;  // decide on copies; commit only if both grant
+  out.first = try_acquire(ta, sa, mode, permits, timeout_us, now);
+  out.second = try_acquire(tb, sb, mode, permits, timeout_us, now);
+  if (out.first.granted && out.second.granted) {
+    a = ta;
+    b = tb;
+    out.combined = out.first.wait_us >= out.second.wait_us ? out.first : out.second;
+    out.bound = out.first.wait_us >= out.second.wait_us ? 0 : 1;
+    out.combined.remaining = std::min(out.first.remaining, out.second.remaining);
+    return out;
+  }
+  // Rejected: undo nothing (copies were never committed), report the binding rejection.
+  if (out.first.granted) out.first = Decision{false, 0, 0, out.first.remaining, a.next_free, 0, 0};
+  if (out.second.granted) out.second = Decision{false, 0, 0, out.second.remaining, b.next_free, 0, 0};
+  const Micros ra = out.first.retry_after_us, rb = out.second.retry_after_us;
+  out.bound = ra >= rb ? 0 : 1;
+  out.combined = out.bound == 0 ? out.first : out.second;
+  out.combined.granted = false;
+  out.combined.remaining = std::min(out.first.remaining, out.second.remaining);
+  return out;
+}
+
+bool refund(BucketState& st, const Shape& s, Micros release, Micros cost_us, double spent) {
+  if (st.next_free != release) return false;  // a later reservation exists: it keeps its place
+  st.next_free = release - cost_us;
+  st.stored = std::min(s.max_permits, st.stored + spent);
+  return true;
 }
 
 void rescale(BucketState& st, const Shape& old_shape, const Shape& new_shape, Micros now) {

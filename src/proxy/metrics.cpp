@@ -40,6 +40,11 @@ std::string Metrics::render() const {
          std::to_string(bad_requests.load()) + "\n";
   out += "# HELP tollgate_held_requests Requests waiting for their permit right now.\n"
          "# TYPE tollgate_held_requests gauge\ntollgate_held_requests " + std::to_string(held.load()) + "\n";
+  out += "# HELP tollgate_refunds_total Reservations given back because the client left before its slot.\n"
+         "# TYPE tollgate_refunds_total counter\ntollgate_refunds_total " + std::to_string(refunds.load()) + "\n";
+  out += "# HELP tollgate_store_degraded_total Decisions made by the local fallback while the shared store was down.\n"
+         "# TYPE tollgate_store_degraded_total counter\ntollgate_store_degraded_total " +
+         std::to_string(store_degraded.load()) + "\n";
   out += "# HELP tollgate_connections Open client connections.\n"
          "# TYPE tollgate_connections gauge\ntollgate_connections " + std::to_string(connections.load()) + "\n";
   return out;

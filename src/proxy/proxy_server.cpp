@@ -12,6 +12,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <iostream>
+#include <sys/socket.h>
 
 #include "tollgate/proxy/throttle.hpp"
 
@@ -298,13 +299,31 @@ struct ProxyServer::Impl {
       if (rule == nullptr) {
         deps.metrics.count(Outcome::unmatched);
       } else {
-        store::StoreDecision sd = co_await deps.store.try_acquire(
-            store::AcquireRequest{rule->interface_url, rule->params, 1.0, rule->timeout_us()});
-        if (sd.status != store::StoreStatus::ok) {
-          deps.metrics.count(Outcome::store_error);  // fail open: forward unlimited
+        const config::Rule* channel = snap->channel_of(*rule);
+        store::AcquireRequest areq{{rule->bucket, rule->params},
+                                   channel ? std::optional<store::BucketRef>({channel->bucket, channel->params})
+                                           : std::nullopt,
+                                   channel ? std::string_view(channel->channel_type) : std::string_view(rule->bucket),
+                                   1.0, rule->timeout_us()};
+        store::StoreDecision sd = co_await deps.store.try_acquire(areq);
+        if (sd.status == store::StoreStatus::unavailable_open) {
+          deps.metrics.count(Outcome::store_error);  // policy fail_open: forward unlimited
+        } else if (sd.status == store::StoreStatus::unavailable_closed) {
+          deps.metrics.count(Outcome::store_error);  // policy fail_closed: refuse
+          http::response<http::string_body> res{http::status::service_unavailable, version};
+          res.set(http::field::content_type, "application/json");
+          res.set(http::field::retry_after, "1");
+          res.keep_alive(keep);
+          res.body() = error_body("limiter_unavailable",
+                                  "the shared rate-limit store is unavailable and the policy is fail_closed");
+          stream.expires_after(milliseconds(limits.body_timeout_ms));
+          const bool ok = co_await write_response(stream, res);
+          co_return ok && keep;
         } else {
-          policy_header = ratelimit_policy_header(*rule, sd.max_permits);
-          limit_header = ratelimit_header(*rule, sd.decision);
+          if (sd.degraded) deps.metrics.store_degraded.fetch_add(1, std::memory_order_relaxed);
+          const config::Rule& binding = sd.parent_bound && channel ? *channel : *rule;
+          policy_header = ratelimit_policy_header(binding, sd.max_permits);
+          limit_header = ratelimit_header(binding, sd.decision);
           if (!sd.decision.granted) {
             deps.metrics.count(Outcome::rejected);
             http::response<http::string_body> res{http::status::too_many_requests, version};
@@ -313,19 +332,19 @@ struct ProxyServer::Impl {
             res.set("RateLimit-Policy", policy_header);
             res.set("RateLimit", limit_header);
             res.keep_alive(keep);
-            res.body() = rejection_body(*rule, sd.decision);
+            res.body() = rejection_body(binding, sd.decision);
             stream.expires_after(milliseconds(limits.body_timeout_ms));
             const bool ok = co_await write_response(stream, res);
             co_return ok && keep;
           }
           if (sd.decision.wait_us > 0) {
-            // Held on a timer: the coroutine frame and its buffers are all a waiting request costs.
             deps.metrics.count(Outcome::delayed);
-            deps.metrics.held.fetch_add(1, std::memory_order_relaxed);
-            net::steady_timer timer(*w.ctx, std::chrono::microseconds(sd.decision.wait_us));
-            beast::error_code ec;
-            co_await timer.async_wait(with(ec));
-            deps.metrics.held.fetch_sub(1, std::memory_order_relaxed);
+            if (!co_await hold(stream, std::chrono::microseconds(sd.decision.wait_us))) {
+              // The client left before its slot: give the slot back if nobody queued behind it.
+              if (co_await deps.store.refund(areq, sd.reservation))
+                deps.metrics.refunds.fetch_add(1, std::memory_order_relaxed);
+              co_return false;
+            }
           } else {
             deps.metrics.count(Outcome::forwarded);
           }
@@ -334,6 +353,36 @@ struct ProxyServer::Impl {
     }
     co_return co_await forward(w, stream, std::move(req), client_ip, upstreams[route->upstream],
                                w.pools[route->upstream], policy_header, limit_header);
+  }
+
+  // Holds a request until its slot on a timer (never a thread), watching the client meanwhile.
+  // Returns false if the client closed its connection before the slot.
+  net::awaitable<bool> hold(beast::tcp_stream& stream, std::chrono::microseconds wait) {
+    struct Hold {
+      explicit Hold(net::any_io_executor ex) : timer(std::move(ex)) {}
+      net::steady_timer timer;
+      bool gone = false;
+    };
+    auto h = std::make_shared<Hold>(stream.get_executor());
+    h->timer.expires_after(wait);
+    auto& sock = stream.socket();
+    sock.async_wait(tcp::socket::wait_read, [h, fd = sock.native_handle()](beast::error_code ec) {
+      if (ec) return;  // cancelled: the hold is over
+      char c;
+      const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      // 0: orderly close; < 0 other than "nothing yet": reset. > 0: a pipelined request, still here.
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        h->gone = true;
+        h->timer.cancel();
+      }
+    });
+    deps.metrics.held.fetch_add(1, std::memory_order_relaxed);
+    beast::error_code ec;
+    co_await h->timer.async_wait(with(ec));
+    deps.metrics.held.fetch_sub(1, std::memory_order_relaxed);
+    beast::error_code ignored;
+    sock.cancel(ignored);
+    co_return !h->gone;
   }
 
   // ---- upstream side -----------------------------------------------------------------------

@@ -66,12 +66,27 @@ struct MysqlConfig {
   std::string switch_name = "global";   // the row of t_ratelimite_switch this fleet follows
 };
 
+struct RedisConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 6379;
+  std::string password_env = "TOLLGATE_REDIS_PASSWORD";
+  std::string password;                    // resolved from password_env at load
+  int database = 0;
+  std::string key_prefix = "tollgate:";
+  std::uint32_t decision_timeout_ms = 50;  // a slower answer counts as a failure
+  std::uint32_t connect_timeout_ms = 1000;
+  std::string failure_policy = "fail_open";  // fail_open | fail_closed | local
+  unsigned local_divisor = 0;              // policy local: rate / N; 0 = live instances (heartbeats)
+  std::uint32_t heartbeat_ms = 1000;
+};
+
 struct LimitsConfig {
   std::string source = "file";   // "file" or "mysql"
   std::string store = "local";
   bool switch_on = true;
   std::vector<RawRow> rows;      // source "mysql": the fallback while MySQL cannot be read at start
   MysqlConfig mysql;
+  RedisConfig redis;
 };
 
 struct GatewayConfig {

@@ -22,6 +22,7 @@ struct RawRow {
   std::optional<std::int64_t> status;
   std::optional<double> burst;            // Tollgate extension: maxPermits (default rateLimit)
   std::optional<double> warmup_seconds;   // Tollgate extension: SmoothWarmingUp period
+  std::optional<std::string> scope;       // Tollgate extension: "interface" (default) or "channel"
   std::string origin;                     // where the row came from, for messages: "limits.rules[3]"
   std::vector<std::string> type_errors;   // "field: must be a number" found while reading
 };
@@ -30,7 +31,9 @@ struct Rule {
   std::int64_t config_id = 0;
   std::string channel_type;
   std::string interface_no;
-  std::string interface_url;  // the bucket's name and the URL suffix it governs
+  std::string interface_url;  // the URL suffix it governs (interface rules)
+  bool channel = false;       // a channel-wide limit: every interface rule of channel_type draws from it too
+  std::string bucket;         // the bucket's name: interface_url, or "channel:<channelType>"
   double rate_limit = 0;      // permits per second
   double cache_s = 0.5;       // wait window in seconds
   bool enabled = false;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tollgate/config/rule.hpp"
@@ -15,14 +16,18 @@ namespace tollgate::config {
 struct Snapshot {
   std::vector<Rule> rules;            // all valid rows, enabled or not
   std::vector<RejectedRow> rejected;  // rows that failed validation, with reasons
-  SuffixIndex index;                  // enabled rules only
+  SuffixIndex index;                  // enabled interface rules only
+  std::unordered_map<std::string, std::size_t> channels;  // channelType -> enabled channel rule
   std::uint64_t version = 0;
   limiter::Micros loaded_at_us = 0;   // steady clock
   std::string source;                 // "file:conf/gateway.json", "mysql:..."
 
   // The enabled rule governing `path` (query excluded), or nullptr.
   const Rule* match(std::string_view path) const;
-  const Rule* find_by_url(std::string_view url) const;
+  // The enabled channel limit an interface rule also draws from, or nullptr.
+  const Rule* channel_of(const Rule& rule) const;
+  // A rule by its bucket name (interfaceUrl or "channel:<type>"); enabled rules first.
+  const Rule* find_bucket(std::string_view bucket) const;
 };
 
 std::shared_ptr<const Snapshot> make_snapshot(ValidatedRules validated, std::uint64_t version, std::string source);

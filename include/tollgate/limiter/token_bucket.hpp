@@ -55,6 +55,9 @@ struct Decision {
   Micros retry_after_us = 0;  // rejected: earliest moment (from now) the same request would fit
   double remaining = 0;       // stored permits after the decision
   Micros next_free = 0;       // the bucket's next free slot after the decision
+  // What a grant took, so that it can be given back (refund) while it is the newest reservation.
+  Micros cost_us = 0;         // added to next_free
+  double spent = 0;           // stored permits taken
 };
 
 // Step 1 of the algorithm: credit the time since next_free as stored permits.
@@ -66,6 +69,23 @@ Micros stored_permits_to_wait_time(const Shape& s, double stored, double spend);
 // try_acquire of DESIGN.md section 2. On rejection `st` is left unchanged.
 Decision try_acquire(BucketState& st, const Shape& s, Mode mode, double permits, Micros timeout_us,
                      Micros now);
+
+// Two buckets decided together (an interface bucket and its channel bucket): granted only if both
+// grant, and then both are charged; otherwise neither changes. The wait is the later of the two
+// slots; a rejection's retry_after is the larger of the rejecting buckets'. `bound` tells which
+// bucket decided the outcome: 0 the first, 1 the second.
+struct PairDecision {
+  Decision first;
+  Decision second;
+  Decision combined;
+  int bound = 0;
+};
+PairDecision try_acquire_pair(BucketState& a, const Shape& sa, BucketState& b, const Shape& sb, Mode mode,
+                              double permits, Micros timeout_us, Micros now);
+
+// Gives a grant back if it is still the bucket's newest reservation (next_free == its release);
+// returns whether it did. Used when a held request's client leaves before its slot.
+bool refund(BucketState& st, const Shape& s, Micros release, Micros cost_us, double spent);
 
 // Guava's setRate: resync with the old shape, then rescale stored permits to the new maximum.
 void rescale(BucketState& st, const Shape& old_shape, const Shape& new_shape, Micros now);

@@ -27,6 +27,8 @@ struct Metrics {
   std::atomic<std::uint64_t> bad_requests{0};   // answered 4xx by the gateway itself (400/404/413/431)
   std::atomic<std::int64_t> held{0};            // requests waiting on a timer right now
   std::atomic<std::int64_t> connections{0};     // open client connections
+  std::atomic<std::uint64_t> refunds{0};        // reservations given back by departed clients
+  std::atomic<std::uint64_t> store_degraded{0}; // decisions made by the local fallback (store down)
 
   void count(Outcome o) { outcomes[static_cast<int>(o)].fetch_add(1, std::memory_order_relaxed); }
   void count(UpstreamError e) { upstream_errors[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed); }

@@ -15,20 +15,41 @@ namespace tollgate::store {
 using limiter::BucketParams;
 using limiter::Micros;
 
-struct AcquireRequest {
-  std::string_view bucket;  // the bucket's name (a rule's interfaceUrl)
+struct BucketRef {
+  std::string_view name;  // a rule's interfaceUrl, or "channel:<channelType>"
   BucketParams params;
+};
+
+struct AcquireRequest {
+  BucketRef bucket;
+  std::optional<BucketRef> parent;  // a channel bucket decided together with `bucket`, all-or-nothing
+  std::string_view hash_tag;        // Redis: keys of one request share this tag ("" = the bucket's name)
   double permits = 1.0;
   Micros timeout_us = 0;
 };
 
-enum class StoreStatus { ok, failed };
+// What a grant reserved, so that a departed caller can give it back (BucketStore::refund).
+struct Reservation {
+  Micros release = 0;  // the bucket's next_free right after the grant
+  Micros cost = 0;
+  double spent = 0;
+  Micros parent_release = 0;
+  Micros parent_cost = 0;
+  double parent_spent = 0;
+};
+
+// ok: a decision (from the store, or from a local fallback: see `degraded`). unavailable_*: the
+// store failed and the configured policy says forward unlimited (open) or refuse with 503 (closed).
+enum class StoreStatus { ok, unavailable_open, unavailable_closed };
 
 struct StoreDecision {
   StoreStatus status = StoreStatus::ok;
-  limiter::Decision decision;
-  double max_permits = 0;   // size of the bucket that decided, for RateLimit headers
-  std::string error;        // when failed: what went wrong
+  limiter::Decision decision;  // combined over bucket and parent
+  double max_permits = 0;      // size of the bucket that decided, for RateLimit headers
+  bool parent_bound = false;   // the channel bucket decided the outcome
+  Reservation reservation;     // when granted
+  bool degraded = false;       // decided by the local fallback while the shared store is down
+  std::string error;           // when failed or degraded: what went wrong
 };
 
 struct BucketSnapshot {
@@ -43,9 +64,14 @@ class BucketStore {
  public:
   virtual ~BucketStore() = default;
   virtual boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) = 0;
-  // Read-only view of one bucket for the admin API.
+  // Gives back a grant whose caller left before its slot, if it is still the newest reservation
+  // of its bucket(s). Returns whether anything was given back.
+  virtual boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) = 0;
+  // Read-only view of one bucket for the admin API (nullopt: the store cannot answer now).
   virtual std::optional<BucketSnapshot> inspect(std::string_view bucket, const BucketParams& params) = 0;
   virtual std::string name() const = 0;
+  // Store-specific Prometheus lines (health, failures); empty when there is nothing to add.
+  virtual std::string metrics_text() const { return {}; }
 };
 
 }  // namespace tollgate::store

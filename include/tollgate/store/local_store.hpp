@@ -19,11 +19,14 @@ class LocalStore final : public BucketStore {
   explicit LocalStore(const limiter::Clock& clock);
 
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
+  boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   std::optional<BucketSnapshot> inspect(std::string_view bucket, const BucketParams& params) override;
   std::string name() const override { return "local"; }
 
-  // The synchronous decision the coroutine wraps; also what benchmarks and tests call.
+  // The synchronous operations the coroutines wrap; also what benchmarks, tests and the Redis
+  // store's `local` failure policy call.
   StoreDecision decide(const AcquireRequest& req);
+  bool give_back(const AcquireRequest& req, const Reservation& r);
   std::size_t size() const;
 
  private:
@@ -43,7 +46,9 @@ class LocalStore final : public BucketStore {
   };
   static constexpr std::size_t kShards = 64;
 
-  Shard& shard_for(std::string_view key);
+  std::size_t shard_index(std::string_view key) const;
+  // The entry for `ref`, created full or rescaled to changed params. The shard must be locked.
+  Entry& entry(Shard& shard, const BucketRef& ref, Micros now);
   static void sweep(Shard& shard, Micros now);
 
   const limiter::Clock& clock_;

@@ -88,7 +88,7 @@ TEST(AdminApi, RulesShowActiveAndRejectedRows) {
 TEST(AdminApi, BucketView) {
   Fixture f;
   auto api = f.api("");
-  for (int i = 0; i < 7; ++i) f.store.decide({"/shopping/search", f.snaps.get()->rules[0].params, 1, 1'000'000});
+  for (int i = 0; i < 7; ++i) f.store.decide({{"/shopping/search", f.snaps.get()->rules[0].params}, {}, {}, 1, 1'000'000});
   auto res = api.handle({"GET", "/admin/buckets/shopping/search", "", "", ""});
   ASSERT_EQ(res.status, 200) << res.body;
   EXPECT_DOUBLE_EQ(json::parse(res.body)["debt_s"].get<double>(), 0.4);

@@ -138,7 +138,7 @@ TEST(Snapshot, DisabledRowsLimitNothing) {
   auto snap = make_snapshot(validate_rows(rows), 1, "test");
   EXPECT_NE(snap->match("/x/on"), nullptr);
   EXPECT_EQ(snap->match("/x/off"), nullptr);
-  EXPECT_NE(snap->find_by_url("/off"), nullptr);  // still listed for the admin API
+  EXPECT_NE(snap->find_bucket("/off"), nullptr);  // still listed for the admin API
 }
 
 }  // namespace

@@ -1,0 +1,103 @@
+// Bucket state shared by the fleet in Redis (DESIGN.md section 3). One EVALSHA per decision: an
+// atomic Lua script does resync, decision and update on the server with Redis TIME as the clock.
+// One hiredis async connection per gateway thread, driven by that thread's io_context through a
+// descriptor on the connection's fd; requests of a thread are pipelined on its connection.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tollgate/limiter/clock.hpp"
+#include "tollgate/store/bucket_store.hpp"
+#include "tollgate/store/local_store.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace tollgate::store {
+
+enum class FailurePolicy { fail_open, fail_closed, local };
+const char* failure_policy_name(FailurePolicy p);
+
+struct RedisOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 6379;
+  std::string password;          // empty: no AUTH
+  int database = 0;
+  std::string key_prefix = "tollgate:";
+  std::uint32_t decision_timeout_ms = 50;   // a slower answer counts as a failure
+  std::uint32_t connect_timeout_ms = 1000;
+  FailurePolicy failure_policy = FailurePolicy::fail_open;
+  unsigned local_divisor = 0;               // `local` policy: rate / N; 0 = live instances (heartbeats)
+  std::uint32_t heartbeat_ms = 1000;
+  std::string instance_id;                  // heartbeat identity; empty: host:pid
+};
+
+struct RedisStats {
+  bool up = false;
+  std::uint64_t failures = 0;       // decisions affected by a Redis failure (any policy)
+  std::uint64_t refunds = 0;        // reservations given back
+  std::uint64_t incidents = 0;
+  unsigned live_instances = 1;
+  std::string last_error;
+};
+
+// Builds the key of a bucket: <prefix>{<tag>}<name>, or <prefix>{<name>} when tag is empty or
+// equal to the name. Keys of one request share the tag, hence one Redis Cluster slot.
+std::string redis_key(const std::string& prefix, std::string_view tag, std::string_view name);
+
+// The ARGV of the acquire script for a request (exposed for the replay tests).
+std::vector<std::string> acquire_args(const AcquireRequest& req, std::string_view now_override);
+const char* acquire_script();
+const char* refund_script();
+
+class RedisStore final : public BucketStore {
+ public:
+  // One connection per context; try_acquire must be called from a thread running one of them.
+  RedisStore(RedisOptions options, std::vector<boost::asio::io_context*> contexts, const limiter::Clock& clock);
+  ~RedisStore() override;
+  void start();  // begins connecting (asynchronously) and heartbeating
+  void stop();
+
+  boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
+  boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
+  std::optional<BucketSnapshot> inspect(std::string_view bucket, const BucketParams& params) override;
+  std::string name() const override { return "redis"; }
+  std::string metrics_text() const override;
+
+  RedisStats stats() const;
+  const RedisOptions& options() const { return options_; }
+
+  struct Connection;
+
+ private:
+  Connection* connection_for_current_thread();
+  void record_success();
+  void record_failure(const std::string& error);
+  StoreDecision fallback(const AcquireRequest& req, const std::string& error);
+  std::string last_error() const;
+
+  RedisOptions options_;
+  std::vector<boost::asio::io_context*> contexts_;
+  std::vector<std::shared_ptr<Connection>> connections_;
+  LocalStore local_;  // the `local` failure policy's buckets
+
+  std::string instance_id_;
+  mutable std::mutex incident_mu_;
+  std::atomic<bool> up_flag_{false};
+  bool up_ = false;
+  bool ever_up_ = false;
+  std::string last_error_;
+  std::int64_t incident_started_ms_ = 0;
+  std::uint64_t incident_failures_ = 0;
+  std::uint64_t incidents_ = 0;
+  std::atomic<std::uint64_t> failures_{0};
+  std::atomic<std::uint64_t> refunds_{0};
+  std::atomic<unsigned> live_instances_{1};
+};
+
+}  // namespace tollgate::store

@@ -1,0 +1,661 @@
+#include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
+
+#include "tollgate/store/redis_store.hpp"
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <iostream>
+
+#include "redis_scripts.hpp"
+
+namespace tollgate::store {
+
+namespace net = boost::asio;
+using std::chrono::milliseconds;
+
+const char* failure_policy_name(FailurePolicy p) {
+  switch (p) {
+    case FailurePolicy::fail_open: return "fail_open";
+    case FailurePolicy::fail_closed: return "fail_closed";
+    case FailurePolicy::local: return "local";
+  }
+  return "unknown";
+}
+
+const char* acquire_script() { return scripts::kAcquire; }
+const char* refund_script() { return scripts::kRefund; }
+
+std::string redis_key(const std::string& prefix, std::string_view tag, std::string_view name) {
+  if (tag.empty() || tag == name) return prefix + "{" + std::string(name) + "}";
+  return prefix + "{" + std::string(tag) + "}" + std::string(name);
+}
+
+namespace {
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+void shape_args(std::vector<std::string>& out, const BucketParams& p) {
+  const limiter::Shape s = limiter::shape_of(p);
+  out.push_back(num(s.interval_us));
+  out.push_back(num(s.max_permits));
+  out.push_back(num(s.cool_down_us));
+  out.push_back(s.warm ? "1" : "0");
+  out.push_back(num(s.threshold));
+  out.push_back(num(s.cold_interval_us));
+  out.push_back(num(s.slope));
+}
+
+struct Reply {
+  bool ok = false;
+  std::string error;
+  std::vector<std::string> items;  // array elements (integers as decimal text)
+  long long integer = 0;
+  std::string text;
+};
+
+Reply parse(const redisReply* r) {
+  Reply out;
+  if (r == nullptr) {
+    out.error = "connection lost";
+    return out;
+  }
+  switch (r->type) {
+    case REDIS_REPLY_ERROR:
+      out.error = std::string(r->str, r->len);
+      return out;
+    case REDIS_REPLY_INTEGER:
+      out.integer = r->integer;
+      break;
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+      out.text.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ARRAY:
+      for (size_t i = 0; i < r->elements; ++i) {
+        const redisReply* e = r->element[i];
+        if (e->type == REDIS_REPLY_INTEGER) out.items.push_back(std::to_string(e->integer));
+        else if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) out.items.emplace_back(e->str, e->len);
+        else out.items.emplace_back();
+      }
+      break;
+    default:
+      break;
+  }
+  out.ok = true;
+  return out;
+}
+
+// A command in flight: keeps its arguments (to resend as EVAL after NOSCRIPT) and its completion.
+struct Op {
+  virtual ~Op() = default;
+  virtual void complete(Reply r) = 0;  // never inline: completions are posted
+  std::vector<std::string> args;
+  const char* script = nullptr;  // set for EVALSHA: the body to fall back on
+};
+
+template <class Handler>
+struct OpImpl final : Op {
+  OpImpl(Handler h, net::any_io_executor e) : handler(std::move(h)), ex(std::move(e)) {}
+  void complete(Reply r) override {
+    net::post(ex, [h = std::move(handler), r = std::move(r)]() mutable { h(std::move(r)); });
+  }
+  Handler handler;
+  net::any_io_executor ex;
+};
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+thread_local const RedisStore* t_owner = nullptr;
+thread_local RedisStore::Connection* t_connection = nullptr;
+
+}  // namespace
+
+// One hiredis async connection, owned by one io_context thread.
+struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connection> {
+  Connection(net::io_context& c, RedisStore& s, bool heartbeats)
+      : ctx(c), store(s), opt(s.options_), watchdog(c), retry(c), heartbeat(c), beats(heartbeats) {}
+
+  net::io_context& ctx;
+  RedisStore& store;
+  const RedisOptions& opt;
+  redisAsyncContext* ac = nullptr;
+  std::unique_ptr<net::posix::stream_descriptor> sd;
+  std::uint64_t generation = 0;
+  bool want_read = false, want_write = false, reading = false, writing = false;
+  bool ready = false, connecting = false, stopping = false, retry_armed = false, watchdog_armed = false;
+  std::deque<limiter::Micros> in_flight;  // send times, oldest first (replies come in order)
+  limiter::Micros connect_started = 0;
+  milliseconds backoff{100};
+  net::steady_timer watchdog, retry, heartbeat;
+  std::string acquire_sha, refund_sha;
+  bool beats;
+
+  static Connection* of(const redisAsyncContext* c) { return static_cast<Connection*>(c->data); }
+
+  // ---- event-loop hooks (hiredis asks, Asio waits) ----
+  static void add_read(void* p) {
+    auto* c = static_cast<Connection*>(p);
+    c->want_read = true;
+    c->arm_read();
+  }
+  static void del_read(void* p) { static_cast<Connection*>(p)->want_read = false; }
+  static void add_write(void* p) {
+    auto* c = static_cast<Connection*>(p);
+    c->want_write = true;
+    c->arm_write();
+  }
+  static void del_write(void* p) { static_cast<Connection*>(p)->want_write = false; }
+  static void cleanup(void* p) {
+    auto* c = static_cast<Connection*>(p);
+    c->want_read = c->want_write = false;
+    if (c->sd) c->sd->release();  // hiredis closes the fd itself
+  }
+
+  void arm_read() {
+    if (reading || !want_read || !sd || !ac) return;
+    reading = true;
+    sd->async_wait(net::posix::stream_descriptor::wait_read, [self = shared_from_this(), gen = generation](auto ec) {
+      if (gen != self->generation) return;
+      self->reading = false;
+      if (ec || !self->ac) return;
+      if (self->want_read) redisAsyncHandleRead(self->ac);
+      self->arm_read();
+    });
+  }
+  void arm_write() {
+    if (writing || !want_write || !sd || !ac) return;
+    writing = true;
+    sd->async_wait(net::posix::stream_descriptor::wait_write, [self = shared_from_this(), gen = generation](auto ec) {
+      if (gen != self->generation) return;
+      self->writing = false;
+      if (ec || !self->ac) return;
+      if (self->want_write) redisAsyncHandleWrite(self->ac);
+      self->arm_write();
+    });
+  }
+
+  // ---- connection lifecycle ----
+  void connect() {
+    if (stopping) return;
+    ++generation;
+    reading = writing = want_read = want_write = false;
+    ready = false;
+    in_flight.clear();
+    ac = redisAsyncConnect(opt.host.c_str(), opt.port);
+    if (ac == nullptr || ac->err) {
+      const std::string err = ac ? ac->errstr : "out of memory";
+      if (ac) redisAsyncFree(ac);
+      ac = nullptr;
+      store.record_failure("redis connect: " + err);
+      schedule_reconnect();
+      return;
+    }
+    ac->data = this;
+    ac->ev.data = this;
+    ac->ev.addRead = add_read;
+    ac->ev.delRead = del_read;
+    ac->ev.addWrite = add_write;
+    ac->ev.delWrite = del_write;
+    ac->ev.cleanup = cleanup;
+    sd = std::make_unique<net::posix::stream_descriptor>(ctx, ac->c.fd);
+    connecting = true;
+    connect_started = limiter::steady_now_us();
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    arm_watchdog(milliseconds(opt.connect_timeout_ms));
+  }
+
+  static void on_connect(const redisAsyncContext* c, int status) {
+    Connection* self = of(c);
+    self->connecting = false;
+    if (status != REDIS_OK) {
+      self->ac = nullptr;  // hiredis frees the context after this callback
+      self->store.record_failure(std::string("redis connect: ") + (c->errstr[0] ? c->errstr : "failed"));
+      self->schedule_reconnect();
+      return;
+    }
+    self->handshake();
+  }
+
+  // hiredis calls this with the context it is about to free; every command still in flight has
+  // already had its callback (with no reply).
+  static void on_disconnect(const redisAsyncContext* c, int status) {
+    Connection* self = of(c);
+    self->ac = nullptr;
+    self->ready = false;
+    self->in_flight.clear();
+    if (!self->stopping) {
+      self->store.record_failure(status == REDIS_OK ? "redis connection closed" : std::string("redis: ") + c->errstr);
+      self->schedule_reconnect();
+    }
+  }
+
+  void handshake() {
+    auto after = [self = shared_from_this()](Reply r, const char* what) -> bool {
+      if (!r.ok) {
+        self->teardown(std::string("redis ") + what + ": " + r.error);
+        return false;
+      }
+      return true;
+    };
+    if (!opt.password.empty()) internal({"AUTH", opt.password}, [after](Reply r) { after(std::move(r), "AUTH"); });
+    if (opt.database != 0)
+      internal({"SELECT", std::to_string(opt.database)}, [after](Reply r) { after(std::move(r), "SELECT"); });
+    internal({"SCRIPT", "LOAD", scripts::kRefund}, [self = shared_from_this(), after](Reply r) {
+      if (after(r, "SCRIPT LOAD")) self->refund_sha = r.text;
+    });
+    internal({"SCRIPT", "LOAD", scripts::kAcquire}, [self = shared_from_this(), after](Reply r) {
+      if (!after(r, "SCRIPT LOAD")) return;
+      self->acquire_sha = r.text;
+      self->ready = true;
+      self->backoff = milliseconds(100);
+      self->store.record_success();
+      if (self->beats) self->beat();
+    });
+  }
+
+  void teardown(const std::string& why) {
+    if (!ac) return;
+    store.record_failure(why);
+    redisAsyncContext* c = ac;
+    ac = nullptr;
+    ready = false;
+    redisAsyncFree(c);  // fails every command in flight (callbacks with no reply), then on_disconnect
+    schedule_reconnect();
+  }
+
+  void schedule_reconnect() {
+    if (stopping || retry_armed) return;
+    retry_armed = true;
+    retry.expires_after(backoff);
+    backoff = std::min(backoff * 2, milliseconds(2000));
+    retry.async_wait([self = shared_from_this()](auto ec) {
+      self->retry_armed = false;
+      if (!ec && !self->stopping && !self->ac) self->connect();
+    });
+  }
+
+  void arm_watchdog(milliseconds after) {
+    if (watchdog_armed) return;
+    watchdog_armed = true;
+    watchdog.expires_after(after);
+    watchdog.async_wait([self = shared_from_this()](auto ec) {
+      self->watchdog_armed = false;
+      if (!ec) self->check_deadlines();
+    });
+  }
+
+  void check_deadlines() {
+    if (!ac) return;
+    const limiter::Micros now = limiter::steady_now_us();
+    if (connecting) {
+      const limiter::Micros left = connect_started + opt.connect_timeout_ms * 1000LL - now;
+      if (left <= 0) return teardown("redis connect: no answer within " + std::to_string(opt.connect_timeout_ms) + " ms");
+      return arm_watchdog(milliseconds(left / 1000 + 1));
+    }
+    if (in_flight.empty()) return;
+    const limiter::Micros left = in_flight.front() + opt.decision_timeout_ms * 1000LL - now;
+    if (left <= 0)
+      return teardown("redis: no answer within " + std::to_string(opt.decision_timeout_ms) + " ms (decision timeout)");
+    arm_watchdog(milliseconds(left / 1000 + 1));
+  }
+
+  // ---- commands ----
+  static void on_reply(redisAsyncContext* c, void* r, void* privdata) {
+    Connection* self = of(c);
+    std::unique_ptr<Op> op(static_cast<Op*>(privdata));
+    if (!self->in_flight.empty()) self->in_flight.pop_front();
+    auto* reply = static_cast<redisReply*>(r);
+    if (reply && reply->type == REDIS_REPLY_ERROR && op->script &&
+        std::string_view(reply->str, reply->len).starts_with("NOSCRIPT")) {
+      // The server lost its scripts (restart, SCRIPT FLUSH): send the body once with EVAL.
+      op->args[0] = "EVAL";
+      op->args[1] = op->script;
+      op->script = nullptr;
+      self->send(op.release(), true);
+      return;
+    }
+    op->complete(parse(reply));
+  }
+
+  void send(Op* op, bool internal_ok) {
+    if (!ac || (!ready && !internal_ok)) {
+      op->complete(Reply{false, "redis not connected", {}, 0, {}});
+      delete op;
+      return;
+    }
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const auto& a : op->args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    if (redisAsyncCommandArgv(ac, on_reply, op, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+      op->complete(Reply{false, "redis: command not accepted (disconnecting)", {}, 0, {}});
+      delete op;
+      return;
+    }
+    in_flight.push_back(limiter::steady_now_us());
+    arm_watchdog(milliseconds(opt.decision_timeout_ms));
+  }
+
+  template <class F>
+  void internal(std::vector<std::string> args, F f) {
+    auto* op = new OpImpl<F>(std::move(f), ctx.get_executor());
+    op->args = std::move(args);
+    send(op, true);
+  }
+
+  template <class Token>
+  auto async_call(std::vector<std::string> args, const char* script, Token&& token) {
+    return net::async_initiate<Token, void(Reply)>(
+        [this](auto handler, std::vector<std::string> a, const char* s) {
+          auto ex = net::get_associated_executor(handler, ctx.get_executor());
+          auto* op = new OpImpl<decltype(handler)>(std::move(handler), ex);
+          op->args = std::move(a);
+          op->script = s;
+          send(op, false);
+        },
+        token, std::move(args), script);
+  }
+
+  // ---- heartbeats: how many instances share the fleet's limits (for the `local` policy) ----
+  void beat() {
+    if (stopping || !ready) return;
+    static constexpr const char* kBeat = R"LUA(
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], ms, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+return redis.call('ZCARD', KEYS[1])
+)LUA";
+    const std::string window = std::to_string(opt.heartbeat_ms * 3);
+    internal({"EVAL", kBeat, "1", opt.key_prefix + "{instances}", store.instance_id_, window},
+             [self = shared_from_this()](Reply r) {
+               if (r.ok && r.integer > 0) self->store.live_instances_.store(static_cast<unsigned>(r.integer));
+             });
+    heartbeat.expires_after(milliseconds(opt.heartbeat_ms));
+    heartbeat.async_wait([self = shared_from_this()](auto ec) {
+      if (!ec) self->beat();
+    });
+  }
+
+  void stop() {
+    stopping = true;
+    retry.cancel();
+    watchdog.cancel();
+    heartbeat.cancel();
+    if (ac) {
+      redisAsyncContext* c = ac;
+      ac = nullptr;
+      ready = false;
+      redisAsyncFree(c);
+    }
+  }
+};
+
+RedisStore::RedisStore(RedisOptions options, std::vector<net::io_context*> contexts, const limiter::Clock& clock)
+    : options_(std::move(options)), contexts_(std::move(contexts)), local_(clock) {
+  instance_id_ = options_.instance_id;
+  if (instance_id_.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    instance_id_ = std::string(host) + ":" + std::to_string(getpid());
+  }
+  for (std::size_t i = 0; i < contexts_.size(); ++i)
+    connections_.push_back(std::make_shared<Connection>(*contexts_[i], *this, i == 0));
+}
+
+RedisStore::~RedisStore() = default;
+
+void RedisStore::start() {
+  for (auto& c : connections_) {
+    net::post(c->ctx, [this, c] {
+      t_owner = this;
+      t_connection = c.get();
+      c->connect();
+    });
+  }
+}
+
+void RedisStore::stop() {
+  for (auto& c : connections_) net::post(c->ctx, [c] { c->stop(); });
+}
+
+RedisStore::Connection* RedisStore::connection_for_current_thread() {
+  return t_owner == this ? t_connection : nullptr;
+}
+
+void RedisStore::record_success() {
+  if (up_flag_.load(std::memory_order_relaxed)) return;  // the common case: no lock
+  std::lock_guard lock(incident_mu_);
+  if (up_) return;
+  up_ = true;
+  up_flag_.store(true, std::memory_order_relaxed);
+  if (ever_up_) {
+    const double secs = static_cast<double>(unix_ms() - incident_started_ms_) / 1e3;
+    std::cerr << "tollgate: redis store incident ended after " << secs << " s: " << incident_failures_
+              << " decisions were made by the " << failure_policy_name(options_.failure_policy) << " policy"
+              << std::endl;
+  } else {
+    std::cerr << "tollgate: redis store connected to " << options_.host << ":" << options_.port << std::endl;
+  }
+  ever_up_ = true;
+}
+
+void RedisStore::record_failure(const std::string& error) {
+  std::lock_guard lock(incident_mu_);
+  last_error_ = error;
+  if (!up_ && incidents_ > 0) return;  // already in an incident: logged once
+  up_ = false;
+  up_flag_.store(false, std::memory_order_relaxed);
+  ++incidents_;
+  incident_started_ms_ = unix_ms();
+  incident_failures_ = 0;
+  std::cerr << "tollgate: warn: redis store incident started: " << error << "; policy "
+            << failure_policy_name(options_.failure_policy) << std::endl;
+}
+
+StoreDecision RedisStore::fallback(const AcquireRequest& req, const std::string& error) {
+  failures_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(incident_mu_);
+    ++incident_failures_;
+    last_error_ = error;
+  }
+  StoreDecision out;
+  out.error = error;
+  switch (options_.failure_policy) {
+    case FailurePolicy::fail_open:
+      out.status = StoreStatus::unavailable_open;
+      return out;
+    case FailurePolicy::fail_closed:
+      out.status = StoreStatus::unavailable_closed;
+      return out;
+    case FailurePolicy::local:
+      break;
+  }
+  // This instance's share of the fleet's rate: rate / N, burst / N.
+  const double n = options_.local_divisor ? options_.local_divisor : std::max(1u, live_instances_.load());
+  auto share = [n](BucketParams p) {
+    p.rate /= n;
+    if (p.burst) p.burst = std::max(1.0, *p.burst / n);
+    return p;
+  };
+  AcquireRequest local = req;
+  local.bucket.params = share(req.bucket.params);
+  if (req.parent) local.parent = BucketRef{req.parent->name, share(req.parent->params)};
+  out = local_.decide(local);
+  out.status = StoreStatus::ok;
+  out.degraded = true;
+  out.error = error;
+  return out;
+}
+
+boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req) {
+  Connection* c = connection_for_current_thread();
+  if (c == nullptr || !c->ready) co_return fallback(req, c ? last_error() : "redis store not on this thread");
+  std::vector<std::string> args;
+  args.reserve(24);
+  args.push_back("EVALSHA");
+  args.push_back(c->acquire_sha);
+  const std::string tag(req.hash_tag.empty() ? req.bucket.name : req.hash_tag);
+  args.push_back(req.parent ? "2" : "1");
+  args.push_back(redis_key(options_.key_prefix, tag, req.bucket.name));
+  if (req.parent) args.push_back(redis_key(options_.key_prefix, tag, req.parent->name));
+  for (auto& a : acquire_args(req, "")) args.push_back(std::move(a));
+  Reply r = co_await c->async_call(std::move(args), scripts::kAcquire, net::use_awaitable);
+  if (!r.ok || r.items.size() != 12) co_return fallback(req, r.ok ? "redis: unexpected script reply" : r.error);
+  record_success();
+  StoreDecision out;
+  auto& d = out.decision;
+  d.granted = r.items[0] == "1";
+  d.wait_us = std::stoll(r.items[1]);
+  d.retry_after_us = std::stoll(r.items[2]);
+  d.remaining = std::stod(r.items[3]);
+  out.max_permits = std::stod(r.items[4]);
+  out.parent_bound = r.items[5] == "1";
+  out.reservation = {std::stoll(r.items[6]), std::stoll(r.items[7]), std::stod(r.items[8]),
+                     std::stoll(r.items[9]), std::stoll(r.items[10]), std::stod(r.items[11])};
+  d.next_free = out.reservation.release;
+  d.cost_us = out.reservation.cost;
+  d.spent = out.reservation.spent;
+  co_return out;
+}
+
+boost::asio::awaitable<bool> RedisStore::refund(AcquireRequest req, Reservation res) {
+  Connection* c = connection_for_current_thread();
+  if (c == nullptr || !c->ready) co_return false;
+  const std::string tag(req.hash_tag.empty() ? req.bucket.name : req.hash_tag);
+  std::vector<std::string> args{"EVALSHA", c->refund_sha, req.parent ? "2" : "1",
+                                redis_key(options_.key_prefix, tag, req.bucket.name)};
+  if (req.parent) args.push_back(redis_key(options_.key_prefix, tag, req.parent->name));
+  args.push_back(num(static_cast<double>(res.release)));
+  args.push_back(num(static_cast<double>(res.cost)));
+  args.push_back(num(res.spent));
+  if (req.parent) {
+    args.push_back(num(static_cast<double>(res.parent_release)));
+    args.push_back(num(static_cast<double>(res.parent_cost)));
+    args.push_back(num(res.parent_spent));
+  }
+  Reply r = co_await c->async_call(std::move(args), scripts::kRefund, net::use_awaitable);
+  const bool done = r.ok && r.integer > 0;
+  if (done) refunds_.fetch_add(1, std::memory_order_relaxed);
+  co_return done;
+}
+
+std::optional<BucketSnapshot> RedisStore::inspect(std::string_view bucket, const BucketParams& params) {
+  // Called from the admin thread: a short-lived blocking connection, never a request thread's.
+  timeval tv{0, static_cast<suseconds_t>(std::min<std::uint32_t>(options_.connect_timeout_ms, 999) * 1000)};
+  redisContext* c = redisConnectWithTimeout(options_.host.c_str(), options_.port, tv);
+  if (c == nullptr || c->err) {
+    if (c) redisFree(c);
+    return std::nullopt;
+  }
+  redisSetTimeout(c, tv);
+  auto cmd = [c](std::vector<std::string> args) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    return static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
+  };
+  std::optional<BucketSnapshot> out;
+  bool ok = true;
+  if (!options_.password.empty()) {
+    redisReply* a = cmd({"AUTH", options_.password});
+    ok = a && a->type != REDIS_REPLY_ERROR;
+    if (a) freeReplyObject(a);
+  }
+  if (ok && options_.database != 0) {
+    redisReply* s = cmd({"SELECT", std::to_string(options_.database)});
+    ok = s && s->type != REDIS_REPLY_ERROR;
+    if (s) freeReplyObject(s);
+  }
+  redisReply* t = ok ? cmd({"TIME"}) : nullptr;
+  redisReply* h = t ? cmd({"HMGET", redis_key(options_.key_prefix, "", bucket), "s", "n"}) : nullptr;
+  if (t && h && t->type == REDIS_REPLY_ARRAY && t->elements == 2 && h->type == REDIS_REPLY_ARRAY && h->elements == 2) {
+    const limiter::Shape shape = limiter::shape_of(params);
+    BucketSnapshot snap;
+    snap.now = std::stoll(t->element[0]->str) * 1'000'000 + std::stoll(t->element[1]->str);
+    snap.max_permits = shape.max_permits;
+    if (h->element[0]->type == REDIS_REPLY_STRING) {
+      limiter::BucketState st{std::stod(h->element[0]->str), static_cast<Micros>(std::stod(h->element[1]->str))};
+      limiter::resync(st, shape, snap.now);
+      snap.stored = st.stored;
+      snap.next_free = st.next_free;
+      snap.tracked = true;
+    } else {
+      snap.stored = shape.max_permits;
+      snap.next_free = snap.now;
+    }
+    out = snap;
+  }
+  if (t) freeReplyObject(t);
+  if (h) freeReplyObject(h);
+  redisFree(c);
+  return out;
+}
+
+std::string RedisStore::last_error() const {
+  std::lock_guard lock(incident_mu_);
+  return last_error_.empty() ? "redis not connected" : last_error_;
+}
+
+RedisStats RedisStore::stats() const {
+  RedisStats s;
+  std::lock_guard lock(incident_mu_);
+  s.up = up_;
+  s.failures = failures_.load();
+  s.refunds = refunds_.load();
+  s.incidents = incidents_;
+  s.live_instances = live_instances_.load();
+  s.last_error = last_error_;
+  return s;
+}
+
+std::string RedisStore::metrics_text() const {
+  const RedisStats st = stats();
+  std::string out;
+  out += "# HELP tollgate_store_up Whether the shared bucket store (Redis) answers.\n"
+         "# TYPE tollgate_store_up gauge\ntollgate_store_up " + std::string(st.up ? "1" : "0") + "\n";
+  out += "# HELP tollgate_store_failures_total Decisions affected by a store failure (handled by the policy).\n"
+         "# TYPE tollgate_store_failures_total counter\ntollgate_store_failures_total{policy=\"" +
+         std::string(failure_policy_name(options_.failure_policy)) + "\"} " + std::to_string(st.failures) + "\n";
+  out += "# HELP tollgate_store_incidents_total Store outages (each logged once at start and end).\n"
+         "# TYPE tollgate_store_incidents_total counter\ntollgate_store_incidents_total " +
+         std::to_string(st.incidents) + "\n";
+  out += "# HELP tollgate_store_live_instances Gateway instances heartbeating in the store.\n"
+         "# TYPE tollgate_store_live_instances gauge\ntollgate_store_live_instances " +
+         std::to_string(st.live_instances) + "\n";
+  return out;
+}
+
+std::vector<std::string> acquire_args(const AcquireRequest& req, std::string_view now_override) {
+  std::vector<std::string> args;
+  args.reserve(18);
+  args.push_back(num(req.permits));
+  args.push_back(std::to_string(req.timeout_us));
+  args.push_back(req.bucket.params.mode == limiter::Mode::pay_later ? "1" : "0");
+  args.emplace_back(now_override);
+  shape_args(args, req.bucket.params);
+  if (req.parent) shape_args(args, req.parent->params);
+  return args;
+}
+
+}  // namespace tollgate::store
