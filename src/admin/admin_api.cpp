@@ -207,7 +207,10 @@ SimpleResponse AdminApi::get_bucket(std::string_view name) const {
   const config::Rule* rule = snap ? snap->find_bucket(name) : nullptr;
   if (rule == nullptr && name.starts_with("/channel:")) rule = snap->find_bucket(name.substr(1));
   if (rule == nullptr) return error(404, "unknown_bucket", "no rule has the bucket " + std::string(name));
-  auto view = deps_.store.inspect(rule->bucket, rule->params);
+  // The same hash tag the proxy uses: the channel when the rule draws from one.
+  const config::Rule* channel = rule->channel ? rule : snap->channel_of(*rule);
+  auto view = deps_.store.inspect({rule->bucket, rule->params},
+                                  channel ? std::string_view(channel->channel_type) : std::string_view(rule->bucket));
   if (!view) return error(503, "store_unavailable", "the bucket store did not answer");
   const double debt_s = static_cast<double>(std::max<limiter::Micros>(0, view->next_free - view->now)) / 1e6;
   return ok_json({{"bucket", rule->bucket},

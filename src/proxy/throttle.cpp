@@ -36,18 +36,18 @@ std::string number(double v) {
 }  // namespace
 
 std::string ratelimit_policy_header(const config::Rule& rule, double max_permits) {
-  return sf_string(rule.interface_url) + ";q=" + number(rule.rate_limit) + ";w=1;burst=" + number(std::floor(max_permits));
+  return sf_string(rule.bucket) + ";q=" + number(rule.rate_limit) + ";w=1;burst=" + number(std::floor(max_permits));
 }
 
 std::string ratelimit_header(const config::Rule& rule, const limiter::Decision& d) {
   const long long remaining = d.granted || d.remaining >= 1 ? static_cast<long long>(std::floor(d.remaining)) : 0;
   const long long t = d.granted ? 0 : ceil_seconds(d.retry_after_us);
-  return sf_string(rule.interface_url) + ";r=" + std::to_string(remaining) + ";t=" + std::to_string(t);
+  return sf_string(rule.bucket) + ";r=" + std::to_string(remaining) + ";t=" + std::to_string(t);
 }
 
 std::string rejection_body(const config::Rule& rule, const limiter::Decision& d) {
   nlohmann::json j = {{"error", "rate_limited"},
-                      {"bucket", rule.interface_url},
+                      {"bucket", rule.bucket},
                       {"configId", rule.config_id},
                       {"rate_limit_per_s", rule.rate_limit},
                       {"wait_window_ms", static_cast<long long>(rule.cache_s * 1000)},

@@ -83,16 +83,16 @@ StoreDecision LocalStore::decide(const AcquireRequest& req) {
 }
 
 bool LocalStore::give_back(const AcquireRequest& req, const Reservation& r) {
-  const Micros now = clock_.now_us();
   const std::size_t ia = shard_index(req.bucket.name);
   const std::size_t ib = req.parent ? shard_index(req.parent->name) : ia;
   ShardLocks locks(shards_[ia].mu, req.parent ? &shards_[ib].mu : nullptr, ia < ib);
-  Entry& a = entry(shards_[ia], req.bucket, now);
-  bool any = limiter::refund(a.state, a.shape, r.release, r.cost, r.spent);
-  if (req.parent) {
-    Entry& b = entry(shards_[ib], *req.parent, now);
-    any = limiter::refund(b.state, b.shape, r.parent_release, r.parent_cost, r.parent_spent) || any;
-  }
+  // Found as they are now: a refund never reconciles parameters (the request's may be older).
+  auto refund_in = [](Shard& shard, std::string_view name, Micros release, Micros cost, double spent) {
+    auto it = shard.map.find(name);
+    return it != shard.map.end() && limiter::refund(it->second.state, it->second.shape, release, cost, spent);
+  };
+  bool any = refund_in(shards_[ia], req.bucket.name, r.release, r.cost, r.spent);
+  if (req.parent) any = refund_in(shards_[ib], req.parent->name, r.parent_release, r.parent_cost, r.parent_spent) || any;
   return any;
 }
 
@@ -100,7 +100,9 @@ boost::asio::awaitable<StoreDecision> LocalStore::try_acquire(AcquireRequest req
 
 boost::asio::awaitable<bool> LocalStore::refund(AcquireRequest req, Reservation r) { co_return give_back(req, r); }
 
-std::optional<BucketSnapshot> LocalStore::inspect(std::string_view bucket, const BucketParams& params) {
+std::optional<BucketSnapshot> LocalStore::inspect(const BucketRef& ref, std::string_view) {
+  const std::string_view bucket = ref.name;
+  const BucketParams& params = ref.params;
   BucketSnapshot snap;
   snap.now = clock_.now_us();
   Shard& shard = shards_[shard_index(bucket)];

@@ -57,6 +57,7 @@ local function load(key, sh)
   local st = {stored = tonumber(h[1]), next = tonumber(h[2])}
   local old_max, old_cool = tonumber(h[3]), tonumber(h[4])
   if old_max ~= sh.max or old_cool ~= sh.cool then
+    st.rescaled = true -- kept even if this request is rejected, as the in-process store does
     -- The rule changed: resync with the old shape, rescale to the new maximum (Guava's setRate).
     resync(st, old_max, old_cool)
     if old_max > 0 then
@@ -111,14 +112,16 @@ local function save(key, r, sh)
 end
 
 local sa = shape(5)
-local a = decide(load(KEYS[1], sa), sa)
+local a0 = load(KEYS[1], sa)
+local a = decide(a0, sa)
 if #KEYS == 1 then
-  if a.granted then save(KEYS[1], a, sa) end
+  if a.granted then save(KEYS[1], a, sa) elseif a0.rescaled then save(KEYS[1], a0, sa) end
   return {a.granted and 1 or 0, a.wait, a.retry, fmt(a.remaining), fmt(sa.max), 0,
           a.next, a.cost, fmt(a.spent), 0, 0, '0'}
 end
 local sb = shape(12)
-local b = decide(load(KEYS[2], sb), sb)
+local b0 = load(KEYS[2], sb)
+local b = decide(b0, sb)
 if a.granted and b.granted then
   save(KEYS[1], a, sa)
   save(KEYS[2], b, sb)
@@ -127,6 +130,8 @@ if a.granted and b.granted then
   return {1, w, 0, fmt(math.min(a.remaining, b.remaining)), fmt(mx), bound,
           a.next, a.cost, fmt(a.spent), b.next, b.cost, fmt(b.spent)}
 end
+if a0.rescaled then save(KEYS[1], a0, sa) end
+if b0.rescaled then save(KEYS[2], b0, sb) end
 local ra, rb = 0, 0
 if not a.granted then ra = a.retry end
 if not b.granted then rb = b.retry end

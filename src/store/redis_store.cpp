@@ -137,6 +137,8 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   bool ready = false, connecting = false, stopping = false, retry_armed = false, watchdog_armed = false;
   std::deque<limiter::Micros> in_flight;  // send times, oldest first (replies come in order)
   limiter::Micros connect_started = 0;
+  std::chrono::steady_clock::time_point watchdog_deadline{};
+  std::uint64_t watchdog_gen = 0;
   milliseconds backoff{100};
   net::steady_timer watchdog, retry, heartbeat;
   std::string acquire_sha, refund_sha;
@@ -287,11 +289,17 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     });
   }
 
+  // One timer per connection watches the oldest command in flight (and the connect). Arming it
+  // for an earlier deadline than the pending one moves it; a later one leaves it be.
   void arm_watchdog(milliseconds after) {
-    if (watchdog_armed) return;
+    const auto deadline = std::chrono::steady_clock::now() + after;
+    if (watchdog_armed && watchdog_deadline <= deadline) return;
     watchdog_armed = true;
-    watchdog.expires_after(after);
-    watchdog.async_wait([self = shared_from_this()](auto ec) {
+    watchdog_deadline = deadline;
+    const std::uint64_t gen = ++watchdog_gen;
+    watchdog.expires_at(deadline);
+    watchdog.async_wait([self = shared_from_this(), gen](auto ec) {
+      if (gen != self->watchdog_gen) return;  // superseded by a re-arm
       self->watchdog_armed = false;
       if (!ec) self->check_deadlines();
     });
@@ -557,7 +565,8 @@ boost::asio::awaitable<bool> RedisStore::refund(AcquireRequest req, Reservation 
   co_return done;
 }
 
-std::optional<BucketSnapshot> RedisStore::inspect(std::string_view bucket, const BucketParams& params) {
+std::optional<BucketSnapshot> RedisStore::inspect(const BucketRef& ref, std::string_view hash_tag) {
+  const BucketParams& params = ref.params;
   // Called from the admin thread: a short-lived blocking connection, never a request thread's.
   timeval tv{0, static_cast<suseconds_t>(std::min<std::uint32_t>(options_.connect_timeout_ms, 999) * 1000)};
   redisContext* c = redisConnectWithTimeout(options_.host.c_str(), options_.port, tv);
@@ -588,7 +597,7 @@ std::optional<BucketSnapshot> RedisStore::inspect(std::string_view bucket, const
     if (s) freeReplyObject(s);
   }
   redisReply* t = ok ? cmd({"TIME"}) : nullptr;
-  redisReply* h = t ? cmd({"HMGET", redis_key(options_.key_prefix, "", bucket), "s", "n"}) : nullptr;
+  redisReply* h = t ? cmd({"HMGET", redis_key(options_.key_prefix, hash_tag, ref.name), "s", "n"}) : nullptr;
   if (t && h && t->type == REDIS_REPLY_ARRAY && t->elements == 2 && h->type == REDIS_REPLY_ARRAY && h->elements == 2) {
     const limiter::Shape shape = limiter::shape_of(params);
     BucketSnapshot snap;

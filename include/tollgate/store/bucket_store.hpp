@@ -68,7 +68,7 @@ class BucketStore {
   // of its bucket(s). Returns whether anything was given back.
   virtual boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) = 0;
   // Read-only view of one bucket for the admin API (nullopt: the store cannot answer now).
-  virtual std::optional<BucketSnapshot> inspect(std::string_view bucket, const BucketParams& params) = 0;
+  virtual std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) = 0;
   virtual std::string name() const = 0;
   // Store-specific Prometheus lines (health, failures); empty when there is nothing to add.
   virtual std::string metrics_text() const { return {}; }

@@ -20,7 +20,7 @@ class LocalStore final : public BucketStore {
 
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
-  std::optional<BucketSnapshot> inspect(std::string_view bucket, const BucketParams& params) override;
+  std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
   std::string name() const override { return "local"; }
 
   // The synchronous operations the coroutines wrap; also what benchmarks, tests and the Redis

@@ -12,6 +12,7 @@ config::Rule rule() {
   config::Rule r;
   r.config_id = 1;
   r.interface_url = "/shopping/search";
+  r.bucket = r.interface_url;
   r.rate_limit = 5;
   r.cache_s = 0.5;
   r.enabled = true;

@@ -79,7 +79,7 @@ TEST(LocalStore, ChannelAndInterfaceAreAllOrNothing) {
   EXPECT_TRUE(d.parent_bound);
   EXPECT_EQ(d.decision.retry_after_us, 333333);
   // Nothing was taken from /b by the rejection: it still has 9 of its 10.
-  auto view = s.inspect("/b", rate(10));
+  auto view = s.inspect({"/b", rate(10)}, "");
   EXPECT_DOUBLE_EQ(view->stored, 9);
   // The wait is the later of the two slots: the channel's next permit, although /a has stored ones.
   const StoreDecision w = s.decide({{"/a", rate(10)}, channel, "IBE+", 1, 1'000'000});
@@ -107,12 +107,12 @@ TEST(LocalStore, RefundGivesBackTheNewestReservationOnly) {
 TEST(LocalStore, InspectShowsDebt) {
   ManualClock clock;
   LocalStore s(clock);
-  auto fresh = s.inspect("/a", rate(5));
+  auto fresh = s.inspect({"/a", rate(5)}, "");
   ASSERT_TRUE(fresh);
   EXPECT_FALSE(fresh->tracked);
   EXPECT_DOUBLE_EQ(fresh->stored, 5);
   for (int i = 0; i < 7; ++i) s.decide({{"/a", rate(5)}, {}, {}, 1, 1'000'000});
-  auto v = s.inspect("/a", rate(5));
+  auto v = s.inspect({"/a", rate(5)}, "");
   EXPECT_TRUE(v->tracked);
   EXPECT_EQ(v->next_free - v->now, 400000);
 }

@@ -1,0 +1,218 @@
+// Redis as the fleet's bucket store, with real gateway processes, a real redis-server and the mock
+// upstream. One test stops the server: ctest runs these tests one at a time (RESOURCE_LOCK redis).
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "support/load.hpp"
+#include "support/redis.hpp"
+#include "support/stack.hpp"
+
+namespace tollgate::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+json redis_config(int upstream_port, int redis_port, const std::string& policy = "fail_open") {
+  json c = base_config(upstream_port);
+  c["limits"]["store"] = "redis";
+  // A key prefix of this test process's own: nothing else on the server (heartbeats included) counts.
+  c["limits"]["redis"] = {{"host", "127.0.0.1"}, {"port", redis_port}, {"failure_policy", policy},
+                          {"decision_timeout_ms", 100}, {"key_prefix", "t" + std::to_string(getpid()) + ":"}};
+  return c;
+}
+
+class RedisE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!server().available()) GTEST_SKIP() << server().why_not();
+    server().flush();
+    ASSERT_GT(upstream.port, 0);
+  }
+  static RedisServer& server() { return RedisServer::shared(); }
+  std::unique_ptr<GatewayProcess> gateway(const json& c) {
+    auto gw = std::make_unique<GatewayProcess>(c);
+    EXPECT_GT(gw->port, 0) << gw->proc->output();
+    // Connected to Redis before the test starts sending.
+    EXPECT_TRUE(gw->proc->wait_for_line("redis store connected", 10s)) << gw->proc->output();
+    return gw;
+  }
+  int admitted(const GatewayProcess& gw, const std::string& path, int n) {
+    return count_status(concurrent_requests(gw.port, {"GET", path, {}, {}}, n), 200);
+  }
+  MockUpstream upstream;
+};
+
+// Three instances on one Redis: a 10/s interface under ~60x that load for 10 s. The upstream's
+// arrival log must show, for every window, at most burst + rate*T + 1, and at least 95% of it.
+TEST_F(RedisE2E, FleetOfThreeKeepsTheLimitAsOne) {
+  json c = redis_config(upstream.port, server().port());
+  c["threads"] = 1;
+  c["limits"]["rules"][0]["rateLimit"] = 10;
+  c["limits"]["rules"][0]["cache"] = 0.3;
+  std::vector<std::unique_ptr<GatewayProcess>> fleet;
+  for (int i = 0; i < 3; ++i) fleet.push_back(gateway(c));
+  upstream.reset();
+  std::vector<int> ports;
+  for (auto& g : fleet) ports.push_back(g->port);
+  const LoadResult load = run_load(ports, "/ibe/shopping/search", 4, 10s);
+  EXPECT_EQ(load.count(0), 0);
+  EXPECT_EQ(load.count(200) + load.count(429), load.total());
+  EXPECT_GT(load.count(429), 10 * load.count(200) / 2);  // well over the limit
+
+  auto arrivals = upstream.stats()["paths"]["/ibe/shopping/search"]["arrivals_us"].get<std::vector<std::int64_t>>();
+  ASSERT_EQ(static_cast<int>(arrivals.size()), load.count(200));
+  std::sort(arrivals.begin(), arrivals.end());
+  const double burst = 10, rate = 10;
+  double worst = 0;
+  for (std::size_t i = 0; i < arrivals.size(); ++i)
+    for (std::size_t j = i; j < arrivals.size(); ++j) {
+      const double T = static_cast<double>(arrivals[j] - arrivals[i]) / 1e6;
+      const double excess = static_cast<double>(j - i + 1) - (burst + rate * T);
+      worst = std::max(worst, excess);
+    }
+  EXPECT_LE(worst, 1.0) << "a window admitted " << worst << " more than burst + rate*T";
+  const double span = static_cast<double>(arrivals.back() - arrivals.front()) / 1e6;
+  EXPECT_GE(static_cast<double>(arrivals.size()), 0.95 * (burst + rate * span))
+      << arrivals.size() << " admitted over " << span << " s";
+  for (auto& g : fleet) {
+    const std::string m = http_get(g->admin_port, "/metrics").body;
+    EXPECT_NE(m.find("tollgate_store_up 1"), std::string::npos);
+    EXPECT_NE(m.find("tollgate_store_live_instances 3"), std::string::npos) << m;
+  }
+}
+
+TEST_F(RedisE2E, ChannelLimitIsSharedByItsInterfacesAcrossInstances) {
+  json c = redis_config(upstream.port, server().port());
+  c["limits"]["rules"] = json::array(
+      {{{"configId", 1}, {"channelType", "IBE+"}, {"interfaceUrl", "/a"}, {"rateLimit", 10}, {"cache", 0}, {"status", 1}},
+       {{"configId", 2}, {"channelType", "IBE+"}, {"interfaceUrl", "/b"}, {"rateLimit", 10}, {"cache", 0}, {"status", 1}},
+       {{"configId", 3}, {"channelType", "IBE+"}, {"scope", "channel"}, {"rateLimit", 3}, {"status", 1}}});
+  auto a = gateway(c);
+  auto b = gateway(c);
+  const int n = admitted(*a, "/ibe/a", 6) + admitted(*b, "/ibe/b", 6) + admitted(*a, "/ibe/b", 4);
+  EXPECT_EQ(n, 3);
+  const auto r = http_get(b->port, "/ibe/a");
+  ASSERT_EQ(r.status, 429);
+  EXPECT_EQ(json::parse(r.body)["bucket"], "channel:IBE+");
+  EXPECT_NE(r.header("ratelimit-policy").find("\"channel:IBE+\";q=3"), std::string::npos);
+  // Nothing was taken from /a or /b by the rejections: each still holds its own 10, minus grants.
+  const json view = a->admin_json("/admin/buckets/a");
+  EXPECT_GE(view["stored_permits"].get<double>(), 7.0);
+}
+
+void refund_scenario(const GatewayProcess& gw, const MockUpstream& upstream) {
+  // A takes the stored permit; B is held for 1 s and leaves after 200 ms; C arrives at 400 ms.
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(http_get(gw.port, "/ibe/booking").status, 200);
+  const std::string raw = "GET /ibe/booking HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::thread leaver([&] { raw_exchange(gw.port, raw, 200ms); });  // gives up after 200 ms
+  std::this_thread::sleep_for(400ms);
+  leaver.join();
+  const auto c_start = std::chrono::steady_clock::now();
+  const auto c = http_get(gw.port, "/ibe/booking");
+  const auto c_took = std::chrono::steady_clock::now() - c_start;
+  EXPECT_EQ(c.status, 200);
+  // With B's slot given back, C gets the slot at ~1 s after A instead of ~2 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1600ms);
+  EXPECT_GT(c_took, 300ms);
+  std::this_thread::sleep_for(1200ms);  // B's old slot passes: B must never reach the upstream
+  EXPECT_EQ(upstream.count("/ibe/booking"), 2);
+  EXPECT_NE(http_get(gw.admin_port, "/metrics").body.find("tollgate_refunds_total 1"), std::string::npos);
+}
+
+json refund_rules(json c) {
+  c["limits"]["rules"] = json::array({{{"configId", 1}, {"interfaceUrl", "/booking"}, {"rateLimit", 1},
+                                       {"cache", 5}, {"status", 1}}});
+  return c;
+}
+
+TEST_F(RedisE2E, DepartedClientGivesItsSlotBack) {
+  auto gw = gateway(refund_rules(redis_config(upstream.port, server().port())));
+  refund_scenario(*gw, upstream);
+}
+
+TEST(LocalE2E, DepartedClientGivesItsSlotBack) {
+  MockUpstream upstream;
+  GatewayProcess gw(refund_rules(base_config(upstream.port)));
+  ASSERT_GT(gw.port, 0);
+  refund_scenario(gw, upstream);
+}
+
+TEST(LocalE2E, ChannelLimitInProcess) {
+  MockUpstream upstream;
+  json c = base_config(upstream.port);
+  c["limits"]["rules"] = json::array(
+      {{{"configId", 1}, {"channelType", "IBE+"}, {"interfaceUrl", "/a"}, {"rateLimit", 10}, {"cache", 0}, {"status", 1}},
+       {{"configId", 2}, {"channelType", "IBE+"}, {"interfaceUrl", "/b"}, {"rateLimit", 10}, {"cache", 0}, {"status", 1}},
+       {{"configId", 3}, {"channelType", "IBE+"}, {"scope", "channel"}, {"rateLimit", 3}, {"status", 1}}});
+  GatewayProcess gw(c);
+  ASSERT_GT(gw.port, 0);
+  const int a = count_status(concurrent_requests(gw.port, {"GET", "/ibe/a", {}, {}}, 6), 200);
+  const int b = count_status(concurrent_requests(gw.port, {"GET", "/ibe/b", {}, {}}, 6), 200);
+  EXPECT_EQ(a + b, 3);
+}
+
+struct PolicyCase {
+  const char* policy;
+  int while_down_200;  // of 20 simultaneous requests to a 5/s rule with no wait window
+  int while_down_503;
+};
+
+class RedisOutage : public RedisE2E, public ::testing::WithParamInterface<PolicyCase> {};
+
+TEST_P(RedisOutage, PolicyDecidesWhileRedisIsDownAndLimitingResumes) {
+  const PolicyCase pc = GetParam();
+  json c = redis_config(upstream.port, server().port(), pc.policy);
+  c["limits"]["rules"][0]["cache"] = 0;
+  c["limits"]["redis"]["local_divisor"] = 1;
+  auto gw = gateway(c);
+  EXPECT_EQ(admitted(*gw, "/ibe/shopping/search", 20), 5);
+
+  server().stop();
+  const auto t = std::chrono::steady_clock::now();
+  const auto rs = concurrent_requests(gw->port, {"GET", "/ibe/shopping/search", {}, {}}, 20);
+  EXPECT_LT(std::chrono::steady_clock::now() - t, 3s);  // answered, not hung
+  EXPECT_EQ(count_status(rs, 200), pc.while_down_200);
+  EXPECT_EQ(count_status(rs, 503), pc.while_down_503);
+  EXPECT_EQ(count_status(rs, 200) + count_status(rs, 429) + count_status(rs, 503), 20);
+  if (pc.while_down_503) {
+    EXPECT_EQ(json::parse(rs[0].body)["error"], "limiter_unavailable");
+  }
+  EXPECT_TRUE(gw->proc->wait_for_line("redis store incident started", 5s));
+  const std::string m = http_get(gw->admin_port, "/metrics").body;
+  EXPECT_NE(m.find("tollgate_store_up 0"), std::string::npos);
+  EXPECT_EQ(m.find("tollgate_store_failures_total{policy=\"" + std::string(pc.policy) + "\"} 0"), std::string::npos);
+
+  server().start();
+  ASSERT_TRUE(gw->proc->wait_for_line("redis store incident ended", 10s)) << gw->proc->output();
+  std::this_thread::sleep_for(1100ms);  // the (new, empty) Redis bucket is full; our local one refills too
+  EXPECT_EQ(admitted(*gw, "/ibe/shopping/search", 20), 5);
+  const std::string out = gw->proc->output();
+  EXPECT_EQ(out.find("incident started"), out.rfind("incident started"));  // logged once
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, RedisOutage,
+                         ::testing::Values(PolicyCase{"fail_open", 20, 0}, PolicyCase{"fail_closed", 0, 20},
+                                           PolicyCase{"local", 5, 0}),
+                         [](const auto& info) { return std::string(info.param.policy); });
+
+TEST_F(RedisE2E, SlowRedisCountsAsFailedAfterTheDecisionTimeout) {
+  json c = redis_config(upstream.port, server().port(), "fail_closed");
+  auto gw = gateway(c);
+  ASSERT_EQ(http_get(gw->port, "/ibe/shopping/search").status, 200);
+  std::thread sleeper([&] { server().cli("DEBUG SLEEP 1"); });  // Redis stalls for a second
+  std::this_thread::sleep_for(100ms);
+  const auto t = std::chrono::steady_clock::now();
+  const auto r = http_get(gw->port, "/ibe/shopping/search");
+  const auto took = std::chrono::steady_clock::now() - t;
+  sleeper.join();
+  EXPECT_EQ(r.status, 503);
+  EXPECT_LT(took, 700ms);  // the 100 ms decision timeout, not the 1 s stall
+  ASSERT_TRUE(gw->proc->wait_for_line("redis store incident ended", 10s));
+  EXPECT_EQ(http_get(gw->port, "/ibe/shopping/search").status, 200);
+}
+
+}  // namespace
+}  // namespace tollgate::testing

@@ -1,0 +1,186 @@
+// The Redis script against the in-process store: one random sequence of decisions (rate changes,
+// channel pairs, warm-up, fractions, refunds) replayed against both must give the same answers,
+// double for double. Redis gets each step's time as the script's `now` override.
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <random>
+
+#include "support/manual_clock.hpp"
+#include "support/redis.hpp"
+#include "tollgate/store/local_store.hpp"
+#include "tollgate/store/redis_store.hpp"
+
+namespace tollgate::store {
+namespace {
+
+using testing::ManualClock;
+using testing::RedisServer;
+
+class Sync {
+ public:
+  explicit Sync(int port) { c_ = redisConnect("127.0.0.1", port); }
+  ~Sync() {
+    if (c_) redisFree(c_);
+  }
+  bool ok() const { return c_ && !c_->err; }
+  redisReply* cmd(const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    return static_cast<redisReply*>(redisCommandArgv(c_, static_cast<int>(args.size()), argv.data(), lens.data()));
+  }
+
+ private:
+  redisContext* c_ = nullptr;
+};
+
+std::string str(const redisReply* e) {
+  return e->type == REDIS_REPLY_INTEGER ? std::to_string(e->integer) : std::string(e->str, e->len);
+}
+
+class RedisScript : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+    RedisServer::shared().flush();
+    redis = std::make_unique<Sync>(RedisServer::shared().port());
+    ASSERT_TRUE(redis->ok());
+  }
+  StoreDecision acquire(const AcquireRequest& req, Micros now) {
+    std::vector<std::string> args{"EVAL", acquire_script(), req.parent ? "2" : "1",
+                                  redis_key("t:", req.hash_tag, req.bucket.name)};
+    if (req.parent) args.push_back(redis_key("t:", req.hash_tag, req.parent->name));
+    for (auto& a : acquire_args(req, std::to_string(now))) args.push_back(a);
+    redisReply* r = redis->cmd(args);
+    EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY && r->elements == 12) << (r && r->str ? r->str : "no reply");
+    StoreDecision d;
+    if (!r || r->type != REDIS_REPLY_ARRAY) return d;
+    d.decision.granted = str(r->element[0]) == "1";
+    d.decision.wait_us = std::stoll(str(r->element[1]));
+    d.decision.retry_after_us = std::stoll(str(r->element[2]));
+    d.decision.remaining = std::stod(str(r->element[3]));
+    d.max_permits = std::stod(str(r->element[4]));
+    d.parent_bound = str(r->element[5]) == "1";
+    d.reservation = {std::stoll(str(r->element[6])), std::stoll(str(r->element[7])), std::stod(str(r->element[8])),
+                     std::stoll(str(r->element[9])), std::stoll(str(r->element[10])), std::stod(str(r->element[11]))};
+    freeReplyObject(r);
+    return d;
+  }
+  bool give_back(const AcquireRequest& req, const Reservation& res) {
+    auto n = [](double v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.17g", v);
+      return std::string(b);
+    };
+    std::vector<std::string> args{"EVAL", refund_script(), req.parent ? "2" : "1",
+                                  redis_key("t:", req.hash_tag, req.bucket.name)};
+    if (req.parent) args.push_back(redis_key("t:", req.hash_tag, req.parent->name));
+    for (double v : {static_cast<double>(res.release), static_cast<double>(res.cost), res.spent,
+                     static_cast<double>(res.parent_release), static_cast<double>(res.parent_cost), res.parent_spent})
+      args.push_back(n(v));
+    redisReply* r = redis->cmd(args);
+    const bool done = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    if (r) freeReplyObject(r);
+    return done;
+  }
+  std::unique_ptr<Sync> redis;
+};
+
+TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
+  ManualClock clock(1'700'000'000'000'000);
+  LocalStore local(clock);
+  std::mt19937_64 rng(42);
+  // Three interface buckets, one of them warming up, and a channel bucket over two of them.
+  std::vector<BucketParams> params(4);
+  params[0].rate = 5;
+  params[1].rate = 3;
+  params[1].burst = 2;
+  params[2].rate = 2;
+  params[2].warmup_us = 3'000'000;
+  params[3].rate = 4;  // the channel
+  const char* names[] = {"/a", "/b", "/w"};
+  int granted = 0, rejected = 0, refunded = 0;
+  std::vector<std::pair<AcquireRequest, Reservation>> held;
+  for (int step = 0; step < 3000; ++step) {
+    clock.advance(static_cast<Micros>(rng() % 300'000));
+    if (rng() % 100 == 0) params[rng() % 4].rate = 1 + static_cast<double>(rng() % 9);  // an operator edit
+    const int b = static_cast<int>(rng() % 3);
+    // /a and /b belong to channel X (the gateway tags their keys with the channel), /w to none.
+    AcquireRequest req{{names[b], params[b]}, {}, b < 2 ? "X" : names[b], 1.0,
+                       static_cast<Micros>(rng() % 1'500'000)};
+    if (b < 2 && rng() % 2) req.parent = BucketRef{"channel:X", params[3]};
+    if (rng() % 5 == 0) req.permits = 0.5 + static_cast<double>(rng() % 3);
+    const StoreDecision l = local.decide(req);
+    const StoreDecision r = acquire(req, clock.now_us());
+    SCOPED_TRACE("step " + std::to_string(step));
+    if (std::getenv("REPLAY_DEBUG"))
+      std::fprintf(stderr, "%d %s parent=%d permits=%g timeout=%lld rate=%g | L g=%d w=%lld rem=%.17g | R g=%d w=%lld rem=%.17g\n", step,
+                   names[b], req.parent ? 1 : 0, req.permits, (long long)req.timeout_us, req.bucket.params.rate,
+                   l.decision.granted, (long long)l.decision.wait_us, l.decision.remaining, r.decision.granted,
+                   (long long)r.decision.wait_us, r.decision.remaining);
+    ASSERT_EQ(l.decision.granted, r.decision.granted);
+    ASSERT_EQ(l.decision.wait_us, r.decision.wait_us);
+    ASSERT_EQ(l.decision.retry_after_us, r.decision.retry_after_us);
+    ASSERT_EQ(l.decision.remaining, r.decision.remaining);  // exactly: same operations in the same order
+    ASSERT_EQ(l.max_permits, r.max_permits);
+    ASSERT_EQ(l.parent_bound, r.parent_bound);
+    if (l.decision.granted) {
+      ++granted;
+      ASSERT_EQ(l.reservation.release, r.reservation.release);
+      ASSERT_EQ(l.reservation.cost, r.reservation.cost);
+      ASSERT_EQ(l.reservation.spent, r.reservation.spent);
+      if (l.decision.wait_us > 0) held.push_back({req, l.reservation});
+    } else {
+      ++rejected;
+    }
+    if (!held.empty() && rng() % 7 == 0) {  // a held caller leaves
+      auto [hreq, res] = held.back();
+      held.pop_back();
+      const bool lb = local.give_back(hreq, res);
+      ASSERT_EQ(lb, give_back(hreq, res));
+      refunded += lb;
+    }
+  }
+  EXPECT_GT(granted, 500);
+  EXPECT_GT(rejected, 500);
+  EXPECT_GT(refunded, 10);
+}
+
+TEST_F(RedisScript, StateExpiresWhenTheBucketWouldBeFullAnyway) {
+  BucketParams p;
+  p.rate = 10;  // 100 ms per permit, 10 stored
+  AcquireRequest req{{"/ttl", p}, {}, {}, 1.0, 0};
+  const Micros now = 1'700'000'000'000'000;
+  for (int i = 0; i < 4; ++i) acquire(req, now);
+  redisReply* r = redis->cmd({"PTTL", redis_key("t:", "", "/ttl")});
+  ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
+  // 4 permits to refill at 100 ms each: 400 ms, plus the one second of margin.
+  EXPECT_GE(r->integer, 1300);
+  EXPECT_LE(r->integer, 1400);
+  freeReplyObject(r);
+}
+
+TEST_F(RedisScript, UsesRedisTimeWithoutOverride) {
+  BucketParams p;
+  p.rate = 1;
+  AcquireRequest req{{"/time", p}, {}, {}, 1.0, 0};
+  std::vector<std::string> args{"EVAL", acquire_script(), "1", redis_key("t:", "", "/time")};
+  for (auto& a : acquire_args(req, "")) args.push_back(a);
+  redisReply* r = redis->cmd(args);
+  ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "");
+  EXPECT_EQ(r->element[0]->integer, 1);
+  // The release time is the server's clock in microseconds (a Unix time, not this process's clock).
+  const double release = std::stod(str(r->element[6]));
+  const double unix_us = static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                 std::chrono::system_clock::now().time_since_epoch())
+                                                 .count());
+  EXPECT_NEAR(release, unix_us, 5e6);
+  freeReplyObject(r);
+}
+
+}  // namespace
+}  // namespace tollgate::store

@@ -1,0 +1,69 @@
+#include <utility>
+
+#include "support/load.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <mutex>
+#include <thread>
+
+namespace tollgate::testing {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+LoadResult run_load(const std::vector<int>& ports, const std::string& target, int clients_per_port,
+                    std::chrono::milliseconds duration, std::chrono::milliseconds pause_after_reject) {
+  LoadResult result;
+  std::mutex mu;
+  const auto deadline = std::chrono::steady_clock::now() + duration;
+  std::vector<std::thread> threads;
+  for (int port : ports) {
+    for (int c = 0; c < clients_per_port; ++c) {
+      threads.emplace_back([&, port] {
+        std::map<int, int> local;
+        net::io_context ctx;
+        std::unique_ptr<tcp::socket> sock;
+        beast::flat_buffer buf;
+        http::request<http::empty_body> req{http::verb::get, target, 11};
+        req.set(http::field::host, "127.0.0.1");
+        while (std::chrono::steady_clock::now() < deadline) {
+          beast::error_code ec;
+          if (!sock) {
+            sock = std::make_unique<tcp::socket>(ctx);
+            sock->connect({net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+            if (ec) {
+              ++local[0];
+              sock.reset();
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+              continue;
+            }
+            timeval tv{5, 0};
+            setsockopt(sock->native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            buf.clear();
+          }
+          http::write(*sock, req, ec);
+          http::response<http::string_body> res;
+          if (!ec) http::read(*sock, buf, res, ec);
+          if (ec) {
+            ++local[0];
+            sock.reset();
+            continue;
+          }
+          ++local[res.result_int()];
+          if (!res.keep_alive()) sock.reset();
+          if (res.result_int() == 429 || res.result_int() == 503) std::this_thread::sleep_for(pause_after_reject);
+        }
+        std::lock_guard lock(mu);
+        for (const auto& [s, n] : local) result.statuses[s] += n;
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  return result;
+}
+
+}  // namespace tollgate::testing
