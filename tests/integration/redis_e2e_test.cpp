@@ -160,6 +160,8 @@ struct PolicyCase {
   int while_down_503;
 };
 
+void PrintTo(const PolicyCase& pc, std::ostream* os) { *os << pc.policy; }
+
 class RedisOutage : public RedisE2E, public ::testing::WithParamInterface<PolicyCase> {};
 
 TEST_P(RedisOutage, PolicyDecidesWhileRedisIsDownAndLimitingResumes) {
