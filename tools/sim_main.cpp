@@ -4,7 +4,16 @@
 
 #include "tollgate/app/simulator.hpp"
 
-int main() {
+#include <cstring>
+
+#include "tollgate/store/redis_store.hpp"
+
+int main(int argc, char** argv) {
+  // --redis-script: print the Lua acquire script the Redis store runs (for redis-benchmark).
+  if (argc > 1 && !std::strcmp(argv[1], "--redis-script")) {
+    std::cout << tollgate::store::acquire_script();
+    return 0;
+  }
   tollgate::app::Simulator sim;
   std::string line;
   while (std::getline(std::cin, line)) {

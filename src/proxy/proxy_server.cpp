@@ -7,6 +7,7 @@
 #include "tollgate/proxy/proxy_server.hpp"
 
 #include <algorithm>
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -59,21 +60,103 @@ bool is_idempotent(http::verb v) {
   }
 }
 
-// Hop-by-hop headers (RFC 9110 7.6.1) plus any header the Connection field names.
+// Hop-by-hop headers (RFC 9110 7.6.1) plus any header the Connection field names. One pass over
+// the fields finds what is there; most messages carry none of them, and then nothing is erased.
 template <class Fields>
 void strip_hop_by_hop(Fields& f, bool keep_transfer_encoding) {
+  bool found = false;
+  for (const auto& field : f) {
+    switch (field.name()) {
+      case http::field::connection: case http::field::keep_alive: case http::field::proxy_connection:
+      case http::field::te: case http::field::trailer: case http::field::upgrade:
+      case http::field::proxy_authorization: case http::field::proxy_authenticate:
+        found = true;
+        break;
+      case http::field::transfer_encoding:
+        found = found || !keep_transfer_encoding;
+        break;
+      default:
+        break;
+    }
+    if (found) break;
+  }
+  if (!found) return;
   std::vector<std::string> named;
   for (auto const& token : http::token_list{f[http::field::connection]}) named.emplace_back(token);
   for (const auto& n : named) f.erase(n);
-  f.erase(http::field::connection);
-  f.erase(http::field::keep_alive);
-  f.erase(http::field::proxy_connection);
-  f.erase(http::field::te);
-  f.erase(http::field::trailer);
-  f.erase(http::field::upgrade);
-  f.erase(http::field::proxy_authorization);
-  f.erase(http::field::proxy_authenticate);
+  for (auto name : {http::field::connection, http::field::keep_alive, http::field::proxy_connection, http::field::te,
+                    http::field::trailer, http::field::upgrade, http::field::proxy_authorization,
+                    http::field::proxy_authenticate})
+    f.erase(name);
   if (!keep_transfer_encoding) f.erase(http::field::transfer_encoding);
+}
+
+constexpr std::size_t kReadChunk = 16 * 1024;
+constexpr std::uint64_t kBufferedBodyMax = 1024 * 1024;  // larger or unknown-length bodies stream
+
+// Feeds the bytes already buffered to the parser and reads more only when it needs them, until
+// `done(parser)` holds. Parsing straight from the buffer saves an async round trip per message.
+template <class Parser, class Done>
+net::awaitable<beast::error_code> parse_until(beast::tcp_stream& stream, beast::flat_buffer& buffer, Parser& p,
+                                              Done done, milliseconds timeout) {
+  beast::error_code ec;
+  for (;;) {
+    if (buffer.size() > 0) {
+      const std::size_t used = p.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec == http::error::need_more) ec = {};
+      if (ec) co_return ec;
+      if (done(p)) co_return ec;
+      if (used > 0 && buffer.size() > 0) continue;
+    }
+    stream.expires_after(timeout);
+    const std::size_t n = co_await stream.async_read_some(buffer.prepare(kReadChunk), with(ec));
+    if (ec == net::error::eof && p.got_some()) {
+      p.put_eof(ec);  // a body delimited by the peer closing; otherwise partial_message
+      if (!ec && done(p)) co_return ec;
+      if (!ec) ec = http::error::partial_message;
+    }
+    if (ec) co_return ec;
+    buffer.commit(n);
+  }
+}
+
+// Writes a message head ("start line\r\n" + fields + "\r\n") the simple way: one string, so the
+// head and a buffered body leave in one gathered write.
+template <class Fields>
+void append_fields(std::string& out, const Fields& fields) {
+  for (const auto& f : fields) {
+    out.append(f.name_string().data(), f.name_string().size());
+    out.append(": ", 2);
+    out.append(f.value().data(), f.value().size());
+    out.append("\r\n", 2);
+  }
+  out.append("\r\n", 2);
+}
+
+std::string request_head(const http::request<http::string_body>& req) {
+  std::string out;
+  out.reserve(512);
+  const auto method = req.method_string();
+  out.append(method.data(), method.size());
+  out.push_back(' ');
+  out.append(req.target().data(), req.target().size());
+  out.append(" HTTP/1.1\r\n", 11);
+  append_fields(out, req.base());
+  return out;
+}
+
+std::string response_head(const http::response<http::string_body>& res) {
+  std::string out;
+  out.reserve(512);
+  out.append(res.version() == 10 ? "HTTP/1.0 " : "HTTP/1.1 ", 9);
+  out.append(std::to_string(res.result_int()));
+  out.push_back(' ');
+  const auto reason = res.reason().empty() ? http::obsolete_reason(res.result()) : res.reason();
+  out.append(reason.data(), reason.size());
+  out.append("\r\n", 2);
+  append_fields(out, res.base());
+  return out;
 }
 
 struct Upstream {
@@ -228,22 +311,22 @@ struct ProxyServer::Impl {
       http::request_parser<http::string_body> parser;
       parser.header_limit(limits.max_header_bytes);
       parser.body_limit(limits.max_body_bytes);
-      stream.expires_after(milliseconds(limits.header_timeout_ms));
-      co_await http::async_read_header(stream, buffer, parser, with(ec));
+      ec = co_await parse_until(stream, buffer, parser, [](auto& p) { return p.is_header_done(); },
+                                milliseconds(limits.header_timeout_ms));
       if (ec) {
         co_await answer_read_error(stream, ec);
         break;
       }
-      const unsigned version = parser.get().version();
       if (!parser.is_done()) {
-        if (parser.get()[http::field::expect] == "100-continue") {
-          http::response<http::empty_body> cont{http::status::continue_, version};
+        if (parser.get()[http::field::expect] == "100-continue" && buffer.size() == 0) {
+          static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
           stream.expires_after(milliseconds(limits.body_timeout_ms));
-          co_await http::async_write(stream, cont, with(ec));
+          co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()), with(ec));
           if (ec) break;
         }
-        stream.expires_after(milliseconds(limits.body_timeout_ms));
-        co_await http::async_read(stream, buffer, parser, with(ec));
+        parser.eager(true);
+        ec = co_await parse_until(stream, buffer, parser, [](auto& p) { return p.is_done(); },
+                                  milliseconds(limits.body_timeout_ms));
         if (ec) {
           co_await answer_read_error(stream, ec);
           break;
@@ -409,7 +492,7 @@ struct ProxyServer::Impl {
                                const std::string& policy_header, const std::string& limit_header) {
     const unsigned version = req.version();
     bool keep = req.keep_alive();
-    const bool head = req.method() == http::verb::head;
+    const bool head_request = req.method() == http::verb::head;
 
     // Rewrite the request in place for the upstream hop.
     const std::string original_host(req[http::field::host]);
@@ -424,10 +507,12 @@ struct ProxyServer::Impl {
     req.set(http::field::host, up.host_header);
     req.version(11);
     req.keep_alive(true);
-    req.prepare_payload();
+    req.prepare_payload();  // Content-Length from the body actually read (never the client's framing)
 
     std::unique_ptr<PooledConn> conn;
-    std::optional<http::response_parser<http::buffer_body>> parser;
+    std::optional<http::response_parser<http::string_body>> parser;
+    const std::string head = request_head(req);
+    const std::array<net::const_buffer, 2> out{net::buffer(head), net::buffer(req.body())};
     for (int attempt = 0;; ++attempt) {
       beast::error_code ec;
       conn = take_idle(pool);
@@ -448,17 +533,19 @@ struct ProxyServer::Impl {
         ec = {};
       }
       conn->stream.expires_after(up.response_timeout);
-      co_await http::async_write(conn->stream, req, with(ec));
+      co_await net::async_write(conn->stream, out, with(ec));
       bool retry = false;
       if (!ec) {
         parser.emplace();
         parser->header_limit(64 * 1024);
         parser->body_limit(std::numeric_limits<std::uint64_t>::max());
-        if (head) parser->skip(true);
-        co_await http::async_read_header(conn->stream, conn->buffer, *parser, with(ec));
+        if (head_request) parser->skip(true);
+        ec = co_await parse_until(conn->stream, conn->buffer, *parser, [](auto& p) { return p.is_header_done(); },
+                                  up.response_timeout);
         // A reused connection the upstream closed while idle: try once more on a fresh one,
         // unless the request may not be repeated.
-        retry = ec && reused && attempt == 0 && ec != beast::error::timeout && is_idempotent(req.method());
+        retry = ec && reused && attempt == 0 && !parser->got_some() && ec != beast::error::timeout &&
+                is_idempotent(req.method());
       } else {
         retry = reused && attempt == 0 && ec != beast::error::timeout;  // nothing reached the upstream
       }
@@ -472,13 +559,56 @@ struct ProxyServer::Impl {
                                     "upstream '" + up.conf.name + "': " + ec.message());
     }
 
-    // Relay: status and headers first, then the body in pieces as it arrives.
     auto& res = parser->get();
-    const bool upstream_keep = res.keep_alive();
     const int status = res.result_int();
-    const bool no_body = head || status == 204 || status == 304 || (status >= 100 && status < 200);
+    const bool no_body = head_request || status == 204 || status == 304 || (status >= 100 && status < 200);
+    const auto length = no_body ? boost::optional<std::uint64_t>(0) : parser->content_length();
+    if (length && *length <= kBufferedBodyMax) {
+      // The common case: a known, small body. Read it whole and send head and body in one write.
+      beast::error_code ec;
+      if (!parser->is_done()) {
+        parser->eager(true);
+        ec = co_await parse_until(conn->stream, conn->buffer, *parser, [](auto& p) { return p.is_done(); },
+                                  up.response_timeout);
+        if (ec) {
+          const bool timeout = ec == beast::error::timeout;
+          deps.metrics.count(timeout ? UpstreamError::timeout : UpstreamError::reset);
+          co_return co_await send_error(client, version, keep,
+                                        timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                                        timeout ? "upstream_timeout" : "upstream_failed",
+                                        "upstream '" + up.conf.name + "': " + ec.message());
+        }
+      }
+      const bool upstream_keep = res.keep_alive();
+      strip_hop_by_hop(res, false);
+      res.version(version);
+      res.keep_alive(keep);
+      if (!policy_header.empty()) {
+        res.set("RateLimit-Policy", policy_header);
+        res.set("RateLimit", limit_header);
+      }
+      const std::string rhead = response_head(res);
+      const std::array<net::const_buffer, 2> rout{net::buffer(rhead),
+                                                  no_body ? net::const_buffer() : net::buffer(res.body())};
+      if (upstream_keep) give_back(pool, std::move(conn));
+      client.expires_after(milliseconds(limits.body_timeout_ms));
+      co_await net::async_write(client, rout, with(ec));
+      co_return !ec && keep;
+    }
+    co_return co_await relay(client, version, keep, std::move(conn), pool, up, *parser, policy_header, limit_header);
+  }
+
+  // A large, chunked or close-delimited upstream body: relayed in pieces as it arrives, never
+  // buffered whole.
+  net::awaitable<bool> relay(beast::tcp_stream& client, unsigned version, bool keep, std::unique_ptr<PooledConn> conn,
+                             Pool& pool, Upstream& up, http::response_parser<http::string_body>& header_parser,
+                             const std::string& policy_header, const std::string& limit_header) {
+    // Same header, no body read yet: continue with a parser that hands the body out in pieces.
+    http::response_parser<http::buffer_body> parser{std::move(header_parser)};
+    auto& res = parser.get();
+    const bool upstream_keep = res.keep_alive();
     strip_hop_by_hop(res, true);
-    if (!no_body && !res.chunked() && !res.has_content_length()) {
+    if (!res.chunked() && !res.has_content_length()) {
       // Body delimited by the upstream closing: re-frame as chunked, or close after it for HTTP/1.0.
       if (version == 11) res.chunked(true);
       else keep = false;
@@ -493,23 +623,16 @@ struct ProxyServer::Impl {
       res.set("RateLimit-Policy", policy_header);
       res.set("RateLimit", limit_header);
     }
-
     beast::error_code ec;
     http::response_serializer<http::buffer_body> sr{res};
-    client.expires_after(milliseconds(limits.body_timeout_ms));
-    if (no_body) {
-      co_await http::async_write_header(client, sr, with(ec));
-      if (!ec && upstream_keep && parser->is_done()) give_back(pool, std::move(conn));
-      co_return !ec && keep;
-    }
     char buf[16 * 1024];
     bool upstream_ok = true;
     for (;;) {
-      if (!parser->is_done()) {
+      if (!parser.is_done()) {
         res.body().data = buf;
         res.body().size = sizeof buf;
         conn->stream.expires_after(up.response_timeout);
-        co_await http::async_read(conn->stream, conn->buffer, *parser, with(ec));
+        co_await http::async_read(conn->stream, conn->buffer, parser, with(ec));
         if (ec == http::error::need_buffer) ec = {};
         if (ec) {
           upstream_ok = false;
@@ -518,7 +641,7 @@ struct ProxyServer::Impl {
         }
         res.body().size = sizeof buf - res.body().size;
         res.body().data = buf;
-        res.body().more = !parser->is_done();
+        res.body().more = !parser.is_done();
       } else {
         res.body().data = nullptr;
         res.body().more = false;
@@ -530,7 +653,7 @@ struct ProxyServer::Impl {
       if (sr.is_done()) break;
     }
     if (!upstream_ok) co_return false;
-    if (upstream_keep && parser->is_done()) give_back(pool, std::move(conn));
+    if (upstream_keep && parser.is_done()) give_back(pool, std::move(conn));
     co_return keep;
   }
 

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Tollgate against nginx (and Redis's own ceiling) on this machine. Installs what it needs from
+# Debian, starts everything on loopback ports (servers pinned to one core, wrk to the other), runs
+# the cases in interleaved rounds (A B C ... A B C ...), stops exactly the processes it started,
+# and writes bench/results/<time>/summary.md (medians, min-max) with the raw output beside it.
+#   ROUNDS=3 DURATION=10 CONNS=64 bench/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10}
+CONNS=${CONNS:-64}
+HOLD=${HOLD:-10000}
+
+scripts/deps.sh build
+need=()
+for p in wrk nginx-light redis-server redis-tools gnuplot-nox python3 libbenchmark-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if ((${#need[@]})); then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DTOLLGATE_BUILD_TESTS=OFF -DTOLLGATE_BUILD_BENCH=ON >/dev/null
+cmake --build build-bench -j"$(nproc)" >/dev/null
+BIN=$ROOT/build-bench
+
+OUT=$ROOT/bench/results/$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$OUT/raw"
+W=$(mktemp -d /tmp/tollgate-bench-XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 0.5
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+if (($(nproc) >= 2)); then LOAD_CORE=0; SERVER_CORE=1; else LOAD_CORE=0; SERVER_CORE=0; fi
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 100); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+start() { # start NAME CMD... : pinned to the server core, logged, remembered
+  local name=$1; shift
+  taskset -c "$SERVER_CORE" "$@" >"$W/$name.log" 2>&1 &
+  PIDS+=($!)
+  echo $! >"$W/$name.pid"
+}
+ulimit -n 65536 || true
+
+# --- upstreams ---------------------------------------------------------------------------------
+UP=$(free_port); MOCK=$(free_port); RP=$(free_port)
+cat >"$W/upstream.conf" <<NGX
+worker_processes 1; daemon off; master_process off; error_log $W/upstream.err crit; pid $W/upstream.pid;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 10000000;
+  server { listen 127.0.0.1:$UP; location / { default_type application/json; return 200 '{"flights":[{"flight":"TG101","fare":880}]}'; } } }
+NGX
+start upstream nginx -c "$W/upstream.conf" -p "$W"
+start mock "$BIN/tollgate-mock-upstream" --port "$MOCK"
+start redis redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no
+wait_port "$UP"; wait_port "$MOCK"; wait_port "$RP"
+
+# --- nginx as the proxy (N0: plain, N1: limit_req that never binds, N2: a binding limit) --------
+N0=$(free_port); N1=$(free_port); N2=$(free_port); N0M=$(free_port); N1M=$(free_port)
+cat >"$W/proxy.conf" <<NGX
+worker_processes 1; daemon off; master_process off; error_log $W/proxy.err crit; pid $W/proxy.pid;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 10000000;
+  limit_req_zone \$server_name zone=never:1m rate=100000000r/s;
+  limit_req_zone \$server_name zone=bind:1m rate=1000r/s;
+  limit_req_status 429; limit_req_log_level info;
+  upstream up { server 127.0.0.1:$UP; keepalive 256; keepalive_requests 10000000; }
+  upstream mock { server 127.0.0.1:$MOCK; keepalive 256; keepalive_requests 10000000; }
+  proxy_http_version 1.1; proxy_set_header Connection "";
+  server { listen 127.0.0.1:$N0; location / { proxy_pass http://up; } }
+  server { listen 127.0.0.1:$N1; location / { limit_req zone=never burst=100000000 nodelay; proxy_pass http://up; } }
+  server { listen 127.0.0.1:$N2; location / { limit_req zone=bind burst=200; proxy_pass http://up; } }
+  server { listen 127.0.0.1:$N0M; location / { proxy_pass http://mock; } }
+  server { listen 127.0.0.1:$N1M; location / { limit_req zone=never burst=100000000 nodelay; proxy_pass http://mock; } }
+}
+NGX
+start nginx nginx -c "$W/proxy.conf" -p "$W"
+
+# --- Tollgate: one thread, same core ------------------------------------------------------------
+gateway_conf() { # PORT ADMIN UPSTREAM_PORT STORE
+  cat <<JSON
+{"listen": "127.0.0.1:$1", "threads": 1, "admin": {"listen": "127.0.0.1:$2"},
+ "upstreams": {"up": {"url": "http://127.0.0.1:$3"}}, "routes": [{"prefix": "/", "upstream": "up"}],
+ "limits": {"store": "$4", "redis": {"host": "127.0.0.1", "port": $RP, "decision_timeout_ms": 1000},
+   "rules": [
+     {"configId": 1, "interfaceUrl": "/nobind", "rateLimit": 1000000, "burst": 1000000000000, "cache": 0.5, "status": 1},
+     {"configId": 2, "interfaceUrl": "/bind", "rateLimit": 1000, "burst": 200, "cache": 0.2, "status": 1},
+     {"configId": 3, "interfaceUrl": "/hold", "rateLimit": 200, "burst": 1, "cache": 60, "status": 1}]}}
+JSON
+}
+T=$(free_port); TA=$(free_port); TR=$(free_port); TRA=$(free_port); TM=$(free_port); TMA=$(free_port)
+gateway_conf "$T" "$TA" "$UP" local >"$W/t.json"
+gateway_conf "$TR" "$TRA" "$UP" redis >"$W/tr.json"
+gateway_conf "$TM" "$TMA" "$MOCK" local >"$W/tm.json"
+start tollgate "$BIN/tollgate" --config "$W/t.json"
+start tollgate-redis "$BIN/tollgate" --config "$W/tr.json"
+start tollgate-mock "$BIN/tollgate" --config "$W/tm.json"
+for p in "$N0" "$N1" "$N2" "$N0M" "$N1M" "$T" "$TR" "$TM"; do wait_port "$p"; done
+sleep 1  # Redis connection up
+
+pid_of() { cat "$W/$1.pid"; }
+# case name | url | process whose CPU is the proxy's
+CASES=(
+  "U|http://127.0.0.1:$UP/ibe/shopping/search|upstream"
+  "N0|http://127.0.0.1:$N0/ibe/shopping/search|nginx"
+  "N1|http://127.0.0.1:$N1/ibe/shopping/search|nginx"
+  "T0|http://127.0.0.1:$T/ibe/shopping/search|tollgate"
+  "T1|http://127.0.0.1:$T/ibe/nobind|tollgate"
+  "T2|http://127.0.0.1:$TR/ibe/nobind|tollgate-redis"
+  "N2|http://127.0.0.1:$N2/ibe/bind|nginx"
+  "T3|http://127.0.0.1:$T/ibe/bind|tollgate"
+  "Um|http://127.0.0.1:$MOCK/ibe/shopping/search|mock"
+  "N0m|http://127.0.0.1:$N0M/ibe/shopping/search|nginx"
+  "N1m|http://127.0.0.1:$N1M/ibe/shopping/search|nginx"
+  "T1m|http://127.0.0.1:$TM/ibe/nobind|tollgate-mock"
+)
+
+proc_cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }         # utime + stime, clock ticks
+core_busy() { awk -v c="cpu$SERVER_CORE" '$1 == c {print $2+$3+$4+$7+$8}' /proc/stat; }
+
+run_case() { # NAME URL PROC ROUND SECONDS
+  local name=$1 url=$2 proc=$3 round=$4 secs=$5 pid out
+  pid=$(pid_of "$proc")
+  local c0 p0 c1 p1
+  c0=$(core_busy); p0=$(proc_cpu "$pid")
+  out=$(taskset -c "$LOAD_CORE" wrk -t1 -c"$CONNS" -d"${secs}s" --latency "$url")
+  c1=$(core_busy); p1=$(proc_cpu "$pid")
+  if [[ $round != warm ]]; then
+    echo "$out" >"$OUT/raw/$name-round$round.txt"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$round" "$((c1 - c0))" "$((p1 - p0))" "$secs" >>"$OUT/cpu.tsv"
+  fi
+}
+
+echo "bench: warm-up"
+for c in "${CASES[@]}"; do IFS='|' read -r n u p <<<"$c"; run_case "$n" "$u" "$p" warm 2; done
+for r in $(seq 1 "$ROUNDS"); do
+  echo "bench: round $r of $ROUNDS"
+  for c in "${CASES[@]}"; do IFS='|' read -r n u p <<<"$c"; run_case "$n" "$u" "$p" "$r" "$DURATION"; done
+done
+
+# --- Redis's ceiling for Tollgate's own script --------------------------------------------------
+echo "bench: redis-benchmark"
+SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$("$BIN/tollgate-sim" --redis-script)")
+SHAPE=(1 1000000000000 1 0 0 0 0)
+for r in $(seq 1 "$ROUNDS"); do
+  taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q \
+    EVALSHA "$SHA" 1 "tollgate:{bench}" 1 500000 0 "" "${SHAPE[@]}" >>"$OUT/raw/redis-evalsha.txt" 2>&1
+  taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q -P 16 \
+    EVALSHA "$SHA" 1 "tollgate:{bench}" 1 500000 0 "" "${SHAPE[@]}" >>"$OUT/raw/redis-evalsha-p16.txt" 2>&1
+  taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q -t ping_mbulk >>"$OUT/raw/redis-ping.txt" 2>&1
+done
+
+# --- scale: requests held in a wait window; micro benchmarks -------------------------------------
+echo "bench: holding $HOLD requests"
+taskset -c "$LOAD_CORE" python3 bench/hold.py "$T" "$(pid_of tollgate)" "$HOLD" /ibe/hold >"$OUT/raw/hold.json"
+echo "bench: micro benchmarks"
+taskset -c "$SERVER_CORE" "$BIN/tollgate-micro-bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  >"$OUT/raw/micro.txt" 2>&1
+
+python3 bench/summarize.py "$OUT" "$DURATION" "$CONNS" "$(nproc)"
+ln -sfn "$OUT" "$ROOT/bench/results/latest"
+echo "bench: $OUT/summary.md"

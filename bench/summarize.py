@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Turns a bench/run.sh result folder into summary.md (medians with min-max) and latency.png."""
+import json, os, re, statistics, subprocess, sys
+
+out, duration, conns, cores = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
+ORDER = ["U", "N0", "N1", "T0", "T1", "T2", "N2", "T3", "Um", "N0m", "N1m", "T1m"]
+DESC = {
+    "U": "nginx upstream, direct (ceiling)", "N0": "nginx proxy, no limit", "N1": "nginx proxy, limit_req never binds",
+    "T0": "Tollgate, no matching rule", "T1": "Tollgate, never-binding rule, in-process",
+    "T2": "Tollgate, never-binding rule, Redis", "N2": "nginx limit_req 1000r/s burst=200 (delay)",
+    "T3": "Tollgate 1000/s, burst 200, cache 0.2 s",
+    "Um": "mock upstream, direct", "N0m": "nginx proxy to mock", "N1m": "nginx limit_req to mock",
+    "T1m": "Tollgate never-binding rule to mock"}
+
+def to_ms(v):
+    m = re.match(r"([\d.]+)(us|ms|s)", v)
+    x = float(m.group(1))
+    return {"us": x / 1000, "ms": x, "s": x * 1000}[m.group(2)]
+
+runs = {}
+for name in os.listdir(os.path.join(out, "raw")):
+    m = re.match(r"(\w+)-round(\d+)\.txt", name)
+    if not m:
+        continue
+    text = open(os.path.join(out, "raw", name)).read()
+    r = {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1)),
+         "requests": int(re.search(r"(\d+) requests in", text).group(1))}
+    for p in ("50", "90", "99"):
+        r["p" + p] = to_ms(re.search(rf"\s{p}%\s+([\d.]+\w+)", text).group(1))
+    n2 = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    r["non2xx"] = int(n2.group(1)) if n2 else 0
+    r["errors"] = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", text))
+    runs.setdefault(m.group(1), {})[int(m.group(2))] = r
+for line in open(os.path.join(out, "cpu.tsv")):
+    name, rnd, core, proc, secs = line.split()
+    r = runs[name][int(rnd)]
+    r["core_us"] = int(core) * TICK_US / r["requests"]
+    r["proc_us"] = int(proc) * TICK_US / r["requests"]
+
+def agg(name, key):
+    vals = [r[key] for r in runs[name].values()]
+    return statistics.median(vals), min(vals), max(vals)
+
+def cell(name, key, fmt="{:.0f}"):
+    med, lo, hi = agg(name, key)
+    return f"{fmt.format(med)} ({fmt.format(lo)}-{fmt.format(hi)})"
+
+lines = [f"# Benchmark run {os.path.basename(out)}", "",
+         f"wrk -t1 -c{conns} -d{duration:.0f}s --latency, rounds interleaved; load on core 0, servers on core 1 "
+         f"({cores} cores). Medians (min-max) over {len(next(iter(runs.values())))} rounds.", "",
+         "| case | what | req/s | p50 ms | p90 ms | p99 ms | server core µs/req | proxy process µs/req | non-2xx |",
+         "|---|---|---|---|---|---|---|---|---|"]
+for n in ORDER:
+    if n not in runs:
+        continue
+    lines.append(f"| {n} | {DESC[n]} | {cell(n, 'rps')} | {cell(n, 'p50', '{:.2f}')} | {cell(n, 'p90', '{:.2f}')} | "
+                 f"{cell(n, 'p99', '{:.2f}')} | {cell(n, 'core_us', '{:.1f}')} | {cell(n, 'proc_us', '{:.1f}')} | "
+                 f"{cell(n, 'non2xx')} |")
+med = lambda n, k: agg(n, k)[0]
+lines += ["", "| pair | req/s ratio | p99 difference (ms) | proxy µs/req (Tollgate vs nginx) |", "|---|---|---|---|"]
+for a, b in (("T1", "N1"), ("T2", "N1"), ("T0", "N0"), ("T1m", "N1m")):
+    if a in runs and b in runs:
+        lines.append(f"| {a}/{b} | {med(a, 'rps') / med(b, 'rps'):.3f} | {med(a, 'p99') - med(b, 'p99'):+.2f} | "
+                     f"{med(a, 'proc_us'):.1f} vs {med(b, 'proc_us'):.1f} |")
+lines += ["", "Binding limit (1000/s): admitted = 2xx responses / duration.", "",
+          "| case | admitted/s | 2xx | 429 or 503 | errors | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
+for n in ("N2", "T3"):
+    if n in runs:
+        adm = [(r["requests"] - r["non2xx"]) / duration for r in runs[n].values()]
+        lines.append(f"| {n} | {statistics.median(adm):.1f} ({min(adm):.1f}-{max(adm):.1f}) | "
+                     f"{statistics.median([r['requests'] - r['non2xx'] for r in runs[n].values()]):.0f} | "
+                     f"{cell(n, 'non2xx')} | {cell(n, 'errors')} | {cell(n, 'p50', '{:.2f}')} | {cell(n, 'p99', '{:.2f}')} |")
+
+def redis_rates(name):
+    path = os.path.join(out, "raw", name)
+    if not os.path.exists(path):
+        return []
+    return [float(x) for x in re.findall(r"([\d.]+) requests per second", open(path).read())]
+ev, evp, ping = redis_rates("redis-evalsha.txt"), redis_rates("redis-evalsha-p16.txt"), redis_rates("redis-ping.txt")
+if ev:
+    t2 = med("T2", "rps") if "T2" in runs else 0
+    lines += ["", "| Redis ceiling (redis-benchmark, same server, -c " + conns + ") | ops/s (median) |", "|---|---|",
+              f"| EVALSHA Tollgate's acquire script | {statistics.median(ev):.0f} |",
+              f"| EVALSHA, 16-deep pipelining | {statistics.median(evp):.0f} |",
+              f"| PING | {statistics.median(ping):.0f} |",
+              f"| Tollgate T2 decisions/s (one EVALSHA each) | {t2:.0f} ({100 * t2 / statistics.median(ev):.0f}% of EVALSHA) |"]
+hold = os.path.join(out, "raw", "hold.json")
+if os.path.exists(hold):
+    h = json.load(open(hold))
+    lines += ["", f"Holding {h['held']} requests at once (rule 200/s, cache 60 s): RSS base {h['rss_base_kib']} KiB, "
+              f"with the connections open {h['rss_connections_kib']} KiB, with every request held {h['rss_held_kib']} KiB "
+              f"-> {h['bytes_per_held_request']:.0f} bytes per held request ({h['bytes_per_connection_and_request']:.0f} "
+              f"with its connection); CPU while holding {h['cpu_cores_while_holding']:.3f} cores; after half the clients "
+              f"left, the rest were answered {h['answers']}; RSS afterwards {h['rss_after_kib']} KiB."]
+micro = os.path.join(out, "raw", "micro.txt")
+if os.path.exists(micro):
+    lines += ["", "```", *[l for l in open(micro).read().splitlines() if l.startswith("BM_") and "_median" in l], "```"]
+open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+
+# Latency percentiles per case (medians), one PNG.
+dat = os.path.join(out, "latency.dat")
+with open(dat, "w") as f:
+    for n in ORDER:
+        if n in runs:
+            f.write(f"{n} {med(n, 'p50'):.3f} {med(n, 'p90'):.3f} {med(n, 'p99'):.3f}\n")
+subprocess.run(["gnuplot", "-e", f"""
+set terminal png size 1000,500; set output '{out}/latency.png';
+set title 'Latency percentiles per case (median of rounds), wrk -c{conns}'; set ylabel 'ms';
+set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1;
+set key top left; set grid ytics; set xtics rotate by -30;
+plot '{dat}' using 2:xtic(1) title 'p50', '' using 3 title 'p90', '' using 4 title 'p99'"""], check=False)
+print("\n".join(lines))
