@@ -66,8 +66,8 @@ cat >"$W/proxy.conf" <<NGX
 worker_processes 1; daemon off; master_process off; error_log $W/proxy.err crit; pid $W/proxy.pid;
 events { worker_connections 8192; }
 http { access_log off; keepalive_requests 10000000;
-  limit_req_zone \$server_name zone=never:1m rate=100000000r/s;
-  limit_req_zone \$server_name zone=bind:1m rate=1000r/s;
+  limit_req_zone \$host zone=never:1m rate=100000000r/s;
+  limit_req_zone \$host zone=bind:1m rate=1000r/s;
   limit_req_status 429; limit_req_log_level info;
   upstream up { server 127.0.0.1:$UP; keepalive 256; keepalive_requests 10000000; }
   upstream mock { server 127.0.0.1:$MOCK; keepalive 256; keepalive_requests 10000000; }

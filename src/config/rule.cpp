@@ -1,6 +1,7 @@
 #include "tollgate/config/rule.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -77,10 +78,27 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   rule.params.burst = row.burst;
   rule.params.warmup_us = static_cast<limiter::Micros>(row.warmup_seconds.value_or(0) * 1e6);
   rule.params.mode = limiter::Mode::pay_now;
+  rule.policy_header = ratelimit_policy(rule.bucket, rule.rate_limit, limiter::shape_of(rule.params).max_permits);
   return std::nullopt;
 }
 
 }  // namespace
+
+std::string ratelimit_policy(const std::string& bucket, double rate, double max_permits) {
+  auto number = [](double v) {
+    if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", v);
+    return std::string(buf);
+  };
+  std::string out = "\"";
+  for (char c : bucket) {  // sf-string: escape '"' and '\'
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out += "\";q=" + number(rate) + ";w=1;burst=" + number(std::floor(max_permits));
+  return out;
+}
 
 ValidatedRules validate_rows(const std::vector<RawRow>& rows) {
   ValidatedRules out;

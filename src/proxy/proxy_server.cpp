@@ -302,9 +302,11 @@ struct ProxyServer::Impl {
     for (;;) {
       beast::error_code ec;
       if (buffer.size() == 0) {
-        // Keep-alive idle: wait for the first byte of the next request.
+        // Keep-alive idle: wait for the first byte of the next request. 1 KiB, as nginx's
+        // client_header_buffer_size: most requests fit, and an idle or held connection keeps
+        // no more than that (larger requests continue in bigger reads).
         stream.expires_after(milliseconds(limits.idle_timeout_ms));
-        const std::size_t n = co_await stream.async_read_some(buffer.prepare(4096), with(ec));
+        const std::size_t n = co_await stream.async_read_some(buffer.prepare(1024), with(ec));
         if (ec) break;
         buffer.commit(n);
       }
@@ -333,7 +335,7 @@ struct ProxyServer::Impl {
         }
       }
       http::request<http::string_body> req = parser.release();
-      const bool keep = co_await handle(w, stream, std::move(req), client_ip);
+      const bool keep = co_await handle(w, stream, buffer, std::move(req), client_ip);
       if (!keep) break;
     }
     beast::error_code ignored;
@@ -360,9 +362,36 @@ struct ProxyServer::Impl {
     }
   }
 
+  // The 429 and 503 answers live in coroutines of their own, so a held request's frame does not
+  // carry a response object it never uses (memory per held request).
+  net::awaitable<bool> send_rejection(beast::tcp_stream& stream, unsigned version, bool keep, const config::Rule& rule,
+                                      const limiter::Decision& d, const std::string& policy, const std::string& limit) {
+    http::response<http::string_body> res{http::status::too_many_requests, version};
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::retry_after, std::to_string(ceil_seconds(d.retry_after_us)));
+    res.set("RateLimit-Policy", policy);
+    res.set("RateLimit", limit);
+    res.keep_alive(keep);
+    res.body() = rejection_body(rule, d);
+    stream.expires_after(milliseconds(limits.body_timeout_ms));
+    const bool ok = co_await write_response(stream, res);
+    co_return ok && keep;
+  }
+
+  net::awaitable<bool> send_unavailable(beast::tcp_stream& stream, unsigned version, bool keep) {
+    http::response<http::string_body> res{http::status::service_unavailable, version};
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::retry_after, "1");
+    res.keep_alive(keep);
+    res.body() = error_body("limiter_unavailable", "the shared rate-limit store is unavailable and the policy is fail_closed");
+    stream.expires_after(milliseconds(limits.body_timeout_ms));
+    const bool ok = co_await write_response(stream, res);
+    co_return ok && keep;
+  }
+
   // Returns whether the client connection stays open.
-  net::awaitable<bool> handle(Worker& w, beast::tcp_stream& stream, http::request<http::string_body> req,
-                              const std::string& client_ip) {
+  net::awaitable<bool> handle(Worker& w, beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                              http::request<http::string_body> req, const std::string& client_ip) {
     const unsigned version = req.version();
     const bool keep = req.keep_alive();
     const std::string_view path = path_of(req.target());
@@ -393,35 +422,22 @@ struct ProxyServer::Impl {
           deps.metrics.count(Outcome::store_error);  // policy fail_open: forward unlimited
         } else if (sd.status == store::StoreStatus::unavailable_closed) {
           deps.metrics.count(Outcome::store_error);  // policy fail_closed: refuse
-          http::response<http::string_body> res{http::status::service_unavailable, version};
-          res.set(http::field::content_type, "application/json");
-          res.set(http::field::retry_after, "1");
-          res.keep_alive(keep);
-          res.body() = error_body("limiter_unavailable",
-                                  "the shared rate-limit store is unavailable and the policy is fail_closed");
-          stream.expires_after(milliseconds(limits.body_timeout_ms));
-          const bool ok = co_await write_response(stream, res);
-          co_return ok && keep;
+          co_return co_await send_unavailable(stream, version, keep);
         } else {
           if (sd.degraded) deps.metrics.store_degraded.fetch_add(1, std::memory_order_relaxed);
           const config::Rule& binding = sd.parent_bound && channel ? *channel : *rule;
-          policy_header = ratelimit_policy_header(binding, sd.max_permits);
+          policy_header = binding.policy_header.empty() ? ratelimit_policy_header(binding, sd.max_permits)
+                                                        : binding.policy_header;
           limit_header = ratelimit_header(binding, sd.decision);
           if (!sd.decision.granted) {
             deps.metrics.count(Outcome::rejected);
-            http::response<http::string_body> res{http::status::too_many_requests, version};
-            res.set(http::field::content_type, "application/json");
-            res.set(http::field::retry_after, std::to_string(ceil_seconds(sd.decision.retry_after_us)));
-            res.set("RateLimit-Policy", policy_header);
-            res.set("RateLimit", limit_header);
-            res.keep_alive(keep);
-            res.body() = rejection_body(binding, sd.decision);
-            stream.expires_after(milliseconds(limits.body_timeout_ms));
-            const bool ok = co_await write_response(stream, res);
-            co_return ok && keep;
+            co_return co_await send_rejection(stream, version, keep, binding, sd.decision, policy_header, limit_header);
           }
           if (sd.decision.wait_us > 0) {
             deps.metrics.count(Outcome::delayed);
+            // A held request keeps only what it needs: its read buffer goes back to the allocator
+            // (the next connection's read reuses it) and comes back on the next read.
+            if (buffer.size() == 0) buffer.shrink_to_fit();
             if (!co_await hold(stream, std::chrono::microseconds(sd.decision.wait_us))) {
               // The client left before its slot: give the slot back if nobody queued behind it.
               if (co_await deps.store.refund(areq, sd.reservation))

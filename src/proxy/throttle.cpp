@@ -27,16 +27,10 @@ std::string sf_string(std::string_view s) {
   out.push_back('"');
   return out;
 }
-std::string number(double v) {
-  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", v);
-  return buf;
-}
 }  // namespace
 
 std::string ratelimit_policy_header(const config::Rule& rule, double max_permits) {
-  return sf_string(rule.bucket) + ";q=" + number(rule.rate_limit) + ";w=1;burst=" + number(std::floor(max_permits));
+  return config::ratelimit_policy(rule.bucket, rule.rate_limit, max_permits);
 }
 
 std::string ratelimit_header(const config::Rule& rule, const limiter::Decision& d) {

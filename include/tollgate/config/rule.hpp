@@ -38,7 +38,8 @@ struct Rule {
   double cache_s = 0.5;       // wait window in seconds
   bool enabled = false;
   limiter::BucketParams params;
-  limiter::Micros timeout_us() const { return static_cast<limiter::Micros>(cache_s * 1e6); }
+  std::string policy_header;  // RateLimit-Policy value, made once per snapshot (it never changes)
+  limiter::Micros timeout_us() const { return static_cast<limiter::Micros>(cache_s * 1e6 + 0.5); }
 };
 
 struct RejectedRow {
@@ -62,5 +63,9 @@ inline constexpr double kMaxRate = 1e6;  // a permit must cost at least one whol
 std::string check_interface_url(const std::string& url);
 
 ValidatedRules validate_rows(const std::vector<RawRow>& rows);
+
+// The RateLimit-Policy field of a bucket (draft-ietf-httpapi-ratelimit-headers, structured field):
+// "<bucket>";q=<rate>;w=1;burst=<max permits>
+std::string ratelimit_policy(const std::string& bucket, double rate, double max_permits);
 
 }  // namespace tollgate::config
