@@ -95,7 +95,8 @@ if os.path.exists(hold):
               f"left, the rest were answered {h['answers']}; RSS afterwards {h['rss_after_kib']} KiB."]
 micro = os.path.join(out, "raw", "micro.txt")
 if os.path.exists(micro):
-    lines += ["", "```", *[l for l in open(micro).read().splitlines() if l.startswith("BM_") and "_median" in l], "```"]
+    lines += ["", "```", *[l for l in open(micro).read().splitlines()
+                           if l.startswith("BM_") and ("_median" in l or "IdleBuckets" in l)], "```"]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 
 # Latency percentiles per case (medians), one PNG.
@@ -106,8 +107,8 @@ with open(dat, "w") as f:
             f.write(f"{n} {med(n, 'p50'):.3f} {med(n, 'p90'):.3f} {med(n, 'p99'):.3f}\n")
 subprocess.run(["gnuplot", "-e", f"""
 set terminal png size 1000,500; set output '{out}/latency.png';
-set title 'Latency percentiles per case (median of rounds), wrk -c{conns}'; set ylabel 'ms';
+set title 'Latency percentiles per case (median of rounds), wrk -c{conns}'; set ylabel 'ms (log scale)';
 set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1;
-set key top left; set grid ytics; set xtics rotate by -30;
+set key top left; set grid ytics; set xtics rotate by -30; set logscale y; set yrange [0.1:*];
 plot '{dat}' using 2:xtic(1) title 'p50', '' using 3 title 'p90', '' using 4 title 'p99'"""], check=False)
 print("\n".join(lines))
