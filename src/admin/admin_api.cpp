@@ -89,8 +89,9 @@ json status_json(const config::SourceStatus& st) {
 
 SimpleResponse AdminApi::readyz() const {
   auto snap = deps_.snapshots.get();
-  const bool ready = snap != nullptr;
-  json j = {{"ready", ready}};
+  const bool draining = deps_.draining && deps_.draining->load();
+  const bool ready = snap != nullptr && !draining;
+  json j = {{"ready", ready}, {"draining", draining}};
   if (snap) j["config_age_s"] = static_cast<double>(limiter::steady_now_us() - snap->loaded_at_us) / 1e6;
   // Still ready when the source is down: the last good rules keep being enforced. Said here.
   if (deps_.config) j["config_source"] = status_json(deps_.config->status());
@@ -100,6 +101,20 @@ SimpleResponse AdminApi::readyz() const {
 std::string AdminApi::metrics_text() const {
   std::string body = deps_.metrics.render();
   body += deps_.store.metrics_text();
+  if (auto snap = deps_.snapshots.get()) {
+    // How far each bucket's next free slot is ahead of now (its queue, in seconds).
+    body += "# HELP tollgate_bucket_debt_seconds How far the bucket's next free slot is ahead of now.\n"
+            "# TYPE tollgate_bucket_debt_seconds gauge\n";
+    for (const auto& r : snap->rules) {
+      if (!r.enabled) continue;
+      const config::Rule* channel = r.channel ? &r : snap->channel_of(r);
+      auto v = deps_.store.inspect({r.bucket, r.params},
+                                   channel ? std::string_view(channel->channel_type) : std::string_view(r.bucket));
+      if (!v) continue;
+      const double debt = static_cast<double>(std::max<limiter::Micros>(0, v->next_free - v->now)) / 1e6;
+      body += "tollgate_bucket_debt_seconds{bucket=\"" + proxy::label_value(r.bucket) + "\"} " + std::to_string(debt) + "\n";
+    }
+  }
   body += "# HELP tollgate_switch_enabled Global limiting switch (1 enforcing, 0 off).\n"
           "# TYPE tollgate_switch_enabled gauge\ntollgate_switch_enabled " +
           std::string(deps_.switch_state.enabled() ? "1" : "0") + "\n";

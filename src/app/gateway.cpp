@@ -6,6 +6,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/detail/concurrency_hint.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
 #include <iostream>
 #include <thread>
 
@@ -43,6 +45,8 @@ struct Gateway::Impl {
   std::unique_ptr<proxy::ProxyServer> proxy;
   std::unique_ptr<admin::AdminApi> admin_api;
   std::unique_ptr<proxy::SimpleServer> admin_server;
+  std::atomic<bool> draining{false};
+  std::unique_ptr<net::signal_set> signals;  // created before "ready": no signal is lost or fatal
 
   explicit Impl(config::GatewayConfig c) : cfg(std::move(c)), switch_state(cfg.limits.switch_on, "file") {
     // The file's rules: the configuration itself (file source) or the fallback (MySQL source).
@@ -107,11 +111,13 @@ void Gateway::start() {
   m.proxy->start();
   m.admin_api = std::make_unique<admin::AdminApi>(admin::AdminDeps{m.snapshots, m.switch_state, *m.store, m.metrics,
                                                                    m.cfg.admin.token, m.cfg.admin.token_name,
-                                                                   m.config_manager.get(), m.mysql.get()});
+                                                                   m.config_manager.get(), m.mysql.get(),
+                                                                   &m.draining});
   m.admin_server = std::make_unique<proxy::SimpleServer>(
       m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const proxy::SimpleRequest& r) { return api->handle(r); });
   m.admin_server->start();
   m.config_manager->start();
+  m.signals = std::make_unique<net::signal_set>(m.admin_ctx, SIGINT, SIGTERM, SIGHUP);
 
   const auto snap = m.snapshots.get();
   std::size_t enabled = 0;
@@ -127,20 +133,60 @@ void Gateway::start() {
 
 int Gateway::run() {
   auto& m = *impl_;
-  net::signal_set signals(m.admin_ctx, SIGINT, SIGTERM);
-  signals.async_wait([&m](const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    std::cout << "tollgate: signal " << sig << ", stopping" << std::endl;
-    m.proxy->stop();
+  net::signal_set& signals = *m.signals;
+  net::steady_timer drain_timer(m.admin_ctx);
+  std::chrono::steady_clock::time_point drain_deadline;
+  auto stop_everything = [&m] {
     m.admin_server->stop();
     for (auto& c : m.contexts) c->stop();
     m.admin_ctx.stop();
-  });
+  };
+  // Polls until every client connection is gone (held and in-flight requests answered) or the
+  // drain deadline passes.
+  std::function<void()> check_drained = [&] {
+    const auto open = m.metrics.connections.load();
+    if (open == 0 || std::chrono::steady_clock::now() >= drain_deadline) {
+      if (open > 0) std::cout << "tollgate: drain deadline reached, closing " << open << " connections" << std::endl;
+      else std::cout << "tollgate: drained" << std::endl;
+      stop_everything();
+      return;
+    }
+    drain_timer.expires_after(std::chrono::milliseconds(20));
+    drain_timer.async_wait([&](const boost::system::error_code& ec) {
+      if (!ec) check_drained();
+    });
+  };
+  std::function<void(const boost::system::error_code&, int)> on_signal = [&](const boost::system::error_code& ec,
+                                                                              int sig) {
+    if (ec) return;
+    if (sig == SIGHUP) {
+      const config::ReloadResult r = m.config_manager->reload();
+      if (r.ok) std::cout << "tollgate: SIGHUP: config v" << r.version << " loaded" << std::endl;
+      else std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << ": " << r.error << std::endl;
+      signals.async_wait(on_signal);
+      return;
+    }
+    if (m.draining.load()) {  // a second SIGTERM/SIGINT: stop now
+      std::cout << "tollgate: signal " << sig << " again, stopping now" << std::endl;
+      stop_everything();
+      return;
+    }
+    std::cout << "tollgate: signal " << sig << ", draining (up to " << m.cfg.proxy.drain_timeout_ms << " ms)"
+              << std::endl;
+    m.draining.store(true);
+    m.proxy->drain();
+    drain_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(m.cfg.proxy.drain_timeout_ms);
+    check_drained();
+    signals.async_wait(on_signal);
+  };
+  signals.async_wait(on_signal);
   std::vector<std::thread> threads;
   for (auto& c : m.contexts) threads.emplace_back([ctx = c.get()] { ctx->run(); });
   m.admin_ctx.run();
+  for (auto& c : m.contexts) c->stop();
   for (auto& t : threads) t.join();
   m.config_manager->stop();
+  if (auto* redis = dynamic_cast<store::RedisStore*>(m.store.get())) redis->stop();
   return 0;
 }
 

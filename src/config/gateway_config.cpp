@@ -213,7 +213,8 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     const json& p = doc["proxy"];
     const std::string path = "proxy";
     check_keys(p, path, {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms",
-                         "body_timeout_ms", "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns"});
+                         "body_timeout_ms", "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns",
+                         "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket"});
     auto& l = c.proxy;
     l.max_header_bytes = static_cast<std::uint32_t>(get_uint(p, path, "max_header_bytes", l.max_header_bytes, 1024, 1 << 20));
     l.max_body_bytes = get_uint(p, path, "max_body_bytes", l.max_body_bytes, 0, 1ull << 32);
@@ -226,6 +227,11 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
         static_cast<std::uint32_t>(get_uint(p, path, "response_timeout_ms", l.response_timeout_ms, 1, 3'600'000));
     l.max_idle_upstream_conns =
         static_cast<std::uint32_t>(get_uint(p, path, "max_idle_upstream_conns", l.max_idle_upstream_conns, 0, 100'000));
+    l.drain_timeout_ms = static_cast<std::uint32_t>(get_uint(p, path, "drain_timeout_ms", l.drain_timeout_ms, 0, 3'600'000));
+    l.max_connections = static_cast<std::uint32_t>(get_uint(p, path, "max_connections", l.max_connections, 1, 10'000'000));
+    l.max_held = static_cast<std::uint32_t>(get_uint(p, path, "max_held", l.max_held, 0, 10'000'000));
+    l.max_held_per_bucket =
+        static_cast<std::uint32_t>(get_uint(p, path, "max_held_per_bucket", l.max_held_per_bucket, 0, 10'000'000));
   }
 
   if (doc.contains("limits")) {

@@ -1,5 +1,8 @@
 #include "tollgate/proxy/metrics.hpp"
 
+#include <cstdio>
+#include <unordered_map>
+
 namespace tollgate::proxy {
 
 const char* outcome_name(Outcome o) {
@@ -25,6 +28,72 @@ const char* upstream_error_name(UpstreamError e) {
   return "unknown";
 }
 
+std::string label_value(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+void Histogram::observe_us(std::int64_t us) {
+  const double s = static_cast<double>(us) / 1e6;
+  std::size_t i = 0;
+  while (i < kBounds.size() && s > kBounds[i]) ++i;
+  counts[i].fetch_add(1, std::memory_order_relaxed);
+  sum_us.fetch_add(static_cast<std::uint64_t>(us < 0 ? 0 : us), std::memory_order_relaxed);
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i <= kBounds.size(); ++i) {
+    cumulative += counts[i].load(std::memory_order_relaxed);
+    char le[32] = "+Inf";
+    if (i < kBounds.size()) std::snprintf(le, sizeof le, "%g", kBounds[i]);
+    out += name + "_bucket{" + labels + ",le=\"" + std::string(le) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_sum{" + labels + "} " + std::to_string(static_cast<double>(sum_us.load()) / 1e6) + "\n";
+  out += name + "_count{" + labels + "} " + std::to_string(cumulative) + "\n";
+}
+
+namespace {
+template <class T, class Map>
+T& find_or_create(std::mutex& mu, Map& map, std::string_view name, std::unordered_map<std::string, T*>& cache) {
+  if (auto it = cache.find(std::string(name)); it != cache.end()) return *it->second;
+  std::lock_guard lock(mu);
+  auto it = map.find(name);
+  if (it == map.end()) it = map.emplace(std::string(name), std::make_unique<T>()).first;
+  cache.emplace(std::string(name), it->second.get());
+  return *it->second;
+}
+}  // namespace
+
+BucketMetrics& Metrics::bucket(std::string_view name) {
+  thread_local std::unordered_map<std::string, BucketMetrics*> cache;
+  thread_local const Metrics* owner = nullptr;
+  if (owner != this) {
+    cache.clear();
+    owner = this;
+  }
+  return find_or_create(mu_, buckets_, name, cache);
+}
+
+UpstreamMetrics& Metrics::upstream(std::string_view name) {
+  thread_local std::unordered_map<std::string, UpstreamMetrics*> cache;
+  thread_local const Metrics* owner = nullptr;
+  if (owner != this) {
+    cache.clear();
+    owner = this;
+  }
+  return find_or_create(mu_, upstreams_, name, cache);
+}
+
 std::string Metrics::render() const {
   std::string out;
   out += "# HELP tollgate_requests_total Requests by throttling outcome.\n# TYPE tollgate_requests_total counter\n";
@@ -47,6 +116,41 @@ std::string Metrics::render() const {
          std::to_string(store_degraded.load()) + "\n";
   out += "# HELP tollgate_connections Open client connections.\n"
          "# TYPE tollgate_connections gauge\ntollgate_connections " + std::to_string(connections.load()) + "\n";
+  out += "# HELP tollgate_connections_refused_total Connections closed at once because proxy.max_connections were open.\n"
+         "# TYPE tollgate_connections_refused_total counter\ntollgate_connections_refused_total " +
+         std::to_string(connections_refused.load()) + "\n";
+
+  std::lock_guard lock(mu_);
+  out += "# HELP tollgate_bucket_requests_total Requests by bucket and outcome.\n"
+         "# TYPE tollgate_bucket_requests_total counter\n";
+  for (const auto& [name, b] : buckets_)
+    for (int i = 0; i < static_cast<int>(Outcome::count_); ++i) {
+      const auto n = b->outcomes[i].load(std::memory_order_relaxed);
+      if (n) out += "tollgate_bucket_requests_total{bucket=\"" + label_value(name) + "\",outcome=\"" +
+                    outcome_name(static_cast<Outcome>(i)) + "\"} " + std::to_string(n) + "\n";
+    }
+  out += "# HELP tollgate_bucket_held_requests Requests waiting on a bucket right now.\n"
+         "# TYPE tollgate_bucket_held_requests gauge\n";
+  for (const auto& [name, b] : buckets_)
+    out += "tollgate_bucket_held_requests{bucket=\"" + label_value(name) + "\"} " + std::to_string(b->held.load()) + "\n";
+  out += "# HELP tollgate_bucket_cap_rejections_total 429s because a hold cap (global or per bucket) was reached.\n"
+         "# TYPE tollgate_bucket_cap_rejections_total counter\n";
+  for (const auto& [name, b] : buckets_)
+    out += "tollgate_bucket_cap_rejections_total{bucket=\"" + label_value(name) + "\"} " +
+           std::to_string(b->cap_rejections.load()) + "\n";
+  out += "# HELP tollgate_bucket_wait_seconds Time requests were held before being forwarded.\n"
+         "# TYPE tollgate_bucket_wait_seconds histogram\n";
+  for (const auto& [name, b] : buckets_) b->wait.render(out, "tollgate_bucket_wait_seconds", "bucket=\"" + label_value(name) + "\"");
+  out += "# HELP tollgate_upstream_response_seconds Request sent to response header received, by upstream.\n"
+         "# TYPE tollgate_upstream_response_seconds histogram\n";
+  for (const auto& [name, u] : upstreams_)
+    u->latency.render(out, "tollgate_upstream_response_seconds", "upstream=\"" + label_value(name) + "\"");
+  out += "# HELP tollgate_upstream_failures_total Upstream failures by upstream and kind.\n"
+         "# TYPE tollgate_upstream_failures_total counter\n";
+  for (const auto& [name, u] : upstreams_)
+    for (int i = 0; i < static_cast<int>(UpstreamError::count_); ++i)
+      out += "tollgate_upstream_failures_total{upstream=\"" + label_value(name) + "\",kind=\"" +
+             upstream_error_name(static_cast<UpstreamError>(i)) + "\"} " + std::to_string(u->errors[i].load()) + "\n";
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <iostream>
+#include <unordered_set>
 #include <sys/socket.h>
 
 #include "tollgate/proxy/throttle.hpp"
@@ -99,6 +100,9 @@ constexpr std::uint64_t kBufferedBodyMax = 1024 * 1024;  // larger or unknown-le
 template <class Parser, class Done>
 net::awaitable<beast::error_code> parse_until(beast::tcp_stream& stream, beast::flat_buffer& buffer, Parser& p,
                                               Done done, milliseconds timeout) {
+  // One deadline for the whole part, not one per read: a client trickling a byte at a time
+  // (slowloris) is cut off when the part's time is up.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   beast::error_code ec;
   for (;;) {
     if (buffer.size() > 0) {
@@ -109,7 +113,7 @@ net::awaitable<beast::error_code> parse_until(beast::tcp_stream& stream, beast::
       if (done(p)) co_return ec;
       if (used > 0 && buffer.size() > 0) continue;
     }
-    stream.expires_after(timeout);
+    stream.expires_at(deadline);
     const std::size_t n = co_await stream.async_read_some(buffer.prepare(kReadChunk), with(ec));
     if (ec == net::error::eof && p.got_some()) {
       p.put_eof(ec);  // a body delimited by the peer closing; otherwise partial_message
@@ -193,6 +197,8 @@ struct ProxyServer::Impl {
     net::io_context* ctx;
     std::unique_ptr<tcp::acceptor> acceptor;
     std::vector<Pool> pools;
+    std::unordered_set<beast::tcp_stream*> idle;  // connections waiting for their next request
+    bool draining = false;                        // set on this worker's own thread
   };
 
   ProxyDeps deps;
@@ -203,7 +209,7 @@ struct ProxyServer::Impl {
   const config::ProxyLimits& limits;
 
   Impl(std::vector<net::io_context*> ctxs, ProxyDeps d) : deps(d), limits(d.config.proxy) {
-    for (auto* c : ctxs) workers.push_back(Worker{c, nullptr, {}});
+    for (auto* c : ctxs) workers.push_back(Worker{c, nullptr, {}, {}, false});
   }
 
   void resolve_upstreams() {
@@ -264,8 +270,24 @@ struct ProxyServer::Impl {
         continue;
       }
       sock.set_option(tcp::no_delay(true), ec);
+      if (deps.metrics.connections.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(limits.max_connections)) {
+        deps.metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
+        net::co_spawn(*w.ctx, refuse(std::move(sock)), net::detached);
+        continue;
+      }
       net::co_spawn(*w.ctx, session(w, std::move(sock)), net::detached);
     }
+  }
+
+  // Over proxy.max_connections: a canned 429 without reading the request, then close.
+  static net::awaitable<void> refuse(tcp::socket sock) {
+    static constexpr std::string_view kBusy =
+        "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        "Connection: close\r\nContent-Length: 69\r\n\r\n"
+        "{\"error\":\"too_many_connections\",\"detail\":\"connection limit reached\"}\n";
+    beast::error_code ec;
+    co_await net::async_write(sock, net::buffer(kBusy.data(), kBusy.size()), with(ec));
+    sock.shutdown(tcp::socket::shutdown_both, ec);
   }
 
   // ---- client side -------------------------------------------------------------------------
@@ -302,11 +324,14 @@ struct ProxyServer::Impl {
     for (;;) {
       beast::error_code ec;
       if (buffer.size() == 0) {
+        if (w.draining) break;  // shutting down: no new request on this connection
         // Keep-alive idle: wait for the first byte of the next request. 1 KiB, as nginx's
         // client_header_buffer_size: most requests fit, and an idle or held connection keeps
         // no more than that (larger requests continue in bigger reads).
         stream.expires_after(milliseconds(limits.idle_timeout_ms));
+        w.idle.insert(&stream);
         const std::size_t n = co_await stream.async_read_some(buffer.prepare(1024), with(ec));
+        w.idle.erase(&stream);
         if (ec) break;
         buffer.commit(n);
       }
@@ -349,8 +374,7 @@ struct ProxyServer::Impl {
       co_return;  // the client went away: nothing to answer
     deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
     if (ec == beast::error::timeout) {
-      co_await send_error(stream, 11, false, http::status::request_timeout, "request_timeout",
-                          "the request was not received in time");
+      co_return;  // the stream closed the socket at the deadline: a slow client gets no answer
     } else if (ec == http::error::header_limit) {
       co_await send_error(stream, 11, false, http::status::request_header_fields_too_large, "headers_too_large",
                           "request headers exceed " + std::to_string(limits.max_header_bytes) + " bytes");
@@ -393,8 +417,14 @@ struct ProxyServer::Impl {
   net::awaitable<bool> handle(Worker& w, beast::tcp_stream& stream, beast::flat_buffer& buffer,
                               http::request<http::string_body> req, const std::string& client_ip) {
     const unsigned version = req.version();
-    const bool keep = req.keep_alive();
+    const bool keep = req.keep_alive() && !w.draining;  // draining: answer, then close
     const std::string_view path = path_of(req.target());
+    if (auto te = req[http::field::transfer_encoding]; !te.empty() && !beast::iequals(te, "chunked")) {
+      // Only chunked framing is understood; anything else could be read differently upstream.
+      deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      co_return co_await send_error(stream, version, false, http::status::not_implemented, "unsupported_transfer_encoding",
+                                    "only Transfer-Encoding: chunked is accepted");
+    }
     const Route* route = route_for(path);
     if (route == nullptr || path.empty() || path.front() != '/') {
       deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
@@ -418,10 +448,15 @@ struct ProxyServer::Impl {
                                    channel ? std::string_view(channel->channel_type) : std::string_view(rule->bucket),
                                    1.0, rule->timeout_us()};
         store::StoreDecision sd = co_await deps.store.try_acquire(areq);
+        BucketMetrics& bm = deps.metrics.bucket(rule->bucket);
+        auto count = [&](Outcome o) {
+          deps.metrics.count(o);
+          bm.outcomes[static_cast<int>(o)].fetch_add(1, std::memory_order_relaxed);
+        };
         if (sd.status == store::StoreStatus::unavailable_open) {
-          deps.metrics.count(Outcome::store_error);  // policy fail_open: forward unlimited
+          count(Outcome::store_error);  // policy fail_open: forward unlimited
         } else if (sd.status == store::StoreStatus::unavailable_closed) {
-          deps.metrics.count(Outcome::store_error);  // policy fail_closed: refuse
+          count(Outcome::store_error);  // policy fail_closed: refuse
           co_return co_await send_unavailable(stream, version, keep);
         } else {
           if (sd.degraded) deps.metrics.store_degraded.fetch_add(1, std::memory_order_relaxed);
@@ -430,22 +465,37 @@ struct ProxyServer::Impl {
                                                         : binding.policy_header;
           limit_header = ratelimit_header(binding, sd.decision);
           if (!sd.decision.granted) {
-            deps.metrics.count(Outcome::rejected);
+            count(Outcome::rejected);
             co_return co_await send_rejection(stream, version, keep, binding, sd.decision, policy_header, limit_header);
           }
+          if (sd.decision.wait_us > 0 &&
+              (deps.metrics.held.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(limits.max_held) ||
+               bm.held.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(limits.max_held_per_bucket))) {
+            // Too many requests already wait: give the slot back and refuse at once; the same
+            // request would have been released in wait_us.
+            co_await deps.store.refund(areq, sd.reservation);
+            bm.cap_rejections.fetch_add(1, std::memory_order_relaxed);
+            count(Outcome::rejected);
+            limiter::Decision capped = sd.decision;
+            capped.granted = false;
+            capped.retry_after_us = sd.decision.wait_us;
+            co_return co_await send_rejection(stream, version, keep, binding, capped, policy_header,
+                                              ratelimit_header(binding, capped));
+          }
+          bm.wait.observe_us(sd.decision.wait_us);
           if (sd.decision.wait_us > 0) {
-            deps.metrics.count(Outcome::delayed);
+            count(Outcome::delayed);
             // A held request keeps only what it needs: its read buffer goes back to the allocator
             // (the next connection's read reuses it) and comes back on the next read.
             if (buffer.size() == 0) buffer.shrink_to_fit();
-            if (!co_await hold(stream, std::chrono::microseconds(sd.decision.wait_us))) {
+            if (!co_await hold(stream, bm, std::chrono::microseconds(sd.decision.wait_us))) {
               // The client left before its slot: give the slot back if nobody queued behind it.
               if (co_await deps.store.refund(areq, sd.reservation))
                 deps.metrics.refunds.fetch_add(1, std::memory_order_relaxed);
               co_return false;
             }
           } else {
-            deps.metrics.count(Outcome::forwarded);
+            count(Outcome::forwarded);
           }
         }
       }
@@ -456,7 +506,7 @@ struct ProxyServer::Impl {
 
   // Holds a request until its slot on a timer (never a thread), watching the client meanwhile.
   // Returns false if the client closed its connection before the slot.
-  net::awaitable<bool> hold(beast::tcp_stream& stream, std::chrono::microseconds wait) {
+  net::awaitable<bool> hold(beast::tcp_stream& stream, BucketMetrics& bm, std::chrono::microseconds wait) {
     struct Hold {
       explicit Hold(net::any_io_executor ex) : timer(std::move(ex)) {}
       net::steady_timer timer;
@@ -476,15 +526,22 @@ struct ProxyServer::Impl {
       }
     });
     deps.metrics.held.fetch_add(1, std::memory_order_relaxed);
+    bm.held.fetch_add(1, std::memory_order_relaxed);
     beast::error_code ec;
     co_await h->timer.async_wait(with(ec));
     deps.metrics.held.fetch_sub(1, std::memory_order_relaxed);
+    bm.held.fetch_sub(1, std::memory_order_relaxed);
     beast::error_code ignored;
     sock.cancel(ignored);
     co_return !h->gone;
   }
 
   // ---- upstream side -----------------------------------------------------------------------
+
+  void upstream_error(Upstream& up, UpstreamError e) {
+    deps.metrics.count(e);
+    deps.metrics.upstream(up.conf.name).errors[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed);
+  }
 
   std::unique_ptr<PooledConn> take_idle(Pool& pool) {
     const auto now = std::chrono::steady_clock::now();
@@ -507,7 +564,7 @@ struct ProxyServer::Impl {
                                const std::string& client_ip, Upstream& up, Pool& pool,
                                const std::string& policy_header, const std::string& limit_header) {
     const unsigned version = req.version();
-    bool keep = req.keep_alive();
+    bool keep = req.keep_alive() && !w.draining;  // draining: this answer closes the connection
     const bool head_request = req.method() == http::verb::head;
 
     // Rewrite the request in place for the upstream hop.
@@ -529,6 +586,7 @@ struct ProxyServer::Impl {
     std::optional<http::response_parser<http::string_body>> parser;
     const std::string head = request_head(req);
     const std::array<net::const_buffer, 2> out{net::buffer(head), net::buffer(req.body())};
+    std::chrono::steady_clock::time_point sent_at;
     for (int attempt = 0;; ++attempt) {
       beast::error_code ec;
       conn = take_idle(pool);
@@ -539,7 +597,7 @@ struct ProxyServer::Impl {
         co_await conn->stream.async_connect(up.endpoints, with(ec));
         if (ec) {
           const bool timeout = ec == beast::error::timeout;
-          deps.metrics.count(timeout ? UpstreamError::timeout : UpstreamError::connect);
+          upstream_error(up, timeout ? UpstreamError::timeout : UpstreamError::connect);
           co_return co_await send_error(client, version, keep,
                                         timeout ? http::status::gateway_timeout : http::status::bad_gateway,
                                         timeout ? "upstream_timeout" : "upstream_unavailable",
@@ -549,6 +607,7 @@ struct ProxyServer::Impl {
         ec = {};
       }
       conn->stream.expires_after(up.response_timeout);
+      sent_at = std::chrono::steady_clock::now();
       co_await net::async_write(conn->stream, out, with(ec));
       bool retry = false;
       if (!ec) {
@@ -568,13 +627,16 @@ struct ProxyServer::Impl {
       if (!ec) break;
       if (retry) continue;
       const bool timeout = ec == beast::error::timeout;
-      deps.metrics.count(timeout ? UpstreamError::timeout : UpstreamError::reset);
+      upstream_error(up, timeout ? UpstreamError::timeout : UpstreamError::reset);
       co_return co_await send_error(client, version, keep,
                                     timeout ? http::status::gateway_timeout : http::status::bad_gateway,
                                     timeout ? "upstream_timeout" : "upstream_failed",
                                     "upstream '" + up.conf.name + "': " + ec.message());
     }
 
+    deps.metrics.upstream(up.conf.name)
+        .latency.observe_us(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent_at)
+                                .count());
     auto& res = parser->get();
     const int status = res.result_int();
     const bool no_body = head_request || status == 204 || status == 304 || (status >= 100 && status < 200);
@@ -588,7 +650,7 @@ struct ProxyServer::Impl {
                                   up.response_timeout);
         if (ec) {
           const bool timeout = ec == beast::error::timeout;
-          deps.metrics.count(timeout ? UpstreamError::timeout : UpstreamError::reset);
+          upstream_error(up, timeout ? UpstreamError::timeout : UpstreamError::reset);
           co_return co_await send_error(client, version, keep,
                                         timeout ? http::status::gateway_timeout : http::status::bad_gateway,
                                         timeout ? "upstream_timeout" : "upstream_failed",
@@ -652,7 +714,7 @@ struct ProxyServer::Impl {
         if (ec == http::error::need_buffer) ec = {};
         if (ec) {
           upstream_ok = false;
-          deps.metrics.count(ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::reset);
+          upstream_error(up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::reset);
           break;  // headers already went out: all we can do is close the client connection
         }
         res.body().size = sizeof buf - res.body().size;
@@ -682,6 +744,19 @@ struct ProxyServer::Impl {
       });
     }
   }
+
+  // Stop accepting; close connections that are idle between requests; the others close after
+  // their current answer (held requests still get theirs).
+  void drain() {
+    for (auto& w : workers) {
+      net::post(*w.ctx, [&w] {
+        w.draining = true;
+        boost::system::error_code ec;
+        if (w.acceptor) w.acceptor->close(ec);
+        for (auto* s : w.idle) s->socket().cancel(ec);
+      });
+    }
+  }
 };
 
 ProxyServer::ProxyServer(std::vector<net::io_context*> contexts, ProxyDeps deps)
@@ -690,6 +765,7 @@ ProxyServer::~ProxyServer() = default;
 void ProxyServer::start() { impl_->start(); }
 std::uint16_t ProxyServer::port() const { return impl_->bound_port; }
 void ProxyServer::stop() { impl_->stop(); }
+void ProxyServer::drain() { impl_->drain(); }
 
 // ---- SimpleServer: small request/response endpoints (admin API) ------------------------------
 

@@ -104,25 +104,6 @@ TEST_F(RedisE2E, ChannelLimitIsSharedByItsInterfacesAcrossInstances) {
   EXPECT_GE(view["stored_permits"].get<double>(), 7.0);
 }
 
-// Opens a connection and sends one request without reading the answer; closes on destruction.
-struct RawClient {
-  int fd = -1;
-  RawClient(int port, const std::string& bytes) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0)
-      (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  }
-  ~RawClient() { close(); }
-  void close() {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-};
-
 double metric(const GatewayProcess& gw, const std::string& name) {
   const std::string m = http_get(gw.admin_port, "/metrics").body;
   const auto at = m.find("\n" + name + " ");
@@ -132,7 +113,7 @@ double metric(const GatewayProcess& gw, const std::string& name) {
 void refund_scenario(const GatewayProcess& gw, const MockUpstream& upstream) {
   // A takes the stored permit; B is held for its slot 1 s later, then leaves.
   ASSERT_EQ(http_get(gw.port, "/ibe/booking").status, 200);
-  RawClient b(gw.port, "GET /ibe/booking HTTP/1.1\r\nHost: x\r\n\r\n");
+  RawConnection b(gw.port, "GET /ibe/booking HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(eventually([&] { return metric(gw, "tollgate_held_requests") == 1; }, 5s));
   EXPECT_GT(gw.admin_json("/admin/buckets/booking")["debt_s"].get<double>(), 0.3);  // B's slot is booked
   b.close();

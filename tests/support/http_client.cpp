@@ -89,6 +89,21 @@ HttpResponse http_request(int port, const HttpRequest& req, std::chrono::millise
   return concurrent_requests(port, req, 1, timeout).at(0);
 }
 
+RawConnection::RawConnection(int port, const std::string& bytes) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && !bytes.empty())
+    (void)!::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+}
+
+void RawConnection::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 std::string raw_exchange(int port, const std::string& bytes, std::chrono::milliseconds timeout) {
   // Plain POSIX with poll(): the deadline holds whatever the server does (Asio's blocking reads
   // would wait past SO_RCVTIMEO).

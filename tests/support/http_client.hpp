@@ -37,6 +37,19 @@ inline HttpResponse http_get(int port, const std::string& target) { return http_
 std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& req, int n,
                                               std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// A raw TCP connection that sends `bytes` (if any) and stays open until close() or destruction.
+class RawConnection {
+ public:
+  explicit RawConnection(int port, const std::string& bytes = "");
+  ~RawConnection() { close(); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+  void close();
+
+ private:
+  int fd_ = -1;
+};
+
 // Writes raw bytes and returns what came back until the server closed or the timeout passed.
 std::string raw_exchange(int port, const std::string& bytes, std::chrono::milliseconds timeout = std::chrono::seconds(5));
 

@@ -24,6 +24,7 @@ struct AdminDeps {
   std::string token_name;                         // recorded as the author of changes ("" = client address)
   config::ConfigManager* config = nullptr;        // reload and source status
   config::SwitchWriter* switch_writer = nullptr;  // fleet-wide switch (MySQL); null: per process
+  const std::atomic<bool>* draining = nullptr;    // set while shutting down: /readyz answers 503
 };
 
 // Constant-time comparison (the time taken does not depend on where the strings differ).

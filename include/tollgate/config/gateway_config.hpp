@@ -44,6 +44,10 @@ struct ProxyLimits {
   std::uint32_t connect_timeout_ms = 2'000;    // upstream connect
   std::uint32_t response_timeout_ms = 30'000;  // upstream: request sent -> response header received
   std::uint32_t max_idle_upstream_conns = 64;  // per upstream, per thread
+  std::uint32_t drain_timeout_ms = 30'000;     // SIGTERM: how long held and in-flight requests may finish
+  std::uint32_t max_connections = 50'000;      // open client connections; past it new ones are closed at once
+  std::uint32_t max_held = 20'000;             // requests waiting for a permit, all buckets; past it: 429
+  std::uint32_t max_held_per_bucket = 5'000;   // requests waiting on one bucket; past it: 429
 };
 
 struct AdminConfig {

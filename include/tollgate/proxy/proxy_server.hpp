@@ -34,7 +34,8 @@ class ProxyServer {
   ~ProxyServer();
   void start();  // resolves upstreams and binds; throws std::runtime_error on failure
   std::uint16_t port() const;
-  void stop();  // stops accepting
+  void stop();   // stops accepting
+  void drain();  // stops accepting and closes connections as soon as they have no request in flight
 
  private:
   struct Impl;

@@ -31,7 +31,7 @@ struct Fixture {
     bad.rate_limit = -1;
     snaps.set(config::make_snapshot(config::validate_rows({r, bad}), 3, "test"));
   }
-  AdminApi api(std::string token) { return AdminApi({snaps, sw, store, metrics, std::move(token), "", nullptr, nullptr}); }
+  AdminApi api(std::string token) { return AdminApi({snaps, sw, store, metrics, std::move(token), "", nullptr, nullptr, nullptr}); }
 };
 
 SimpleRequest put_switch(std::string auth, std::string body = R"({"enabled":false})") {

@@ -1,0 +1,179 @@
+// Operating and hardening, with the real gateway process: graceful drain, SIGHUP, caps, hostile
+// requests, per-bucket metrics.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "support/stack.hpp"
+
+namespace tollgate::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+json one_rule(int upstream_port, double rate, double cache, double burst = 0) {
+  json c = base_config(upstream_port);
+  c["limits"]["rules"] = json::array({{{"configId", 1}, {"interfaceUrl", "/booking"}, {"rateLimit", rate},
+                                       {"cache", cache}, {"status", 1}}});
+  if (burst > 0) c["limits"]["rules"][0]["burst"] = burst;
+  return c;
+}
+
+TEST(Operate, SigtermDrainsHeldRequestsThenExitsZero) {
+  MockUpstream up;
+  GatewayProcess gw(one_rule(up.port, 1, 5));
+  ASSERT_GT(gw.port, 0);
+  ASSERT_EQ(http_get(gw.port, "/ibe/booking").status, 200);  // takes the stored permit
+  HttpResponse held;
+  std::thread client([&] { held = http_get(gw.port, "/ibe/booking"); });  // held ~1 s
+  ASSERT_TRUE(eventually([&] { return http_get(gw.admin_port, "/metrics").body.find("tollgate_held_requests 1") != std::string::npos; }, 5s));
+  gw.proc->signal(SIGTERM);
+  ASSERT_TRUE(gw.proc->wait_for_line("draining", 5s));
+  const auto ready = http_get(gw.admin_port, "/readyz");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(json::parse(ready.body)["draining"], true);
+  EXPECT_EQ(http_get(gw.port, "/ibe/booking").status, 0);  // no longer accepting
+  client.join();
+  EXPECT_EQ(held.status, 200);  // the held request got its answer
+  EXPECT_EQ(held.header("connection"), "close");
+  EXPECT_EQ(gw.proc->wait_exit(10s), 0);
+  EXPECT_EQ(up.count("/ibe/booking"), 2);
+}
+
+TEST(Operate, DrainDeadlineBoundsTheWait) {
+  MockUpstream up;
+  json c = one_rule(up.port, 0.2, 30);  // the second request waits 5 s
+  c["proxy"]["drain_timeout_ms"] = 500;
+  GatewayProcess gw(c);
+  ASSERT_EQ(http_get(gw.port, "/ibe/booking").status, 200);
+  std::thread client([&] { http_get(gw.port, "/ibe/booking"); });
+  ASSERT_TRUE(eventually([&] { return http_get(gw.admin_port, "/metrics").body.find("tollgate_held_requests 1") != std::string::npos; }, 5s));
+  const auto t = std::chrono::steady_clock::now();
+  gw.proc->signal(SIGTERM);
+  EXPECT_EQ(gw.proc->wait_exit(10s), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t, 3s);
+  EXPECT_NE(gw.proc->output().find("drain deadline reached"), std::string::npos);
+  client.join();
+}
+
+TEST(Operate, SighupReloadsTheFile) {
+  MockUpstream up;
+  GatewayProcess gw(one_rule(up.port, 1, 0));
+  json c = one_rule(up.port, 7, 0);
+  write_file(gw.dir + "/gateway.json", c.dump());
+  gw.proc->signal(SIGHUP);
+  ASSERT_TRUE(gw.proc->wait_for_line("SIGHUP: config v2 loaded", 5s)) << gw.proc->output();
+  EXPECT_EQ(gw.admin_json("/admin/rules")["rules"][0]["rateLimit"], 7.0);
+  // A broken file is refused and the rules stay.
+  write_file(gw.dir + "/gateway.json", "{ broken");
+  gw.proc->signal(SIGHUP);
+  ASSERT_TRUE(gw.proc->wait_for_line("SIGHUP: reload failed", 5s));
+  EXPECT_EQ(gw.admin_json("/admin/rules")["rules"][0]["rateLimit"], 7.0);
+}
+
+TEST(Operate, SmugglingAttemptsAreRejectedAndClosed) {
+  MockUpstream up;
+  GatewayProcess gw(base_config(up.port));
+  const std::string both =
+      "POST /ibe/x HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+      "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::string out = raw_exchange(gw.port, both);
+  EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;
+  EXPECT_NE(out.find("Connection: close"), std::string::npos);
+  EXPECT_EQ(out.find("HTTP/1.1", 5), std::string::npos);  // one answer, then closed
+  out = raw_exchange(gw.port, "POST /ibe/x HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde");
+  EXPECT_EQ(out.rfind("HTTP/1.1 400", 0), 0u) << out;
+  out = raw_exchange(gw.port, "POST /ibe/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n");
+  EXPECT_EQ(out.rfind("HTTP/1.1 501", 0), 0u) << out;
+  EXPECT_EQ(up.stats()["total"], 0);  // nothing reached the upstream
+}
+
+TEST(Operate, SlowHeadersAreCutOffAtTheHeaderTimeout) {
+  MockUpstream up;
+  json c = base_config(up.port);
+  c["proxy"]["header_timeout_ms"] = 1000;
+  GatewayProcess gw(c);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(gw.port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string req = "GET /ibe/slow HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+  const auto t = std::chrono::steady_clock::now();
+  bool cut_off = false;
+  for (char ch : req) {  // one byte every 200 ms
+    if (::send(fd, &ch, 1, MSG_NOSIGNAL) != 1) {
+      cut_off = true;
+      break;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 200) > 0) {
+      char buf[512];
+      cut_off = ::recv(fd, buf, sizeof buf, 0) <= 0;  // closed by the gateway, no answer
+      break;
+    }
+  }
+  ::close(fd);
+  const auto took = std::chrono::steady_clock::now() - t;
+  EXPECT_TRUE(cut_off);
+  EXPECT_GE(took, 900ms);
+  EXPECT_LT(took, 4s);  // the 1 s header deadline, not the 12 s the trickle would take
+  EXPECT_EQ(up.stats()["total"], 0);
+}
+
+TEST(Operate, HeldRequestCapsAnswer429AtOnce) {
+  MockUpstream up;
+  json c = one_rule(up.port, 10, 5, 1);  // 1 stored, then 100 ms apart, up to 5 s
+  c["proxy"]["max_held_per_bucket"] = 3;
+  GatewayProcess gw(c);
+  const auto rs = concurrent_requests(gw.port, {"GET", "/ibe/booking", {}, {}}, 10);
+  EXPECT_EQ(count_status(rs, 200), 4);  // the stored permit + 3 held
+  EXPECT_EQ(count_status(rs, 429), 6);
+  const std::string m = http_get(gw.admin_port, "/metrics").body;
+  EXPECT_NE(m.find("tollgate_bucket_cap_rejections_total{bucket=\"/booking\"} 6"), std::string::npos) << m;
+  EXPECT_NE(m.find("tollgate_bucket_requests_total{bucket=\"/booking\",outcome=\"delayed\"} 3"), std::string::npos);
+  // The refused ones gave their slots back: the 4 admitted went out within ~300 ms, not 900.
+  auto arrivals = up.stats()["paths"]["/ibe/booking"]["arrivals_us"].get<std::vector<std::int64_t>>();
+  std::sort(arrivals.begin(), arrivals.end());
+  ASSERT_EQ(arrivals.size(), 4u);
+  EXPECT_LT(arrivals[3] - arrivals[0], 600'000);
+}
+
+TEST(Operate, ConnectionCapRefusesPastTheLimit) {
+  MockUpstream up;
+  json c = base_config(up.port);
+  c["proxy"]["max_connections"] = 2;
+  GatewayProcess gw(c);
+  RawConnection a(gw.port), b(gw.port);
+  ASSERT_TRUE(eventually([&] { return http_get(gw.admin_port, "/metrics").body.find("tollgate_connections 2") != std::string::npos; }, 5s));
+  const auto r = http_get(gw.port, "/ibe/x");
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(json::parse(r.body)["error"], "too_many_connections");
+  EXPECT_NE(http_get(gw.admin_port, "/metrics").body.find("tollgate_connections_refused_total 1"), std::string::npos);
+}
+
+TEST(Operate, PerBucketAndUpstreamMetrics) {
+  MockUpstream up;
+  GatewayProcess gw(base_config(up.port));
+  concurrent_requests(gw.port, {"GET", "/ibe/shopping/search", {}, {}}, 10);
+  http_get(gw.port, "/ibe/other");
+  const std::string m = http_get(gw.admin_port, "/metrics").body;
+  for (const char* line : {"tollgate_bucket_requests_total{bucket=\"/shopping/search\",outcome=\"forwarded\"} 5",
+                           "tollgate_bucket_requests_total{bucket=\"/shopping/search\",outcome=\"delayed\"} 2",
+                           "tollgate_bucket_requests_total{bucket=\"/shopping/search\",outcome=\"rejected\"} 3",
+                           "tollgate_bucket_wait_seconds_count{bucket=\"/shopping/search\"} 7",
+                           "tollgate_bucket_wait_seconds_bucket{bucket=\"/shopping/search\",le=\"0.001\"} 5",
+                           "tollgate_upstream_response_seconds_count{upstream=\"ibe\"} 8",
+                           "tollgate_requests_total{outcome=\"unmatched\"} 1"})
+    EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;
+  EXPECT_NE(m.find("tollgate_bucket_debt_seconds{bucket=\"/shopping/search\"}"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tollgate::testing
