@@ -18,6 +18,7 @@
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/limiter/clock.hpp"
+#include "tollgate/proxy/access_log.hpp"
 #include "tollgate/proxy/proxy_server.hpp"
 #include "tollgate/store/local_store.hpp"
 #include "tollgate/store/redis_store.hpp"
@@ -45,6 +46,7 @@ struct Gateway::Impl {
   std::unique_ptr<proxy::ProxyServer> proxy;
   std::unique_ptr<admin::AdminApi> admin_api;
   std::unique_ptr<proxy::SimpleServer> admin_server;
+  std::unique_ptr<proxy::AccessLog> access_log;
   std::atomic<bool> draining{false};
   std::unique_ptr<net::signal_set> signals;  // created before "ready": no signal is lost or fatal
 
@@ -106,8 +108,9 @@ void Gateway::start() {
     raw.push_back(m.contexts.back().get());
   }
   m.store = m.make_store(raw);
+  m.access_log = std::make_unique<proxy::AccessLog>(m.cfg.access_log);
   m.proxy = std::make_unique<proxy::ProxyServer>(
-      raw, proxy::ProxyDeps{m.cfg, m.snapshots, m.switch_state, *m.store, m.metrics});
+      raw, proxy::ProxyDeps{m.cfg, m.snapshots, m.switch_state, *m.store, m.metrics, m.access_log.get()});
   m.proxy->start();
   m.admin_api = std::make_unique<admin::AdminApi>(admin::AdminDeps{m.snapshots, m.switch_state, *m.store, m.metrics,
                                                                    m.cfg.admin.token, m.cfg.admin.token_name,

@@ -161,7 +161,8 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   }
   GatewayConfig c;
   c.path = origin;
-  check_keys(doc, "", {"listen", "threads", "admin", "upstreams", "routes", "proxy", "limits"});
+  check_keys(doc, "", {"listen", "threads", "access_log", "admin", "upstreams", "routes", "proxy", "limits"});
+  c.access_log = get_string(doc, "", "access_log", "off");
   c.listen = parse_endpoint(get_string(doc, "", "listen", "0.0.0.0:8080"), "listen");
   c.threads = static_cast<unsigned>(get_uint(doc, "", "threads", 0, 0, 256));
 

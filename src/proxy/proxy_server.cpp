@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <sys/socket.h>
 
+#include "tollgate/proxy/access_log.hpp"
 #include "tollgate/proxy/throttle.hpp"
 
 namespace tollgate::proxy {
@@ -414,20 +415,46 @@ struct ProxyServer::Impl {
   }
 
   // Returns whether the client connection stays open.
+  // Writes the access log line when the request is done, whichever way it ended.
+  struct LogOnExit {
+    AccessLog* log;
+    AccessRecord rec;
+    std::string method, path, bucket;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    ~LogOnExit() {
+      if (!log) return;
+      rec.method = method;
+      rec.path = path;
+      rec.bucket = bucket;
+      rec.duration_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      log->write(rec);
+    }
+  };
+
   net::awaitable<bool> handle(Worker& w, beast::tcp_stream& stream, beast::flat_buffer& buffer,
                               http::request<http::string_body> req, const std::string& client_ip) {
     const unsigned version = req.version();
     const bool keep = req.keep_alive() && !w.draining;  // draining: answer, then close
     const std::string_view path = path_of(req.target());
+    LogOnExit access{deps.access_log && deps.access_log->enabled() ? deps.access_log : nullptr, {}, {}, {}, {}};
+    if (access.log) {
+      access.rec.client = client_ip;
+      access.method = std::string(req.method_string());
+      access.path = std::string(path);
+    }
+    AccessRecord& rec = access.rec;
     if (auto te = req[http::field::transfer_encoding]; !te.empty() && !beast::iequals(te, "chunked")) {
       // Only chunked framing is understood; anything else could be read differently upstream.
       deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      rec.status = 501;
       co_return co_await send_error(stream, version, false, http::status::not_implemented, "unsupported_transfer_encoding",
                                     "only Transfer-Encoding: chunked is accepted");
     }
     const Route* route = route_for(path);
     if (route == nullptr || path.empty() || path.front() != '/') {
       deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      rec.status = 404;
       co_return co_await send_error(stream, version, keep, http::status::not_found, "no_route",
                                     "no route for this path");
     }
@@ -435,12 +462,15 @@ struct ProxyServer::Impl {
     std::string policy_header, limit_header;
     if (!deps.switch_state.enabled()) {
       deps.metrics.count(Outcome::bypassed);
+      rec.outcome = "bypassed";
     } else {
       const std::shared_ptr<const config::Snapshot> snap = deps.snapshots.get();
       const config::Rule* rule = snap ? snap->match(path) : nullptr;
       if (rule == nullptr) {
         deps.metrics.count(Outcome::unmatched);
+        rec.outcome = "unmatched";
       } else {
+        if (access.log) access.bucket = rule->bucket;
         const config::Rule* channel = snap->channel_of(*rule);
         store::AcquireRequest areq{{rule->bucket, rule->params},
                                    channel ? std::optional<store::BucketRef>({channel->bucket, channel->params})
@@ -452,11 +482,13 @@ struct ProxyServer::Impl {
         auto count = [&](Outcome o) {
           deps.metrics.count(o);
           bm.outcomes[static_cast<int>(o)].fetch_add(1, std::memory_order_relaxed);
+          rec.outcome = outcome_name(o);
         };
         if (sd.status == store::StoreStatus::unavailable_open) {
           count(Outcome::store_error);  // policy fail_open: forward unlimited
         } else if (sd.status == store::StoreStatus::unavailable_closed) {
           count(Outcome::store_error);  // policy fail_closed: refuse
+          rec.status = 503;
           co_return co_await send_unavailable(stream, version, keep);
         } else {
           if (sd.degraded) deps.metrics.store_degraded.fetch_add(1, std::memory_order_relaxed);
@@ -466,6 +498,7 @@ struct ProxyServer::Impl {
           limit_header = ratelimit_header(binding, sd.decision);
           if (!sd.decision.granted) {
             count(Outcome::rejected);
+            rec.status = 429;
             co_return co_await send_rejection(stream, version, keep, binding, sd.decision, policy_header, limit_header);
           }
           if (sd.decision.wait_us > 0 &&
@@ -476,6 +509,7 @@ struct ProxyServer::Impl {
             co_await deps.store.refund(areq, sd.reservation);
             bm.cap_rejections.fetch_add(1, std::memory_order_relaxed);
             count(Outcome::rejected);
+            rec.status = 429;
             limiter::Decision capped = sd.decision;
             capped.granted = false;
             capped.retry_after_us = sd.decision.wait_us;
@@ -483,6 +517,7 @@ struct ProxyServer::Impl {
                                               ratelimit_header(binding, capped));
           }
           bm.wait.observe_us(sd.decision.wait_us);
+          rec.wait_ms = static_cast<double>(sd.decision.wait_us) / 1e3;
           if (sd.decision.wait_us > 0) {
             count(Outcome::delayed);
             // A held request keeps only what it needs: its read buffer goes back to the allocator
@@ -492,6 +527,7 @@ struct ProxyServer::Impl {
               // The client left before its slot: give the slot back if nobody queued behind it.
               if (co_await deps.store.refund(areq, sd.reservation))
                 deps.metrics.refunds.fetch_add(1, std::memory_order_relaxed);
+              rec.outcome = "client_gone";
               co_return false;
             }
           } else {
@@ -501,7 +537,7 @@ struct ProxyServer::Impl {
       }
     }
     co_return co_await forward(w, stream, std::move(req), client_ip, upstreams[route->upstream],
-                               w.pools[route->upstream], policy_header, limit_header);
+                               w.pools[route->upstream], policy_header, limit_header, rec);
   }
 
   // Holds a request until its slot on a timer (never a thread), watching the client meanwhile.
@@ -562,7 +598,7 @@ struct ProxyServer::Impl {
 
   net::awaitable<bool> forward(Worker& w, beast::tcp_stream& client, http::request<http::string_body> req,
                                const std::string& client_ip, Upstream& up, Pool& pool,
-                               const std::string& policy_header, const std::string& limit_header) {
+                               const std::string& policy_header, const std::string& limit_header, AccessRecord& rec) {
     const unsigned version = req.version();
     bool keep = req.keep_alive() && !w.draining;  // draining: this answer closes the connection
     const bool head_request = req.method() == http::verb::head;
@@ -598,6 +634,7 @@ struct ProxyServer::Impl {
         if (ec) {
           const bool timeout = ec == beast::error::timeout;
           upstream_error(up, timeout ? UpstreamError::timeout : UpstreamError::connect);
+          rec.status = timeout ? 504 : 502;
           co_return co_await send_error(client, version, keep,
                                         timeout ? http::status::gateway_timeout : http::status::bad_gateway,
                                         timeout ? "upstream_timeout" : "upstream_unavailable",
@@ -628,6 +665,7 @@ struct ProxyServer::Impl {
       if (retry) continue;
       const bool timeout = ec == beast::error::timeout;
       upstream_error(up, timeout ? UpstreamError::timeout : UpstreamError::reset);
+      rec.status = timeout ? 504 : 502;
       co_return co_await send_error(client, version, keep,
                                     timeout ? http::status::gateway_timeout : http::status::bad_gateway,
                                     timeout ? "upstream_timeout" : "upstream_failed",
@@ -639,6 +677,7 @@ struct ProxyServer::Impl {
                                 .count());
     auto& res = parser->get();
     const int status = res.result_int();
+    rec.status = rec.upstream_status = status;
     const bool no_body = head_request || status == 204 || status == 304 || (status >= 100 && status < 200);
     const auto length = no_body ? boost::optional<std::uint64_t>(0) : parser->content_length();
     if (length && *length <= kBufferedBodyMax) {
@@ -651,6 +690,7 @@ struct ProxyServer::Impl {
         if (ec) {
           const bool timeout = ec == beast::error::timeout;
           upstream_error(up, timeout ? UpstreamError::timeout : UpstreamError::reset);
+          rec.status = timeout ? 504 : 502;
           co_return co_await send_error(client, version, keep,
                                         timeout ? http::status::gateway_timeout : http::status::bad_gateway,
                                         timeout ? "upstream_timeout" : "upstream_failed",

@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+
 #include "support/stack.hpp"
 
 namespace tollgate::testing {
@@ -173,6 +175,49 @@ TEST(Operate, PerBucketAndUpstreamMetrics) {
                            "tollgate_requests_total{outcome=\"unmatched\"} 1"})
     EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;
   EXPECT_NE(m.find("tollgate_bucket_debt_seconds{bucket=\"/shopping/search\"}"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tollgate::testing
+
+namespace tollgate::testing {
+namespace {
+
+TEST(Operate, AccessLogOneJsonLinePerRequest) {
+  MockUpstream up;
+  json c = base_config(up.port);
+  const std::string dir = temp_dir();
+  c["access_log"] = dir + "/access.log";
+  {
+    GatewayProcess gw(c);
+    concurrent_requests(gw.port, {"GET", "/ibe/shopping/search?q=\"x\"", {}, {}}, 8);
+    http_get(gw.port, "/ibe/other");
+    gw.proc->signal(SIGTERM);
+    ASSERT_EQ(gw.proc->wait_exit(10s), 0);
+  }
+  std::ifstream in(dir + "/access.log");
+  std::map<std::string, int> outcomes;
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    const json j = json::parse(line);  // every line is JSON
+    ++lines;
+    ++outcomes[j["outcome"].get<std::string>()];
+    for (const char* k : {"time", "client", "method", "path", "bucket", "wait_ms", "status", "upstream_status", "duration_ms"})
+      EXPECT_TRUE(j.contains(k)) << k << " in " << line;
+    if (j["outcome"] == "delayed") {
+      EXPECT_GT(j["wait_ms"].get<double>(), 100);
+      EXPECT_EQ(j["upstream_status"], 200);
+    }
+    if (j["outcome"] == "rejected") {
+      EXPECT_EQ(j["status"], 429);
+    }
+  }
+  EXPECT_EQ(lines, 9);
+  EXPECT_EQ(outcomes["forwarded"], 5);
+  EXPECT_EQ(outcomes["delayed"], 2);
+  EXPECT_EQ(outcomes["rejected"], 1);
+  EXPECT_EQ(outcomes["unmatched"], 1);
 }
 
 }  // namespace

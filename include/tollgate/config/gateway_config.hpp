@@ -97,6 +97,7 @@ struct GatewayConfig {
   std::string path;  // the file it came from
   Endpoint listen{"0.0.0.0", 8080};
   unsigned threads = 0;  // 0: one per core
+  std::string access_log = "off";  // "off", "stdout" or a file path: one JSON line per request
   AdminConfig admin;
   std::vector<UpstreamConfig> upstreams;
   std::vector<RouteConfig> routes;

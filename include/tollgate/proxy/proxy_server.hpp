@@ -19,12 +19,15 @@ class io_context;
 
 namespace tollgate::proxy {
 
+class AccessLog;
+
 struct ProxyDeps {
   const config::GatewayConfig& config;  // listen, upstreams, routes, limits
   config::SnapshotHolder& snapshots;
   config::SwitchState& switch_state;
   store::BucketStore& store;
   Metrics& metrics;
+  AccessLog* access_log = nullptr;      // null or disabled: no access log
 };
 
 class ProxyServer {
