@@ -15,15 +15,18 @@ CREATE TABLE IF NOT EXISTS t_ratelimite_conf (
   burst          DOUBLE       DEFAULT NULL COMMENT 'bucket size; NULL: rateLimit (one second of permits)',
   warmupSeconds  DOUBLE       DEFAULT NULL COMMENT 'Guava SmoothWarmingUp period; NULL: none',
   scope          VARCHAR(16)  DEFAULT NULL COMMENT 'NULL/interface: per URL; channel: a limit for the whole channelType',
+  mode           VARCHAR(16)  DEFAULT NULL COMMENT 'NULL/enforce; shadow: decide and count, forward everything; off',
   PRIMARY KEY (configId)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
 -- One named row per switch; Tollgate uses name = 'global'.
 CREATE TABLE IF NOT EXISTS t_ratelimite_switch (
   name           VARCHAR(64)  NOT NULL,
-  state          TINYINT(1)   NOT NULL DEFAULT 1 COMMENT '1 limits enforced, 0 everything forwarded',
+  state          TINYINT      NOT NULL DEFAULT 1 COMMENT '1 enforce, 0 off (everything forwarded), 2 shadow',
   changedBy      VARCHAR(128) NOT NULL DEFAULT 'schema',
   changedAt      DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  revertAt       DATETIME(3)  DEFAULT NULL COMMENT 'set by revert_after_s: when the state returns to revertTo',
+  revertTo       TINYINT      DEFAULT NULL,
   PRIMARY KEY (name)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
@@ -31,8 +34,8 @@ CREATE TABLE IF NOT EXISTS t_ratelimite_switch (
 CREATE TABLE IF NOT EXISTS t_ratelimite_switch_audit (
   auditId        BIGINT       NOT NULL AUTO_INCREMENT,
   name           VARCHAR(64)  NOT NULL,
-  oldState       TINYINT(1)   DEFAULT NULL,
-  newState       TINYINT(1)   NOT NULL,
+  oldState       TINYINT      DEFAULT NULL,
+  newState       TINYINT      NOT NULL,
   changedBy      VARCHAR(128) NOT NULL,
   changedAt      DATETIME(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (auditId),

@@ -117,7 +117,10 @@ std::string AdminApi::metrics_text() const {
   }
   body += "# HELP tollgate_switch_enabled Global limiting switch (1 enforcing, 0 off).\n"
           "# TYPE tollgate_switch_enabled gauge\ntollgate_switch_enabled " +
-          std::string(deps_.switch_state.enabled() ? "1" : "0") + "\n";
+          std::string(deps_.switch_state.enabled() ? "1" : "0") + "\n" +
+          "# HELP tollgate_switch_state Global switch: 1 enforce, 0 off, 2 shadow.\n"
+          "# TYPE tollgate_switch_state gauge\ntollgate_switch_state " +
+          std::to_string(static_cast<int>(deps_.switch_state.mode())) + "\n";
   if (deps_.config) {
     const config::SourceStatus st = deps_.config->status();
     auto snap = deps_.snapshots.get();
@@ -180,10 +183,16 @@ SimpleResponse AdminApi::get_rules() const {
 
 SimpleResponse AdminApi::get_switch() const {
   const config::SwitchInfo s = deps_.switch_state.info();
-  return ok_json({{"enabled", s.enabled},
-                  {"changed_by", s.changed_by},
-                  {"changed_at_ms", s.changed_at_ms},
-                  {"source", s.source}});
+  json j = {{"state", config::switch_mode_name(s.mode)},
+            {"enabled", s.mode != config::SwitchMode::off},
+            {"changed_by", s.changed_by},
+            {"changed_at_ms", s.changed_at_ms},
+            {"source", s.source}};
+  if (s.revert_at_ms) {
+    j["revert_at_ms"] = s.revert_at_ms;
+    j["revert_to"] = config::switch_mode_name(s.revert_to);
+  }
+  return ok_json(j);
 }
 
 SimpleResponse AdminApi::put_switch(const SimpleRequest& req) {
@@ -193,27 +202,54 @@ SimpleResponse AdminApi::put_switch(const SimpleRequest& req) {
   } catch (const json::parse_error& e) {
     return error(400, "bad_json", std::string("body is not JSON: ") + e.what());
   }
-  if (!body.is_object() || !body.contains("enabled") || !body["enabled"].is_boolean())
-    return error(400, "bad_request", "body must be {\"enabled\": true|false}");
-  for (auto it = body.begin(); it != body.end(); ++it)
-    if (it.key() != "enabled") return error(400, "bad_request", "unknown field '" + it.key() + "'");
-  const bool enabled = body["enabled"].get<bool>();
+  constexpr std::string_view usage =
+      "body must be {\"state\": \"enforce\"|\"shadow\"|\"off\"} or {\"enabled\": true|false}, "
+      "with an optional \"revert_after_s\" (1..86400)";
+  if (!body.is_object()) return error(400, "bad_request", usage);
+  std::optional<config::SwitchMode> mode;
+  double revert_after_s = 0;
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "enabled" && it.value().is_boolean()) {
+      mode = it.value().get<bool>() ? config::SwitchMode::enforce : config::SwitchMode::off;
+    } else if (k == "state" && it.value().is_string() && config::parse_switch_mode(it.value().get<std::string>())) {
+      mode = config::parse_switch_mode(it.value().get<std::string>());
+    } else if (k == "revert_after_s" && it.value().is_number() && it.value().get<double>() >= 1 &&
+               it.value().get<double>() <= 86400) {
+      revert_after_s = it.value().get<double>();
+    } else {
+      return error(400, "bad_request", "field '" + k + "': " + std::string(usage));
+    }
+  }
+  if (!mode) return error(400, "bad_request", usage);
   const std::string who = deps_.token_name.empty() ? "admin@" + req.peer : deps_.token_name;
-  bool old;
+  const auto revert_ms = static_cast<std::int64_t>(revert_after_s * 1000);
+  config::SwitchMode old;
   if (deps_.switch_writer) {
     // Fleet-wide: the row and its audit row first; every instance (this one now) follows the row.
     try {
-      const config::SwitchChange change = deps_.switch_writer->write_switch(enabled, who);
+      const config::SwitchChange change = deps_.switch_writer->write_switch(*mode, who, revert_ms);
       old = change.previous;
-      deps_.switch_state.apply(enabled, change.now.changed_by, change.now.changed_at_ms, "mysql");
+      deps_.switch_state.set(*mode, change.now.changed_by, change.now.changed_at_ms, "mysql", change.now.revert_at_ms,
+                             change.now.revert_to);
     } catch (const std::exception& e) {
       return error(503, "switch_store_unavailable", std::string("switch not changed: ") + e.what());
     }
   } else {
-    old = deps_.switch_state.set(enabled, who, "admin");
+    const std::int64_t now = config::SwitchState::now_ms();
+    const config::SwitchMode previous = deps_.switch_state.mode();
+    old = deps_.switch_state.set(*mode, who, now, "admin", revert_ms ? now + revert_ms : 0, previous);
+    if (revert_ms && deps_.schedule) {
+      const std::uint64_t gen = deps_.switch_state.info().generation;
+      config::SwitchState& sw = deps_.switch_state;
+      deps_.schedule(revert_ms, [&sw, gen, previous] {
+        if (sw.info().generation != gen) return;  // changed again since: that change stands
+        sw.set(previous, "revert_after", config::SwitchState::now_ms(), "admin");
+      });
+    }
   }
   json out = json::parse(get_switch().body);
-  out["previous"] = old;
+  out["previous"] = config::switch_mode_name(old);
   return ok_json(out);
 }
 

@@ -50,10 +50,10 @@ struct Gateway::Impl {
   std::atomic<bool> draining{false};
   std::unique_ptr<net::signal_set> signals;  // created before "ready": no signal is lost or fatal
 
-  explicit Impl(config::GatewayConfig c) : cfg(std::move(c)), switch_state(cfg.limits.switch_on, "file") {
+  explicit Impl(config::GatewayConfig c) : cfg(std::move(c)), switch_state(cfg.limits.switch_mode, "file") {
     // The file's rules: the configuration itself (file source) or the fallback (MySQL source).
     // Either way they are checked strictly: a bad file stops the start with the reason.
-    config::LoadResult from_file = config::FileSource::from_rows(cfg.limits.rows, cfg.limits.switch_on);
+    config::LoadResult from_file = config::FileSource::from_rows(cfg.limits.rows, cfg.limits.switch_mode);
     if (cfg.limits.source == "mysql") {
       mysql = std::make_shared<config::MysqlSource>(cfg.limits.mysql);
       config_manager = std::make_unique<config::ConfigManager>(
@@ -115,7 +115,14 @@ void Gateway::start() {
   m.admin_api = std::make_unique<admin::AdminApi>(admin::AdminDeps{m.snapshots, m.switch_state, *m.store, m.metrics,
                                                                    m.cfg.admin.token, m.cfg.admin.token_name,
                                                                    m.config_manager.get(), m.mysql.get(),
-                                                                   &m.draining});
+                                                                   &m.draining,
+                                                                   [&m](std::int64_t after_ms, std::function<void()> f) {
+                                                                     auto t = std::make_shared<net::steady_timer>(
+                                                                         m.admin_ctx, std::chrono::milliseconds(after_ms));
+                                                                     t->async_wait([t, f](auto ec) {
+                                                                       if (!ec) f();
+                                                                     });
+                                                                   }});
   m.admin_server = std::make_unique<proxy::SimpleServer>(
       m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const proxy::SimpleRequest& r) { return api->handle(r); });
   m.admin_server->start();
@@ -130,7 +137,7 @@ void Gateway::start() {
             << "tollgate: admin listening on " << m.cfg.admin.listen.host << ":" << m.admin_server->port()
             << (m.cfg.admin.token.empty() ? " (read-only: $" + m.cfg.admin.token_env + " is not set)" : "") << "\n"
             << "tollgate: " << enabled << " enabled rules from " << snap->source << ", switch "
-            << (m.switch_state.enabled() ? "on" : "off") << ", store " << m.store->name() << "\n"
+            << config::switch_mode_name(m.switch_state.mode()) << ", store " << m.store->name() << "\n"
             << "tollgate: ready" << std::endl;
 }
 

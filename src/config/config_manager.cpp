@@ -43,6 +43,7 @@ ReloadResult ConfigManager::load_and_swap(bool force) {
   ReloadResult out;
   const std::int64_t now_ms = SwitchState::now_ms();
   try {
+    if (!force) source_->tick();
     std::optional<std::string> fp = source_->fingerprint();
     if (!force && fp && last_fingerprint_ && *fp == *last_fingerprint_ && snapshots_.get()) {
       out.ok = true;
@@ -64,10 +65,10 @@ ReloadResult ConfigManager::load_and_swap(bool force) {
     snapshots_.set(make_snapshot(std::move(loaded.rules), ++version_, source_->describe()));
     if (loaded.fleet_switch && loaded.fleet_switch != last_switch_) {
       const SwitchRecord& sw = *loaded.fleet_switch;
-      if (switch_.enabled() != sw.enabled)
-        std::cerr << "tollgate: switch " << (sw.enabled ? "on" : "off") << " (changed by " << sw.changed_by << ")"
+      if (switch_.mode() != sw.mode)
+        std::cerr << "tollgate: switch " << switch_mode_name(sw.mode) << " (changed by " << sw.changed_by << ")"
                   << std::endl;
-      switch_.apply(sw.enabled, sw.changed_by, sw.changed_at_ms, "mysql");
+      switch_.set(sw.mode, sw.changed_by, sw.changed_at_ms, "mysql", sw.revert_at_ms, sw.revert_to);
       last_switch_ = loaded.fleet_switch;
     }
     std::cerr << "tollgate: config v" << version_ << " loaded from " << source_->describe() << ": " << active

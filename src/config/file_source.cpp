@@ -2,7 +2,7 @@
 
 namespace tollgate::config {
 
-LoadResult FileSource::from_rows(const std::vector<RawRow>& rows, bool switch_on) {
+LoadResult FileSource::from_rows(const std::vector<RawRow>& rows, SwitchMode switch_mode) {
   LoadResult r;
   r.rules = validate_rows(rows);
   if (!r.rules.rejected.empty()) {
@@ -10,13 +10,13 @@ LoadResult FileSource::from_rows(const std::vector<RawRow>& rows, bool switch_on
     for (const auto& bad : r.rules.rejected) msg += (msg.empty() ? "" : "; ") + bad.message();
     throw ConfigError(msg);
   }
-  r.switch_on = switch_on;
+  r.switch_mode = switch_mode;
   return r;
 }
 
 LoadResult FileSource::load() {
   const GatewayConfig c = load_gateway_config(path_);
-  return from_rows(c.limits.rows, c.limits.switch_on);
+  return from_rows(c.limits.rows, c.limits.switch_mode);
 }
 
 }  // namespace tollgate::config

@@ -42,13 +42,6 @@ std::uint64_t get_uint(const json& obj, const std::string& path, const char* key
   return n;
 }
 
-bool get_bool(const json& obj, const std::string& path, const char* key, bool def) {
-  if (!obj.contains(key)) return def;
-  const json& v = obj.at(key);
-  if (!v.is_boolean()) fail(join(path, key), "must be true or false");
-  return v.get<bool>();
-}
-
 void parse_upstream_url(UpstreamConfig& u, const std::string& path) {
   const std::string& url = u.url;
   const std::string scheme = "http://";
@@ -103,7 +96,7 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
     return r;
   }
   static const std::set<std::string> known = {"configId", "channelType", "interfaceNo", "interfaceUrl", "rateLimit",
-                                              "cache", "status", "burst", "warmupSeconds", "scope", "lastModifyTime"};
+                                              "cache", "status", "burst", "warmupSeconds", "scope", "mode", "lastModifyTime"};
   for (auto it = row.begin(); it != row.end(); ++it)
     if (!known.count(it.key())) r.type_errors.push_back(it.key() + ": unknown field");
   r.config_id = row_number<std::int64_t>(row, "configId", r);
@@ -116,6 +109,7 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
   r.burst = row_number<double>(row, "burst", r);
   r.warmup_seconds = row_number<double>(row, "warmupSeconds", r);
   r.scope = row_string(row, "scope", r);
+  r.mode = row_string(row, "mode", r);
   return r;
 }
 
@@ -293,7 +287,16 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
       if (!rc.password_env.empty())
         if (const char* pw = std::getenv(rc.password_env.c_str())) rc.password = pw;
     }
-    c.limits.switch_on = get_bool(l, "limits", "switch", true);
+    if (l.contains("switch")) {
+      const json& sw = l["switch"];
+      if (sw.is_boolean()) {
+        c.limits.switch_mode = sw.get<bool>() ? SwitchMode::enforce : SwitchMode::off;
+      } else if (sw.is_string() && parse_switch_mode(sw.get<std::string>())) {
+        c.limits.switch_mode = *parse_switch_mode(sw.get<std::string>());
+      } else {
+        fail("limits.switch", "must be true, false, \"enforce\", \"shadow\" or \"off\"");
+      }
+    }
     if (l.contains("rules")) c.limits.rows = rows_from_json(l["rules"], "limits.rules");
   }
   return c;

@@ -15,7 +15,7 @@ namespace {
 
 // Tollgate's own, nullable columns: read only where the table has them, so the original table
 // (without them) keeps working.
-const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope"};
+const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode"};
 
 std::string describe_error(const sql::SQLException& e) {
   std::ostringstream o;
@@ -87,7 +87,8 @@ std::optional<std::string> MysqlSource::fingerprint() {
     std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
         "SELECT (SELECT CONCAT(COUNT(*), '/', IFNULL(MAX(lastModifyTime), ''), '/', IFNULL(SUM(CRC32(" + row_expr +
         ")), 0)) FROM t_ratelimite_conf), "
-        "(SELECT CONCAT(state, '/', changedBy, '/', changedAt) FROM t_ratelimite_switch WHERE name = ?)"));
+        "(SELECT CONCAT(state, '/', changedBy, '/', changedAt, '/', IFNULL(revertAt, '')) FROM t_ratelimite_switch "
+        "WHERE name = ?)"));
     ps->setString(1, config_.switch_name);
     std::unique_ptr<sql::ResultSet> rs(ps->executeQuery());
     rs->next();
@@ -123,68 +124,116 @@ LoadResult MysqlSource::load() {
       if (columns_.count("burst") && !rs->isNull("burst")) r.burst = rs->getDouble("burst");
       if (columns_.count("warmupSeconds") && !rs->isNull("warmupSeconds")) r.warmup_seconds = rs->getDouble("warmupSeconds");
       if (columns_.count("scope") && !rs->isNull("scope")) r.scope = std::string(rs->getString("scope"));
+      if (columns_.count("mode") && !rs->isNull("mode")) r.mode = std::string(rs->getString("mode"));
       rows.push_back(std::move(r));
     }
     out.rules = validate_rows(rows);
 
     std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
-        "SELECT state, changedBy, CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED) FROM t_ratelimite_switch "
-        "WHERE name = ?"));
+        "SELECT state, changedBy, CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED), "
+        "IFNULL(CAST(UNIX_TIMESTAMP(revertAt) * 1000 AS SIGNED), 0), IFNULL(revertTo, 1) "
+        "FROM t_ratelimite_switch WHERE name = ?"));
     ps->setString(1, config_.switch_name);
     std::unique_ptr<sql::ResultSet> sw(ps->executeQuery());
-    if (sw->next()) out.fleet_switch = SwitchRecord{sw->getInt(1) != 0, sw->getString(2), sw->getInt64(3)};
+    auto mode_of = [](int v) { return v == 0 ? SwitchMode::off : v == 2 ? SwitchMode::shadow : SwitchMode::enforce; };
+    if (sw->next())
+      out.fleet_switch = SwitchRecord{mode_of(sw->getInt(1)), sw->getString(2), sw->getInt64(3), sw->getInt64(4),
+                                      mode_of(sw->getInt(5))};
     return out;
   });
 }
 
-SwitchChange MysqlSource::write_switch(bool enabled, const std::string& who) {
+namespace {
+// Runs `body` in a transaction; rolls back and rethrows on failure.
+template <class F>
+void transaction(sql::Connection& c, F body) {
+  c.setAutoCommit(false);
+  try {
+    body();
+    c.commit();
+    c.setAutoCommit(true);
+  } catch (...) {
+    try {
+      c.rollback();
+      c.setAutoCommit(true);
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+void audit(sql::Connection& c, const std::string& name, int old_state, int new_state, const std::string& who) {
+  std::unique_ptr<sql::PreparedStatement> a(c.prepareStatement(
+      "INSERT INTO t_ratelimite_switch_audit (name, oldState, newState, changedBy) VALUES (?, ?, ?, ?)"));
+  a->setString(1, name);
+  a->setInt(2, old_state);
+  a->setInt(3, new_state);
+  a->setString(4, who);
+  a->execute();
+}
+}  // namespace
+
+SwitchChange MysqlSource::write_switch(SwitchMode mode, const std::string& who, std::int64_t revert_after_ms) {
   return with_connection([&](sql::Connection& c) {
     SwitchChange out;
-    c.setAutoCommit(false);
-    try {
+    transaction(c, [&] {
       // Lock the row (creating it if missing) so concurrent writers audit a true old -> new.
-      {
-        std::unique_ptr<sql::PreparedStatement> ins(
-            c.prepareStatement("INSERT IGNORE INTO t_ratelimite_switch (name, state, changedBy) VALUES (?, 1, 'tollgate')"));
-        ins->setString(1, config_.switch_name);
-        ins->execute();
-      }
+      std::unique_ptr<sql::PreparedStatement> ins(
+          c.prepareStatement("INSERT IGNORE INTO t_ratelimite_switch (name, state, changedBy) VALUES (?, 1, 'tollgate')"));
+      ins->setString(1, config_.switch_name);
+      ins->execute();
       std::unique_ptr<sql::PreparedStatement> sel(
           c.prepareStatement("SELECT state FROM t_ratelimite_switch WHERE name = ? FOR UPDATE"));
       sel->setString(1, config_.switch_name);
       std::unique_ptr<sql::ResultSet> rs(sel->executeQuery());
       rs->next();
-      out.previous = rs->getInt(1) != 0;
+      const int old_state = rs->getInt(1);
+      out.previous = old_state == 0 ? SwitchMode::off : old_state == 2 ? SwitchMode::shadow : SwitchMode::enforce;
       std::unique_ptr<sql::PreparedStatement> upd(c.prepareStatement(
-          "UPDATE t_ratelimite_switch SET state = ?, changedBy = ?, changedAt = CURRENT_TIMESTAMP(3) WHERE name = ?"));
-      upd->setInt(1, enabled ? 1 : 0);
+          "UPDATE t_ratelimite_switch SET state = ?, changedBy = ?, changedAt = CURRENT_TIMESTAMP(3), "
+          "revertAt = IF(? > 0, CURRENT_TIMESTAMP(3) + INTERVAL ? MICROSECOND, NULL), revertTo = IF(? > 0, ?, NULL) "
+          "WHERE name = ?"));
+      upd->setInt(1, static_cast<int>(mode));
       upd->setString(2, who);
-      upd->setString(3, config_.switch_name);
+      upd->setInt64(3, revert_after_ms);
+      upd->setInt64(4, revert_after_ms * 1000);
+      upd->setInt64(5, revert_after_ms);
+      upd->setInt(6, old_state);
+      upd->setString(7, config_.switch_name);
       upd->execute();
-      std::unique_ptr<sql::PreparedStatement> audit(c.prepareStatement(
-          "INSERT INTO t_ratelimite_switch_audit (name, oldState, newState, changedBy) VALUES (?, ?, ?, ?)"));
-      audit->setString(1, config_.switch_name);
-      audit->setInt(2, out.previous ? 1 : 0);
-      audit->setInt(3, enabled ? 1 : 0);
-      audit->setString(4, who);
-      audit->execute();
+      audit(c, config_.switch_name, old_state, static_cast<int>(mode), who);
       std::unique_ptr<sql::PreparedStatement> now(c.prepareStatement(
-          "SELECT CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED) FROM t_ratelimite_switch WHERE name = ?"));
+          "SELECT CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED), "
+          "IFNULL(CAST(UNIX_TIMESTAMP(revertAt) * 1000 AS SIGNED), 0) FROM t_ratelimite_switch WHERE name = ?"));
       now->setString(1, config_.switch_name);
       std::unique_ptr<sql::ResultSet> t(now->executeQuery());
       t->next();
-      out.now = SwitchRecord{enabled, who, t->getInt64(1)};
-      c.commit();
-      c.setAutoCommit(true);
-    } catch (...) {
-      try {
-        c.rollback();
-        c.setAutoCommit(true);
-      } catch (...) {
-      }
-      throw;
-    }
+      out.now = SwitchRecord{mode, who, t->getInt64(1), t->getInt64(2), out.previous};
+    });
     return out;
+  });
+}
+
+void MysqlSource::tick() {
+  // A due revert_after: whichever instance gets here first does it (the row lock and the condition
+  // make it happen once), with its audit row; every instance then sees the new row.
+  with_connection([&](sql::Connection& c) {
+    transaction(c, [&] {
+      std::unique_ptr<sql::PreparedStatement> sel(c.prepareStatement(
+          "SELECT state, revertTo FROM t_ratelimite_switch WHERE name = ? AND revertAt IS NOT NULL "
+          "AND revertAt <= CURRENT_TIMESTAMP(3) FOR UPDATE"));
+      sel->setString(1, config_.switch_name);
+      std::unique_ptr<sql::ResultSet> rs(sel->executeQuery());
+      if (!rs->next()) return;
+      const int old_state = rs->getInt(1), new_state = rs->getInt(2);
+      std::unique_ptr<sql::PreparedStatement> upd(c.prepareStatement(
+          "UPDATE t_ratelimite_switch SET state = revertTo, changedBy = 'revert_after', "
+          "changedAt = CURRENT_TIMESTAMP(3), revertAt = NULL, revertTo = NULL WHERE name = ?"));
+      upd->setString(1, config_.switch_name);
+      upd->execute();
+      audit(c, config_.switch_name, old_state, new_state, "revert_after");
+    });
+    return 0;
   });
 }
 

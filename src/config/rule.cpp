@@ -42,6 +42,11 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   const std::string scope = row.scope.value_or("interface");
   if (scope != "interface" && scope != "channel") return reject("scope", "must be \"interface\" or \"channel\"");
   rule.channel = scope == "channel";
+  if (row.mode) {
+    auto m = parse_switch_mode(*row.mode);
+    if (!m) return reject("mode", "must be \"enforce\", \"shadow\" or \"off\"");
+    rule.mode = *m;
+  }
   if (rule.channel) {
     if (!row.channel_type || row.channel_type->empty()) return reject("channelType", "is required for a channel limit");
     if (row.channel_type->size() > 24) return reject("channelType", "must be at most 24 characters");

@@ -13,6 +13,7 @@ const char* outcome_name(Outcome o) {
     case Outcome::bypassed: return "bypassed";
     case Outcome::unmatched: return "unmatched";
     case Outcome::store_error: return "store_error";
+    case Outcome::shadow_rejected: return "shadow_rejected";
     case Outcome::count_: break;
   }
   return "unknown";

@@ -460,7 +460,9 @@ struct ProxyServer::Impl {
     }
 
     std::string policy_header, limit_header;
-    if (!deps.switch_state.enabled()) {
+    req.erase("X-Tollgate-Shadow");  // only the gateway says that
+    const config::SwitchMode global = deps.switch_state.mode();
+    if (global == config::SwitchMode::off) {
       deps.metrics.count(Outcome::bypassed);
       rec.outcome = "bypassed";
     } else {
@@ -469,7 +471,12 @@ struct ProxyServer::Impl {
       if (rule == nullptr) {
         deps.metrics.count(Outcome::unmatched);
         rec.outcome = "unmatched";
+      } else if ((global == config::SwitchMode::shadow ? global : rule->mode) == config::SwitchMode::off) {
+        deps.metrics.count(Outcome::bypassed);  // this rule is switched off by itself
+        deps.metrics.bucket(rule->bucket).outcomes[static_cast<int>(Outcome::bypassed)].fetch_add(1);
+        rec.outcome = "bypassed";
       } else {
+        const bool shadow = global == config::SwitchMode::shadow || rule->mode == config::SwitchMode::shadow;
         if (access.log) access.bucket = rule->bucket;
         const config::Rule* channel = snap->channel_of(*rule);
         store::AcquireRequest areq{{rule->bucket, rule->params},
@@ -484,8 +491,9 @@ struct ProxyServer::Impl {
           bm.outcomes[static_cast<int>(o)].fetch_add(1, std::memory_order_relaxed);
           rec.outcome = outcome_name(o);
         };
-        if (sd.status == store::StoreStatus::unavailable_open) {
-          count(Outcome::store_error);  // policy fail_open: forward unlimited
+        if (sd.status == store::StoreStatus::unavailable_open ||
+            (shadow && sd.status == store::StoreStatus::unavailable_closed)) {
+          count(Outcome::store_error);  // policy fail_open (or shadow mode): forward unlimited
         } else if (sd.status == store::StoreStatus::unavailable_closed) {
           count(Outcome::store_error);  // policy fail_closed: refuse
           rec.status = 503;
@@ -493,6 +501,21 @@ struct ProxyServer::Impl {
         } else {
           if (sd.degraded) deps.metrics.store_degraded.fetch_add(1, std::memory_order_relaxed);
           const config::Rule& binding = sd.parent_bound && channel ? *channel : *rule;
+          if (shadow) {
+            // Decided and counted, never enforced: the upstream is told what would have happened.
+            if (!sd.decision.granted) {
+              count(Outcome::shadow_rejected);
+              req.set("X-Tollgate-Shadow", "would-reject; bucket=\"" + binding.bucket +
+                                               "\"; retry-after-ms=" + std::to_string((sd.decision.retry_after_us + 999) / 1000));
+            } else {
+              count(Outcome::forwarded);
+              if (sd.decision.wait_us > 0)
+                req.set("X-Tollgate-Shadow", "would-delay; bucket=\"" + binding.bucket +
+                                                 "\"; wait-ms=" + std::to_string((sd.decision.wait_us + 999) / 1000));
+            }
+            co_return co_await forward(w, stream, std::move(req), client_ip, upstreams[route->upstream],
+                                       w.pools[route->upstream], policy_header, limit_header, rec);
+          }
           policy_header = binding.policy_header.empty() ? ratelimit_policy_header(binding, sd.max_permits)
                                                         : binding.policy_header;
           limit_header = ratelimit_header(binding, sd.decision);

@@ -222,3 +222,72 @@ TEST(Operate, AccessLogOneJsonLinePerRequest) {
 
 }  // namespace
 }  // namespace tollgate::testing
+
+namespace tollgate::testing {
+namespace {
+
+int shadow_headers(const std::vector<HttpResponse>& rs, const std::string& prefix) {
+  int n = 0;
+  for (const auto& r : rs) {
+    if (r.status != 200) continue;
+    const auto h = json::parse(r.body)["headers"];
+    if (h.contains("X-Tollgate-Shadow") && h["X-Tollgate-Shadow"].get<std::string>().rfind(prefix, 0) == 0) ++n;
+  }
+  return n;
+}
+
+TEST(Switch, ShadowModeDecidesCountsAndForwardsEverything) {
+  MockUpstream up;
+  GatewayProcess gw(base_config(up.port));
+  const auto put = gw.admin("PUT", "/admin/switch", R"({"state":"shadow"})");
+  ASSERT_EQ(put.status, 200) << put.body;
+  EXPECT_EQ(json::parse(put.body)["state"], "shadow");
+  const auto rs = concurrent_requests(gw.port, {"GET", "/ibe/shopping/search?echo=1", {}, {}}, 20);
+  EXPECT_EQ(count_status(rs, 200), 20);
+  EXPECT_EQ(shadow_headers(rs, "would-reject; bucket=\"/shopping/search\""), 13);
+  EXPECT_EQ(shadow_headers(rs, "would-delay"), 2);
+  const std::string m = http_get(gw.admin_port, "/metrics").body;
+  EXPECT_NE(m.find("tollgate_requests_total{outcome=\"shadow_rejected\"} 13"), std::string::npos) << m;
+  EXPECT_NE(m.find("tollgate_switch_state 2"), std::string::npos);
+}
+
+TEST(Switch, PerRuleModesAndSpoofedShadowHeader) {
+  MockUpstream up;
+  json c = base_config(up.port);
+  c["limits"]["rules"] = json::array(
+      {{{"configId", 1}, {"interfaceUrl", "/rehearse"}, {"rateLimit", 2}, {"cache", 0}, {"status", 1}, {"mode", "shadow"}},
+       {{"configId", 2}, {"interfaceUrl", "/paused"}, {"rateLimit", 2}, {"cache", 0}, {"status", 1}, {"mode", "off"}},
+       {{"configId", 3}, {"interfaceUrl", "/live"}, {"rateLimit", 2}, {"cache", 0}, {"status", 1}}});
+  GatewayProcess gw(c);
+  const auto rehearse = concurrent_requests(gw.port, {"GET", "/ibe/rehearse?echo=1", {}, {}}, 6);
+  EXPECT_EQ(count_status(rehearse, 200), 6);
+  EXPECT_EQ(shadow_headers(rehearse, "would-reject"), 4);
+  EXPECT_EQ(count_status(concurrent_requests(gw.port, {"GET", "/ibe/paused", {}, {}}, 6), 200), 6);
+  EXPECT_EQ(count_status(concurrent_requests(gw.port, {"GET", "/ibe/live", {}, {}}, 6), 200), 2);
+  // A client cannot make the upstream believe the gateway said something.
+  const auto spoof = http_request(gw.port, {"GET", "/ibe/other?echo=1", {{"X-Tollgate-Shadow", "would-reject"}}, {}});
+  EXPECT_FALSE(json::parse(spoof.body)["headers"].contains("X-Tollgate-Shadow"));
+}
+
+TEST(Switch, RevertAfterReturnsToThePreviousState) {
+  MockUpstream up;
+  GatewayProcess gw(base_config(up.port));
+  const auto put = gw.admin("PUT", "/admin/switch", R"({"state":"off","revert_after_s":1})");
+  ASSERT_EQ(put.status, 200) << put.body;
+  const json sw = gw.admin_json("/admin/switch");
+  EXPECT_EQ(sw["state"], "off");
+  EXPECT_EQ(sw["revert_to"], "enforce");
+  EXPECT_GT(sw["revert_at_ms"].get<std::int64_t>(), sw["changed_at_ms"].get<std::int64_t>());
+  ASSERT_TRUE(eventually([&] { return gw.admin_json("/admin/switch")["state"] == "enforce"; }, 5s));
+  EXPECT_EQ(gw.admin_json("/admin/switch")["changed_by"], "revert_after");
+  // A change made before the revert is due cancels it.
+  ASSERT_EQ(gw.admin("PUT", "/admin/switch", R"({"state":"off","revert_after_s":1})").status, 200);
+  ASSERT_EQ(gw.admin("PUT", "/admin/switch", R"({"state":"shadow"})").status, 200);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(gw.admin_json("/admin/switch")["state"], "shadow");
+  EXPECT_EQ(gw.admin("PUT", "/admin/switch", R"({"state":"paused"})").status, 400);
+  EXPECT_EQ(gw.admin("PUT", "/admin/switch", R"({"state":"off","revert_after_s":0})").status, 400);
+}
+
+}  // namespace
+}  // namespace tollgate::testing

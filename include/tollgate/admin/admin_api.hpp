@@ -25,6 +25,8 @@ struct AdminDeps {
   config::ConfigManager* config = nullptr;        // reload and source status
   config::SwitchWriter* switch_writer = nullptr;  // fleet-wide switch (MySQL); null: per process
   const std::atomic<bool>* draining = nullptr;    // set while shutting down: /readyz answers 503
+  // Per-process switch (no MySQL): runs `revert` after `after_ms` on the admin thread.
+  std::function<void(std::int64_t after_ms, std::function<void()> revert)> schedule = nullptr;
 };
 
 // Constant-time comparison (the time taken does not depend on where the strings differ).

@@ -8,19 +8,22 @@
 
 #include "tollgate/config/gateway_config.hpp"
 #include "tollgate/config/rule.hpp"
+#include "tollgate/config/switch_state.hpp"
 
 namespace tollgate::config {
 
 struct SwitchRecord {
-  bool enabled = true;
+  SwitchMode mode = SwitchMode::enforce;
   std::string changed_by;
   std::int64_t changed_at_ms = 0;
+  std::int64_t revert_at_ms = 0;  // 0: none scheduled
+  SwitchMode revert_to = SwitchMode::enforce;
   bool operator==(const SwitchRecord&) const = default;
 };
 
 struct LoadResult {
   ValidatedRules rules;
-  std::optional<bool> switch_on;        // the file's start value
+  std::optional<SwitchMode> switch_mode;  // the file's start value
   std::optional<SwitchRecord> fleet_switch;  // set when the source carries the fleet's switch
 };
 
@@ -34,18 +37,21 @@ class ConfigSource {
   virtual std::optional<std::string> fingerprint() { return std::nullopt; }
   // Whether a background loop should poll this source (files are reloaded on demand only).
   virtual bool polled() const { return false; }
+  // Called on every poll before the fingerprint: time-driven upkeep (a due switch revert).
+  virtual void tick() {}
 };
 
 // Where a fleet-wide switch change is written (MySQL). Without one the switch is per process.
 struct SwitchChange {
-  bool previous = true;
+  SwitchMode previous = SwitchMode::enforce;
   SwitchRecord now;
 };
 class SwitchWriter {
  public:
   virtual ~SwitchWriter() = default;
   // Writes the switch and its audit row atomically. Throws on failure (nothing is changed then).
-  virtual SwitchChange write_switch(bool enabled, const std::string& who) = 0;
+  // revert_after_ms > 0: the row returns to the previous state by itself after that long.
+  virtual SwitchChange write_switch(SwitchMode mode, const std::string& who, std::int64_t revert_after_ms) = 0;
 };
 
 // Rules from the "limits.rules" array of the gateway's JSON file. Files are edited by hand and
@@ -57,7 +63,7 @@ class FileSource final : public ConfigSource {
   std::string describe() const override { return "file:" + path_; }
 
   // Validates rows already read with the file (used at start-up, so the file is read once).
-  static LoadResult from_rows(const std::vector<RawRow>& rows, bool switch_on);
+  static LoadResult from_rows(const std::vector<RawRow>& rows, SwitchMode switch_mode);
 
  private:
   std::string path_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tollgate/config/rule.hpp"
+#include "tollgate/config/switch_state.hpp"
 
 namespace tollgate::config {
 
@@ -87,7 +88,7 @@ struct RedisConfig {
 struct LimitsConfig {
   std::string source = "file";   // "file" or "mysql"
   std::string store = "local";
-  bool switch_on = true;
+  SwitchMode switch_mode = SwitchMode::enforce;  // "switch": true/false or "enforce"/"shadow"/"off"
   std::vector<RawRow> rows;      // source "mysql": the fallback while MySQL cannot be read at start
   MysqlConfig mysql;
   RedisConfig redis;

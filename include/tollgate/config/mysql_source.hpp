@@ -27,7 +27,8 @@ class MysqlSource final : public ConfigSource, public SwitchWriter {
   std::optional<std::string> fingerprint() override;
   bool polled() const override { return true; }
 
-  SwitchChange write_switch(bool enabled, const std::string& who) override;
+  SwitchChange write_switch(SwitchMode mode, const std::string& who, std::int64_t revert_after_ms) override;
+  void tick() override;
 
  private:
   sql::Connection& connection();  // opens (or reopens) the connection; throws on failure

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tollgate/config/switch_state.hpp"
 #include "tollgate/limiter/token_bucket.hpp"
 
 namespace tollgate::config {
@@ -23,6 +24,7 @@ struct RawRow {
   std::optional<double> burst;            // Tollgate extension: maxPermits (default rateLimit)
   std::optional<double> warmup_seconds;   // Tollgate extension: SmoothWarmingUp period
   std::optional<std::string> scope;       // Tollgate extension: "interface" (default) or "channel"
+  std::optional<std::string> mode;        // Tollgate extension: "enforce" (default), "shadow" or "off"
   std::string origin;                     // where the row came from, for messages: "limits.rules[3]"
   std::vector<std::string> type_errors;   // "field: must be a number" found while reading
 };
@@ -33,6 +35,7 @@ struct Rule {
   std::string interface_no;
   std::string interface_url;  // the URL suffix it governs (interface rules)
   bool channel = false;       // a channel-wide limit: every interface rule of channel_type draws from it too
+  SwitchMode mode = SwitchMode::enforce;  // this rule's own switch (the global one can override it)
   std::string bucket;         // the bucket's name: interface_url, or "channel:<channelType>"
   double rate_limit = 0;      // permits per second
   double cache_s = 0.5;       // wait window in seconds

@@ -20,6 +20,7 @@ enum class Outcome : int {
   bypassed,     // the global switch is off: forwarded, nothing counted against a bucket
   unmatched,    // no rule governs the path: forwarded unlimited
   store_error,  // the bucket store failed: handled per its failure policy
+  shadow_rejected,  // shadow mode: would have been 429, forwarded with a header saying so
   count_
 };
 const char* outcome_name(Outcome o);

@@ -15,7 +15,7 @@ using proxy::SimpleRequest;
 struct Fixture {
   testing::ManualClock clock;
   config::SnapshotHolder snaps;
-  config::SwitchState sw{true, "file"};
+  config::SwitchState sw{config::SwitchMode::enforce, "file"};
   store::LocalStore store{clock};
   proxy::Metrics metrics;
 
@@ -31,7 +31,7 @@ struct Fixture {
     bad.rate_limit = -1;
     snaps.set(config::make_snapshot(config::validate_rows({r, bad}), 3, "test"));
   }
-  AdminApi api(std::string token) { return AdminApi({snaps, sw, store, metrics, std::move(token), "", nullptr, nullptr, nullptr}); }
+  AdminApi api(std::string token) { return AdminApi({snaps, sw, store, metrics, std::move(token), "", nullptr, nullptr, nullptr, nullptr}); }
 };
 
 SimpleRequest put_switch(std::string auth, std::string body = R"({"enabled":false})") {
@@ -51,7 +51,8 @@ TEST(AdminApi, MutationsNeedTheBearerToken) {
   EXPECT_FALSE(f.sw.enabled());
   const auto j = json::parse(ok.body);
   EXPECT_EQ(j["enabled"], false);
-  EXPECT_EQ(j["previous"], true);
+  EXPECT_EQ(j["previous"], "enforce");
+  EXPECT_EQ(j["state"], "off");
   EXPECT_EQ(j["changed_by"], "admin@10.0.0.1");
 }
 

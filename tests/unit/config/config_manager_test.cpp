@@ -11,7 +11,7 @@ using testing::FakeSource;
 struct Fixture {
   std::shared_ptr<FakeSource> source = std::make_shared<FakeSource>();
   SnapshotHolder snaps;
-  SwitchState sw{true, "file"};
+  SwitchState sw{SwitchMode::enforce, "file"};
   ConfigManager mgr{source, snaps, sw, std::chrono::milliseconds(1000)};
 };
 
@@ -72,7 +72,7 @@ TEST(ConfigManager, FailedLoadKeepsTheLastGoodSnapshot) {
 
 TEST(ConfigManager, FollowsTheFleetSwitch) {
   Fixture f;
-  f.source->fleet_switch = SwitchRecord{false, "ops", 1234};
+  f.source->fleet_switch = SwitchRecord{SwitchMode::off, "ops", 1234, 0, SwitchMode::enforce};
   ASSERT_TRUE(f.mgr.reload().ok);
   EXPECT_FALSE(f.sw.enabled());
   const SwitchInfo info = f.sw.info();

@@ -19,7 +19,7 @@ std::string with_rules(const std::string& rules) {
 std::string error_of(const std::string& text) {
   try {
     const GatewayConfig c = parse_gateway_config(text);
-    FileSource::from_rows(c.limits.rows, c.limits.switch_on);
+    FileSource::from_rows(c.limits.rows, c.limits.switch_mode);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -32,7 +32,7 @@ TEST(GatewayConfig, ShippedDefaultIsValid) {
   EXPECT_EQ(c.admin.listen.host, "127.0.0.1");
   ASSERT_EQ(c.upstreams.size(), 1u);
   EXPECT_EQ(c.upstreams[0].port, 9000);
-  const LoadResult r = FileSource::from_rows(c.limits.rows, c.limits.switch_on);
+  const LoadResult r = FileSource::from_rows(c.limits.rows, c.limits.switch_mode);
   ASSERT_FALSE(r.rules.rules.empty());
   EXPECT_EQ(r.rules.rules[0].interface_url, "/shopping/search");
   EXPECT_DOUBLE_EQ(r.rules.rules[0].rate_limit, 5);
@@ -45,7 +45,7 @@ TEST(GatewayConfig, DefaultsWhenOmitted) {
   EXPECT_EQ(c.admin.listen.to_string(), "127.0.0.1:9901");
   EXPECT_EQ(c.admin.token_env, "TOLLGATE_ADMIN_TOKEN");
   EXPECT_EQ(c.proxy.max_header_bytes, 16384u);
-  EXPECT_TRUE(c.limits.switch_on);
+  EXPECT_EQ(c.limits.switch_mode, SwitchMode::enforce);
 }
 
 TEST(GatewayConfig, ErrorsNameTheFieldPath) {
