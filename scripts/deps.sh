@@ -3,7 +3,7 @@
 set -euo pipefail
 want=(cmake g++ make pkg-config libboost-dev nlohmann-json3-dev libmysqlcppconn-dev libhiredis-dev libjemalloc-dev curl)
 if [[ "${1:-build}" == "test" ]]; then
-  want+=(googletest libgtest-dev mariadb-server mariadb-client redis-server redis-tools python3)
+  want+=(googletest libgtest-dev mariadb-server mariadb-client redis-server redis-tools python3 clang libclang-rt-14-dev)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -29,5 +29,32 @@ export TOLLGATE_TEST_REDIS_PORT=$(free_port)
 scripts/redis-server.sh start "$TOLLGATE_TEST_REDIS_DIR" "$TOLLGATE_TEST_REDIS_PORT"
 echo "test: Redis on 127.0.0.1:$TOLLGATE_TEST_REDIS_PORT ($TOLLGATE_TEST_REDIS_DIR)"
 
-cd build-test
-ctest --output-on-failure -j2 --timeout 300
+(cd build-test && ctest --output-on-failure -j2 --timeout 300)
+
+# Sanitizers: the unit and end-to-end tests again, built with ASan + UBSan (g++; no jemalloc, which
+# would hide allocations from ASan). Leak checking stays on for the unit tests; the gateway
+# processes exit with coroutines still suspended on purpose (SIGTERM), so not for them.
+echo "test: ASan + UBSan build"
+rm -rf build-asan
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOLLGATE_JEMALLOC=OFF -DTOLLGATE_SERVER_TESTS=OFF \
+  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -Wno-maybe-uninitialized" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+cmake --build build-asan -j"$(nproc)" --target unit_tests e2e_tests tollgate tollgate-mock-upstream tollgate-sim
+(cd build-asan && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./tests/unit_tests --gtest_brief=1)
+(cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --output-on-failure -j2 --timeout 300)
+
+# Fuzzing: a short run of each libFuzzer target on its seeded corpus (clang; longer runs: README).
+echo "test: fuzzing"
+rm -rf build-fuzz
+cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DTOLLGATE_FUZZ=ON -DTOLLGATE_BUILD_TESTS=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_config fuzz_request
+for target in config request; do
+  work="$servers/fuzz-$target"
+  mkdir -p "$work"
+  build-fuzz/fuzz_$target -max_total_time="${FUZZ_SECONDS:-20}" -max_len=4096 -artifact_prefix="$work/" \
+    "$work" tests/fuzz/corpus/$target 2>"$work.log" || { tail -40 "$work.log"; exit 1; }
+  tail -1 "$work.log"
+done
+echo "test: all stages passed"

@@ -12,7 +12,7 @@ using proxy::SimpleRequest;
 using proxy::SimpleResponse;
 
 namespace {
-SimpleResponse ok_json(const json& j) { return {200, j.dump(2) + "\n"}; }
+SimpleResponse ok_json(const json& j) { return {200, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n"}; }
 SimpleResponse error(int status, std::string_view code, std::string_view detail) {
   return {status, proxy::error_body(code, detail) + "\n"};
 }
@@ -95,7 +95,7 @@ SimpleResponse AdminApi::readyz() const {
   if (snap) j["config_age_s"] = static_cast<double>(limiter::steady_now_us() - snap->loaded_at_us) / 1e6;
   // Still ready when the source is down: the last good rules keep being enforced. Said here.
   if (deps_.config) j["config_source"] = status_json(deps_.config->status());
-  return {ready ? 200 : 503, j.dump() + "\n"};
+  return {ready ? 200 : 503, j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"};
 }
 
 std::string AdminApi::metrics_text() const {
@@ -145,7 +145,7 @@ SimpleResponse AdminApi::post_reload() {
   const config::ReloadResult r = deps_.config->reload();
   if (!r.ok) {
     json j = {{"error", "reload_failed"}, {"detail", r.error}, {"active_version", r.version}};
-    return {503, j.dump(2) + "\n"};
+    return {503, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n"};
   }
   json out = json::parse(get_rules().body);
   out["reloaded"] = true;

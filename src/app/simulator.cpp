@@ -114,7 +114,7 @@ std::string Simulator::handle_line(const std::string& line) {
     }
     throw InputError("unknown op '" + op + "'");
   } catch (const std::exception& e) {
-    return json{{"error", e.what()}}.dump();
+    return json{{"error", e.what()}}.dump(-1, ' ', false, json::error_handler_t::replace);
   }
 }
 

@@ -140,7 +140,7 @@ std::vector<RawRow> parse_rule_rows(const std::string& text, const std::string& 
   json arr;
   try {
     arr = json::parse(text, nullptr, true, true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for overflowing numbers
     fail(origin_prefix, std::string("invalid JSON: ") + e.what());
   }
   return rows_from_json(arr, origin_prefix);
@@ -150,7 +150,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   json doc;
   try {
     doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for overflowing numbers
     throw ConfigError(origin + ": invalid JSON: " + e.what());
   }
   GatewayConfig c;

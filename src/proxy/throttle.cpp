@@ -46,12 +46,13 @@ std::string rejection_body(const config::Rule& rule, const limiter::Decision& d)
                       {"rate_limit_per_s", rule.rate_limit},
                       {"wait_window_ms", static_cast<long long>(rule.cache_s * 1000)},
                       {"retry_after_ms", (d.retry_after_us + 999) / 1000}};
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string error_body(std::string_view code, std::string_view detail) {
+  // Details can quote untrusted bytes (a parse error cites them): never throw on invalid UTF-8.
   nlohmann::json j = {{"error", code}, {"detail", detail}};
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace tollgate::proxy

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "tollgate/config/snapshot.hpp"
-#include "tollgate/store/bucket_store.hpp"
+#include "tollgate/limiter/token_bucket.hpp"
 
 namespace tollgate::proxy {
 

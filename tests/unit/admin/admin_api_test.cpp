@@ -73,6 +73,15 @@ TEST(AdminApi, BadSwitchBodiesAreExplained) {
   EXPECT_TRUE(f.sw.enabled());
 }
 
+TEST(AdminApi, InvalidUtf8InABodyIsExplainedNotFatal) {
+  // Found by fuzzing: the JSON parser's message quotes the offending byte, which is not UTF-8.
+  Fixture f;
+  auto api = f.api("t");
+  const auto res = api.handle(put_switch("Bearer t", std::string("{\"enabled\": \x8c}")));
+  EXPECT_EQ(res.status, 400);
+  EXPECT_NO_THROW(json::parse(res.body));
+}
+
 TEST(AdminApi, RulesShowActiveAndRejectedRows) {
   Fixture f;
   auto res = f.api("").handle({"GET", "/admin/rules", "", "", ""});

@@ -73,6 +73,8 @@ TEST(GatewayConfig, ErrorsNameTheFieldPath) {
                         "proxy":{"max_header_bytes":10}})"),
             "proxy.max_header_bytes: must be within [1024, 1048576]");
   EXPECT_NE(error_of("{not json").find("config: invalid JSON"), std::string::npos);
+  // Found by fuzzing: a number too large for a double is a config error too, not another exception.
+  EXPECT_NE(error_of(R"({"threads": 7777775700E25823})").find("config: invalid JSON"), std::string::npos);
 }
 
 TEST(RuleValidation, TwoEnabledRowsForOneUrlKeepTheFirst) {

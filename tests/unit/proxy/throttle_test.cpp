@@ -50,6 +50,11 @@ TEST(Throttle, RejectionBodyNamesTheBucket) {
   EXPECT_EQ(j["wait_window_ms"], 500);
 }
 
+TEST(Throttle, ErrorBodyNeverThrowsOnInvalidUtf8) {
+  const std::string body = error_body("bad_request", std::string("\x8c\xff /path"));
+  EXPECT_NO_THROW(nlohmann::json::parse(body));
+}
+
 TEST(Metrics, RendersEveryOutcome) {
   Metrics m;
   m.count(Outcome::rejected);
