@@ -291,3 +291,26 @@ TEST(Switch, RevertAfterReturnsToThePreviousState) {
 
 }  // namespace
 }  // namespace tollgate::testing
+
+namespace tollgate::testing {
+namespace {
+
+TEST(Operate, NoSecretInLogsOrAdminOutput) {
+  MockUpstream up;
+  json c = base_config(up.port);
+  c["access_log"] = "stdout";
+  GatewayProcess gw(c);
+  ASSERT_EQ(gw.admin("PUT", "/admin/switch", R"({"state":"enforce"})").status, 200);  // a mutation with the token
+  http_request(gw.port, {"GET", "/ibe/x", {{"Authorization", "Bearer e2e-token"}}, {}});
+  std::string everything;
+  for (const char* path : {"/admin/rules", "/admin/switch", "/metrics", "/readyz", "/healthz", "/admin/buckets/shopping/search"})
+    everything += http_get(gw.admin_port, path).body;
+  gw.proc->signal(SIGTERM);
+  gw.proc->wait_exit(10s);
+  everything += gw.proc->output();
+  EXPECT_EQ(everything.find(kAdminToken), std::string::npos);
+  EXPECT_NE(gw.proc->output().find("\"path\":\"/ibe/x\""), std::string::npos);  // the request was logged
+}
+
+}  // namespace
+}  // namespace tollgate::testing
