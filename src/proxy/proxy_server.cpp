@@ -602,6 +602,19 @@ struct ProxyServer::Impl {
     deps.metrics.upstream(up.conf.name).errors[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed);
   }
 
+  // Before any of the response went out: 504 for a deadline, 502 for anything else, counted.
+  net::awaitable<bool> upstream_failed(beast::tcp_stream& client, unsigned version, bool keep, Upstream& up,
+                                       beast::error_code ec, UpstreamError kind, AccessRecord& rec) {
+    const bool timeout = ec == beast::error::timeout;
+    upstream_error(up, timeout ? UpstreamError::timeout : kind);
+    rec.status = timeout ? 504 : 502;
+    const char* code = timeout ? "upstream_timeout" : kind == UpstreamError::connect ? "upstream_unavailable" : "upstream_failed";
+    co_return co_await send_error(client, version, keep,
+                                  timeout ? http::status::gateway_timeout : http::status::bad_gateway, code,
+                                  "upstream '" + up.conf.name + "': " + (kind == UpstreamError::connect ? "connect: " : "") +
+                                      ec.message());
+  }
+
   std::unique_ptr<PooledConn> take_idle(Pool& pool) {
     const auto now = std::chrono::steady_clock::now();
     while (!pool.idle.empty()) {
@@ -654,15 +667,7 @@ struct ProxyServer::Impl {
         conn = std::make_unique<PooledConn>(w.ctx->get_executor());
         conn->stream.expires_after(up.connect_timeout);
         co_await conn->stream.async_connect(up.endpoints, with(ec));
-        if (ec) {
-          const bool timeout = ec == beast::error::timeout;
-          upstream_error(up, timeout ? UpstreamError::timeout : UpstreamError::connect);
-          rec.status = timeout ? 504 : 502;
-          co_return co_await send_error(client, version, keep,
-                                        timeout ? http::status::gateway_timeout : http::status::bad_gateway,
-                                        timeout ? "upstream_timeout" : "upstream_unavailable",
-                                        "upstream '" + up.conf.name + "': connect: " + ec.message());
-        }
+        if (ec) co_return co_await upstream_failed(client, version, keep, up, ec, UpstreamError::connect, rec);
         conn->stream.socket().set_option(tcp::no_delay(true), ec);
         ec = {};
       }
@@ -686,13 +691,7 @@ struct ProxyServer::Impl {
       }
       if (!ec) break;
       if (retry) continue;
-      const bool timeout = ec == beast::error::timeout;
-      upstream_error(up, timeout ? UpstreamError::timeout : UpstreamError::reset);
-      rec.status = timeout ? 504 : 502;
-      co_return co_await send_error(client, version, keep,
-                                    timeout ? http::status::gateway_timeout : http::status::bad_gateway,
-                                    timeout ? "upstream_timeout" : "upstream_failed",
-                                    "upstream '" + up.conf.name + "': " + ec.message());
+      co_return co_await upstream_failed(client, version, keep, up, ec, UpstreamError::reset, rec);
     }
 
     deps.metrics.upstream(up.conf.name)
@@ -710,15 +709,7 @@ struct ProxyServer::Impl {
         parser->eager(true);
         ec = co_await parse_until(conn->stream, conn->buffer, *parser, [](auto& p) { return p.is_done(); },
                                   up.response_timeout);
-        if (ec) {
-          const bool timeout = ec == beast::error::timeout;
-          upstream_error(up, timeout ? UpstreamError::timeout : UpstreamError::reset);
-          rec.status = timeout ? 504 : 502;
-          co_return co_await send_error(client, version, keep,
-                                        timeout ? http::status::gateway_timeout : http::status::bad_gateway,
-                                        timeout ? "upstream_timeout" : "upstream_failed",
-                                        "upstream '" + up.conf.name + "': " + ec.message());
-        }
+        if (ec) co_return co_await upstream_failed(client, version, keep, up, ec, UpstreamError::reset, rec);
       }
       const bool upstream_keep = res.keep_alive();
       strip_hop_by_hop(res, false);

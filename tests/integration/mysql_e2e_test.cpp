@@ -155,12 +155,13 @@ TEST_F(MysqlE2E, SwitchFlipsTheWholeFleetAndIsAudited) {
 TEST_F(MysqlE2E, RevertAfterIsFleetWideAndAudited) {
   auto a = start_gateway();
   auto b = start_gateway();
-  const auto put = a->admin("PUT", "/admin/switch", R"({"state":"shadow","revert_after_s":1})");
+  // Due after 3 s: b (polling every second) sees the change well before it reverts.
+  const auto put = a->admin("PUT", "/admin/switch", R"({"state":"shadow","revert_after_s":3})");
   ASSERT_EQ(put.status, 200) << put.body;
   ASSERT_TRUE(eventually([&] { return b->admin_json("/admin/switch")["state"] == "shadow"; }, 2s));
   EXPECT_EQ(b->admin_json("/admin/switch")["revert_to"], "enforce");
-  // Due after 1 s; the first instance to poll after that reverts the row, once, for everyone.
-  ASSERT_TRUE(eventually([&] { return a->admin_json("/admin/switch")["state"] == "enforce"; }, 5s));
+  // The first instance to poll after it is due reverts the row, once, for everyone.
+  ASSERT_TRUE(eventually([&] { return a->admin_json("/admin/switch")["state"] == "enforce"; }, 6s));
   ASSERT_TRUE(eventually([&] { return b->admin_json("/admin/switch")["state"] == "enforce"; }, 3s));
   EXPECT_EQ(db_server().sql(db, "SELECT oldState, newState, changedBy FROM t_ratelimite_switch_audit ORDER BY auditId"),
             "1\t2\tadmin@127.0.0.1\n2\t1\trevert_after\n");
