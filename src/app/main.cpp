@@ -4,6 +4,12 @@
 
 #include "tollgate/app/gateway.hpp"
 
+// jemalloc (when linked): return freed memory to the system within about a second, from a
+// background thread, so a burst of held requests does not leave the process big afterwards.
+extern "C" {
+__attribute__((used)) const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:1000";
+}
+
 int main(int argc, char** argv) {
   std::string path = "conf/gateway.json";
   bool check_only = false;

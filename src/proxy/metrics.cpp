@@ -112,6 +112,8 @@ std::string Metrics::render() const {
          "# TYPE tollgate_held_requests gauge\ntollgate_held_requests " + std::to_string(held.load()) + "\n";
   out += "# HELP tollgate_refunds_total Reservations given back because the client left before its slot.\n"
          "# TYPE tollgate_refunds_total counter\ntollgate_refunds_total " + std::to_string(refunds.load()) + "\n";
+  out += "# HELP tollgate_abandoned_total Held requests whose client left before their slot (never forwarded).\n"
+         "# TYPE tollgate_abandoned_total counter\ntollgate_abandoned_total " + std::to_string(abandoned.load()) + "\n";
   out += "# HELP tollgate_store_degraded_total Decisions made by the local fallback while the shared store was down.\n"
          "# TYPE tollgate_store_degraded_total counter\ntollgate_store_degraded_total " +
          std::to_string(store_degraded.load()) + "\n";

@@ -548,6 +548,7 @@ struct ProxyServer::Impl {
             if (buffer.size() == 0) buffer.shrink_to_fit();
             if (!co_await hold(stream, bm, std::chrono::microseconds(sd.decision.wait_us))) {
               // The client left before its slot: give the slot back if nobody queued behind it.
+              deps.metrics.abandoned.fetch_add(1, std::memory_order_relaxed);
               if (co_await deps.store.refund(areq, sd.reservation))
                 deps.metrics.refunds.fetch_add(1, std::memory_order_relaxed);
               rec.outcome = "client_gone";

@@ -141,6 +141,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   std::uint64_t watchdog_gen = 0;
   milliseconds backoff{100};
   net::steady_timer watchdog, retry, heartbeat;
+  bool ever_ready = false;
   std::string acquire_sha, refund_sha;
   bool beats;
 
@@ -263,6 +264,10 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       self->acquire_sha = r.text;
       self->ready = true;
       self->backoff = milliseconds(100);
+      if (!self->ever_ready) {
+        self->ever_ready = true;
+        self->store.connection_ready();
+      }
       self->store.record_success();
       if (self->beats) self->beat();
     });
@@ -453,15 +458,21 @@ void RedisStore::record_success() {
   if (up_) return;
   up_ = true;
   up_flag_.store(true, std::memory_order_relaxed);
-  if (ever_up_) {
+  if (ever_up_ && incidents_ > 0) {
     const double secs = static_cast<double>(unix_ms() - incident_started_ms_) / 1e3;
     std::cerr << "tollgate: redis store incident ended after " << secs << " s: " << incident_failures_
               << " decisions were made by the " << failure_policy_name(options_.failure_policy) << " policy"
               << std::endl;
-  } else {
-    std::cerr << "tollgate: redis store connected to " << options_.host << ":" << options_.port << std::endl;
   }
   ever_up_ = true;
+}
+
+void RedisStore::connection_ready() {
+  // Said once, when every thread's connection has answered: from then on no decision of this
+  // instance falls to the failure policy unless Redis fails.
+  if (ready_connections_.fetch_add(1) + 1 == connections_.size())
+    std::cerr << "tollgate: redis store connected to " << options_.host << ":" << options_.port << " ("
+              << connections_.size() << " connections)" << std::endl;
 }
 
 void RedisStore::record_failure(const std::string& error) {

@@ -58,6 +58,7 @@ struct Metrics {
   std::atomic<std::int64_t> connections{0};     // open client connections
   std::atomic<std::uint64_t> connections_refused{0};  // over proxy.max_connections
   std::atomic<std::uint64_t> refunds{0};        // reservations given back by departed clients
+  std::atomic<std::uint64_t> abandoned{0};      // held requests whose client left before the slot
   std::atomic<std::uint64_t> store_degraded{0}; // decisions made by the local fallback (store down)
 
   void count(Outcome o) { outcomes[static_cast<int>(o)].fetch_add(1, std::memory_order_relaxed); }

@@ -77,6 +77,7 @@ class RedisStore final : public BucketStore {
  private:
   Connection* connection_for_current_thread();
   void record_success();
+  void connection_ready();
   void record_failure(const std::string& error);
   StoreDecision fallback(const AcquireRequest& req, const std::string& error);
   std::string last_error() const;
@@ -98,6 +99,7 @@ class RedisStore final : public BucketStore {
   std::atomic<std::uint64_t> failures_{0};
   std::atomic<std::uint64_t> refunds_{0};
   std::atomic<unsigned> live_instances_{1};
+  std::atomic<std::size_t> ready_connections_{0};
 };
 
 }  // namespace tollgate::store
