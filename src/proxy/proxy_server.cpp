@@ -479,13 +479,18 @@ struct ProxyServer::Impl {
         const bool shadow = global == config::SwitchMode::shadow || rule->mode == config::SwitchMode::shadow;
         if (access.log) access.bucket = rule->bucket;
         const config::Rule* channel = snap->channel_of(*rule);
+        BucketMetrics& bm = deps.metrics.bucket(rule->bucket);
+        // Too many requests already wait (globally or on this bucket): only an immediate permit
+        // will do, so nothing is reserved for a request that could not be held.
+        const bool capped =
+            deps.metrics.held.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(limits.max_held) ||
+            bm.held.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(limits.max_held_per_bucket);
         store::AcquireRequest areq{{rule->bucket, rule->params},
                                    channel ? std::optional<store::BucketRef>({channel->bucket, channel->params})
                                            : std::nullopt,
                                    channel ? std::string_view(channel->channel_type) : std::string_view(rule->bucket),
-                                   1.0, rule->timeout_us()};
+                                   1.0, capped ? 0 : rule->timeout_us()};
         store::StoreDecision sd = co_await deps.store.try_acquire(areq);
-        BucketMetrics& bm = deps.metrics.bucket(rule->bucket);
         auto count = [&](Outcome o) {
           deps.metrics.count(o);
           bm.outcomes[static_cast<int>(o)].fetch_add(1, std::memory_order_relaxed);
@@ -520,24 +525,10 @@ struct ProxyServer::Impl {
                                                         : binding.policy_header;
           limit_header = ratelimit_header(binding, sd.decision);
           if (!sd.decision.granted) {
+            if (capped) bm.cap_rejections.fetch_add(1, std::memory_order_relaxed);
             count(Outcome::rejected);
             rec.status = 429;
             co_return co_await send_rejection(stream, version, keep, binding, sd.decision, policy_header, limit_header);
-          }
-          if (sd.decision.wait_us > 0 &&
-              (deps.metrics.held.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(limits.max_held) ||
-               bm.held.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(limits.max_held_per_bucket))) {
-            // Too many requests already wait: give the slot back and refuse at once; the same
-            // request would have been released in wait_us.
-            co_await deps.store.refund(areq, sd.reservation);
-            bm.cap_rejections.fetch_add(1, std::memory_order_relaxed);
-            count(Outcome::rejected);
-            rec.status = 429;
-            limiter::Decision capped = sd.decision;
-            capped.granted = false;
-            capped.retry_after_us = sd.decision.wait_us;
-            co_return co_await send_rejection(stream, version, keep, binding, capped, policy_header,
-                                              ratelimit_header(binding, capped));
           }
           bm.wait.observe_us(sd.decision.wait_us);
           rec.wait_ms = static_cast<double>(sd.decision.wait_us) / 1e3;
