@@ -402,9 +402,14 @@ TEST(Faults, HeldRequestsWithHalfTheClientsLeaving) {
   const double abandoned = metric_value(gw, "tollgate_abandoned_total");
   EXPECT_GT(abandoned, kHeld / 4);
   EXPECT_EQ(up.count("/ibe/booking"), kHeld - static_cast<int>(abandoned));
-  // Memory comes back: within 2 MiB + 1 KiB per request of where it started.
+#if !defined(__SANITIZE_ADDRESS__)
+  // Memory comes back: within 2 MiB + 1 KiB per request of where it started. (Not under ASan: its
+  // allocator quarantines freed memory on purpose.)
   EXPECT_TRUE(eventually([&] { return rss_kib(gw.proc->pid()) < base + 2048 + kHeld; }, 15s))
       << "base " << base << " KiB, now " << rss_kib(gw.proc->pid()) << " KiB";
+#else
+  (void)base;
+#endif
 }
 
 TEST(Faults, UpstreamKilledMidLoadThenBack) {
