@@ -27,12 +27,6 @@ json one_rule(int upstream_port, double rate, double cache, double burst = 0) {
   return c;
 }
 
-double metric_value(const GatewayProcess& gw, const std::string& name) {
-  const std::string m = http_get(gw.admin_port, "/metrics").body;
-  const auto at = m.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::stod(m.substr(at + name.size() + 2));
-}
-
 TEST(Operate, SigtermDrainsHeldRequestsThenExitsZero) {
   MockUpstream up;
   GatewayProcess gw(one_rule(up.port, 1, 5));
@@ -190,11 +184,6 @@ TEST(Operate, PerBucketAndUpstreamMetrics) {
   EXPECT_NE(m.find("tollgate_bucket_debt_seconds{bucket=\"/shopping/search\"}"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace tollgate::testing
-
-namespace tollgate::testing {
-namespace {
 
 TEST(Operate, AccessLogOneJsonLinePerRequest) {
   MockUpstream up;
@@ -233,11 +222,6 @@ TEST(Operate, AccessLogOneJsonLinePerRequest) {
   EXPECT_EQ(outcomes["unmatched"], 1);
 }
 
-}  // namespace
-}  // namespace tollgate::testing
-
-namespace tollgate::testing {
-namespace {
 
 int shadow_headers(const std::vector<HttpResponse>& rs, const std::string& prefix) {
   int n = 0;
@@ -302,11 +286,6 @@ TEST(Switch, RevertAfterReturnsToThePreviousState) {
   EXPECT_EQ(gw.admin("PUT", "/admin/switch", R"({"state":"off","revert_after_s":0})").status, 400);
 }
 
-}  // namespace
-}  // namespace tollgate::testing
-
-namespace tollgate::testing {
-namespace {
 
 TEST(Operate, NoSecretInLogsOrAdminOutput) {
   MockUpstream up;
@@ -325,11 +304,6 @@ TEST(Operate, NoSecretInLogsOrAdminOutput) {
   EXPECT_NE(gw.proc->output().find("\"path\":\"/ibe/x\""), std::string::npos);  // the request was logged
 }
 
-}  // namespace
-}  // namespace tollgate::testing
-
-namespace tollgate::testing {
-namespace {
 
 long rss_kib(int pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");

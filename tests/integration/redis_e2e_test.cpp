@@ -104,23 +104,17 @@ TEST_F(RedisE2E, ChannelLimitIsSharedByItsInterfacesAcrossInstances) {
   EXPECT_GE(view["stored_permits"].get<double>(), 7.0);
 }
 
-double metric(const GatewayProcess& gw, const std::string& name) {
-  const std::string m = http_get(gw.admin_port, "/metrics").body;
-  const auto at = m.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::stod(m.substr(at + name.size() + 2));
-}
-
 void refund_scenario(const GatewayProcess& gw, const MockUpstream& upstream) {
   // A takes the stored permit; B is held for its slot 1 s later, then leaves.
   ASSERT_EQ(http_get(gw.port, "/ibe/booking").status, 200);
   RawConnection b(gw.port, "GET /ibe/booking HTTP/1.1\r\nHost: x\r\n\r\n");
-  ASSERT_TRUE(eventually([&] { return metric(gw, "tollgate_held_requests") == 1; }, 5s));
+  ASSERT_TRUE(eventually([&] { return metric_value(gw, "tollgate_held_requests") == 1; }, 5s));
   EXPECT_GT(gw.admin_json("/admin/buckets/booking")["debt_s"].get<double>(), 0.3);  // B's slot is booked
   b.close();
-  ASSERT_TRUE(eventually([&] { return metric(gw, "tollgate_refunds_total") == 1; }, 5s));
+  ASSERT_TRUE(eventually([&] { return metric_value(gw, "tollgate_refunds_total") == 1; }, 5s));
   // B's slot was given back: the bucket's next free slot is no longer ahead of now.
   EXPECT_LT(gw.admin_json("/admin/buckets/booking")["debt_s"].get<double>(), 0.05);
-  EXPECT_EQ(metric(gw, "tollgate_held_requests"), 0);
+  EXPECT_EQ(metric_value(gw, "tollgate_held_requests"), 0);
   // C takes the slot B left (about 1 s after A, not 2 s).
   const auto c = http_get(gw.port, "/ibe/booking");
   EXPECT_EQ(c.status, 200);

@@ -68,6 +68,13 @@ struct GatewayProcess {
   }
 };
 
+// The value of an unlabelled series in the gateway's /metrics (-1 if absent).
+inline double metric_value(const GatewayProcess& gw, const std::string& name) {
+  const std::string m = http_get(gw.admin_port, "/metrics").body;
+  const auto at = m.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(m.substr(at + name.size() + 2));
+}
+
 inline int count_status(const std::vector<HttpResponse>& rs, int status) {
   return static_cast<int>(std::count_if(rs.begin(), rs.end(), [&](const HttpResponse& r) { return r.status == status; }));
 }
