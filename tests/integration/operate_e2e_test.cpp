@@ -101,12 +101,8 @@ TEST(Operate, SlowHeadersAreCutOffAtTheHeaderTimeout) {
   json c = base_config(up.port);
   c["proxy"]["header_timeout_ms"] = 1000;
   GatewayProcess gw(c);
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(gw.port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = connect_loopback(gw.port);
+  ASSERT_GE(fd, 0);
   const std::string req = "GET /ibe/slow HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaa\r\n\r\n";
   const auto t = std::chrono::steady_clock::now();
   bool cut_off = false;
@@ -335,12 +331,8 @@ TEST(Faults, HeldRequestsWithHalfTheClientsLeaving) {
     if (i % 2 == 0) {
       leaving.push_back(std::make_unique<RawConnection>(gw.port, req));
     } else {
-      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<std::uint16_t>(gw.port));
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+      const int fd = connect_loopback(gw.port);
+      ASSERT_GE(fd, 0);
       ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
       staying.push_back(fd);
     }

@@ -89,14 +89,20 @@ HttpResponse http_request(int port, const HttpRequest& req, std::chrono::millise
   return concurrent_requests(port, req, 1, timeout).at(0);
 }
 
-RawConnection::RawConnection(int port, const std::string& bytes) {
-  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+int connect_loopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && !bytes.empty())
-    (void)!::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+RawConnection::RawConnection(int port, const std::string& bytes) {
+  fd_ = connect_loopback(port);
+  if (fd_ >= 0 && !bytes.empty()) (void)!::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
 }
 
 void RawConnection::close() {
@@ -107,16 +113,9 @@ void RawConnection::close() {
 std::string raw_exchange(int port, const std::string& bytes, std::chrono::milliseconds timeout) {
   // Plain POSIX with poll(): the deadline holds whatever the server does (Asio's blocking reads
   // would wait past SO_RCVTIMEO).
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return out;
-  }
+  const int fd = connect_loopback(port);
+  if (fd < 0) return out;
   std::size_t sent = 0;
   while (sent < bytes.size()) {
     const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);

@@ -37,6 +37,9 @@ inline HttpResponse http_get(int port, const std::string& target) { return http_
 std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& req, int n,
                                               std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// A connected TCP socket to 127.0.0.1:port (blocking), or -1.
+int connect_loopback(int port);
+
 // A raw TCP connection that sends `bytes` (if any) and stays open until close() or destruction.
 class RawConnection {
  public:
