@@ -16,7 +16,26 @@ CREATE TABLE IF NOT EXISTS t_ratelimite_conf (
   warmupSeconds  DOUBLE       DEFAULT NULL COMMENT 'Guava SmoothWarmingUp period; NULL: none',
   scope          VARCHAR(16)  DEFAULT NULL COMMENT 'NULL/interface: per URL; channel: a limit for the whole channelType',
   mode           VARCHAR(16)  DEFAULT NULL COMMENT 'NULL/enforce; shadow: decide and count, forward everything; off',
+  keyBy          VARCHAR(80)  DEFAULT NULL COMMENT 'the token bucket per client: none, client_ip, client_ip_path, header:<Name>',
+  maxShare       DOUBLE       DEFAULT NULL COMMENT '(0,1]: most of the wait window one client key may hold',
   PRIMARY KEY (configId)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Window quotas of a rule (issue 7): "limitCount requests per periodSeconds", per keyBy. A request
+-- must pass its rule's token bucket (if rateLimit is set) and every enabled quota; a quota never
+-- holds a request. Tables created before this one keep working: the gateway reads it if it exists.
+CREATE TABLE IF NOT EXISTS t_ratelimite_quota (
+  quotaId        INT          NOT NULL AUTO_INCREMENT,
+  configId       INT          NOT NULL COMMENT 'the rule (t_ratelimite_conf) it belongs to',
+  periodSeconds  INT          NOT NULL COMMENT 'window length, 1..86400',
+  limitCount     INT          NOT NULL COMMENT 'requests admitted per window, >= 1',
+  algorithm      VARCHAR(16)  NOT NULL DEFAULT 'fixed' COMMENT 'fixed | sliding',
+  keyBy          VARCHAR(80)  NOT NULL DEFAULT 'none' COMMENT 'none, client_ip, client_ip_path, header:<Name>',
+  status         TINYINT(1)   NOT NULL DEFAULT 1 COMMENT '1 enabled, 0 disabled',
+  lastModifyTime DATETIME     DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+  PRIMARY KEY (quotaId),
+  KEY idx_quota_config (configId),
+  CONSTRAINT fk_quota_config FOREIGN KEY (configId) REFERENCES t_ratelimite_conf (configId) ON DELETE CASCADE
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
 -- One named row per switch; Tollgate uses name = 'global'.

@@ -158,8 +158,29 @@ SimpleResponse AdminApi::get_rules() const {
   json rules = json::array();
   for (const auto& r : snap->rules) {
     json j = {{"configId", r.config_id},     {"channelType", r.channel_type}, {"interfaceNo", r.interface_no},
-              {"interfaceUrl", r.interface_url}, {"rateLimit", r.rate_limit}, {"cache", r.cache_s},
-              {"status", r.enabled ? 1 : 0},  {"burst", limiter::shape_of(r.params).max_permits}};
+              {"interfaceUrl", r.interface_url}, {"status", r.enabled ? 1 : 0}};
+    if (r.has_bucket) {
+      j["rateLimit"] = r.rate_limit;
+      j["cache"] = r.cache_s;
+      j["burst"] = limiter::shape_of(r.params).max_permits;
+    } else {
+      j["rateLimit"] = nullptr;  // quotas only
+    }
+    if (r.key_by.kind != config::KeySpec::Kind::none) j["keyBy"] = r.key_by.text();
+    if (r.max_share) {
+      j["maxShare"] = *r.max_share;
+      j["maxWaitingPerClient"] = r.max_held_per_client;
+      j["maxShareKeyBy"] = r.share_key.text();
+    }
+    if (!r.quotas.empty()) {
+      json qs = json::array();
+      for (const auto& q : r.quotas)
+        qs.push_back({{"quotaId", q.quota_id}, {"policy", q.name}, {"periodSeconds", q.period_s}, {"limitCount", q.limit},
+                      {"algorithm", q.algorithm == limiter::WindowAlgorithm::sliding ? "sliding" : "fixed"},
+                      {"keyBy", q.key_by.text()}});
+      j["quotas"] = std::move(qs);
+    }
+    if (!r.all_policies.empty()) j["policies"] = r.all_policies;
     if (r.params.warmup_us > 0) j["warmupSeconds"] = static_cast<double>(r.params.warmup_us) / 1e6;
     j["scope"] = r.channel ? "channel" : "interface";
     j["bucket"] = r.bucket;

@@ -72,7 +72,7 @@ struct Gateway::Impl {
   }
 
   std::unique_ptr<store::BucketStore> make_store(const std::vector<net::io_context*>& ctxs) {
-    if (cfg.limits.store != "redis") return std::make_unique<store::LocalStore>(clock);
+    if (cfg.limits.store != "redis") return std::make_unique<store::LocalStore>(clock, cfg.limits.max_client_keys);
     const auto& rc = cfg.limits.redis;
     store::RedisOptions o;
     o.host = rc.host;

@@ -88,6 +88,30 @@ std::optional<std::string> row_string(const json& row, const char* key, RawRow& 
   return std::nullopt;
 }
 
+RawQuota to_raw_quota(const json& q, const std::string& origin, const RawRow& rule) {
+  RawQuota out;
+  out.origin = origin;
+  out.config_id = rule.config_id;
+  if (!q.is_object()) {
+    out.type_errors.push_back("quota: must be an object");
+    return out;
+  }
+  static const std::set<std::string> known = {"quotaId", "periodSeconds", "limitCount", "algorithm", "keyBy", "status",
+                                              "configId", "lastModifyTime"};
+  for (auto it = q.begin(); it != q.end(); ++it)
+    if (!known.count(it.key())) out.type_errors.push_back(it.key() + ": unknown field");
+  // Read with the row helpers; their type errors land in a scratch row and move here.
+  RawRow scratch;
+  out.quota_id = row_number<std::int64_t>(q, "quotaId", scratch);
+  out.period_seconds = row_number<std::int64_t>(q, "periodSeconds", scratch);
+  out.limit_count = row_number<std::int64_t>(q, "limitCount", scratch);
+  out.algorithm = row_string(q, "algorithm", scratch);
+  out.key_by = row_string(q, "keyBy", scratch);
+  out.status = row_number<std::int64_t>(q, "status", scratch);
+  out.type_errors.insert(out.type_errors.end(), scratch.type_errors.begin(), scratch.type_errors.end());
+  return out;
+}
+
 RawRow to_raw_row(const json& row, const std::string& origin) {
   RawRow r;
   r.origin = origin;
@@ -96,7 +120,8 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
     return r;
   }
   static const std::set<std::string> known = {"configId", "channelType", "interfaceNo", "interfaceUrl", "rateLimit",
-                                              "cache", "status", "burst", "warmupSeconds", "scope", "mode", "lastModifyTime"};
+                                              "cache", "status", "burst", "warmupSeconds", "scope", "mode", "lastModifyTime",
+                                              "keyBy", "maxShare", "quotas"};
   for (auto it = row.begin(); it != row.end(); ++it)
     if (!known.count(it.key())) r.type_errors.push_back(it.key() + ": unknown field");
   r.config_id = row_number<std::int64_t>(row, "configId", r);
@@ -110,6 +135,16 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
   r.warmup_seconds = row_number<double>(row, "warmupSeconds", r);
   r.scope = row_string(row, "scope", r);
   r.mode = row_string(row, "mode", r);
+  r.key_by = row_string(row, "keyBy", r);
+  r.max_share = row_number<double>(row, "maxShare", r);
+  if (row.contains("quotas") && !row.at("quotas").is_null()) {
+    const json& qs = row.at("quotas");
+    if (!qs.is_array()) {
+      r.type_errors.push_back("quotas: must be an array");
+    } else {
+      for (std::size_t i = 0; i < qs.size(); ++i) r.quotas.push_back(to_raw_quota(qs[i], origin + ".quotas[" + std::to_string(i) + "]", r));
+    }
+  }
   return r;
 }
 
@@ -209,7 +244,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     const std::string path = "proxy";
     check_keys(p, path, {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms",
                          "body_timeout_ms", "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns",
-                         "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket"});
+                         "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket", "trusted_proxies"});
     auto& l = c.proxy;
     l.max_header_bytes = static_cast<std::uint32_t>(get_uint(p, path, "max_header_bytes", l.max_header_bytes, 1024, 1 << 20));
     l.max_body_bytes = get_uint(p, path, "max_body_bytes", l.max_body_bytes, 0, 1ull << 32);
@@ -227,11 +262,23 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     l.max_held = static_cast<std::uint32_t>(get_uint(p, path, "max_held", l.max_held, 0, 10'000'000));
     l.max_held_per_bucket =
         static_cast<std::uint32_t>(get_uint(p, path, "max_held_per_bucket", l.max_held_per_bucket, 0, 10'000'000));
+    if (p.contains("trusted_proxies")) {
+      const json& t = p["trusted_proxies"];
+      if (!t.is_array()) fail("proxy.trusted_proxies", "must be an array of addresses or networks (CIDR)");
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        if (!t[i].is_string()) fail("proxy.trusted_proxies[" + std::to_string(i) + "]", "must be a string");
+        l.trusted_proxies.push_back(t[i].get<std::string>());
+      }
+    }
   }
 
   if (doc.contains("limits")) {
     const json& l = doc["limits"];
-    check_keys(l, "limits", {"source", "store", "switch", "rules", "mysql", "redis"});
+    check_keys(l, "limits", {"source", "store", "switch", "rules", "mysql", "redis", "missing_key", "max_client_keys"});
+    c.limits.missing_key = get_string(l, "limits", "missing_key", c.limits.missing_key);
+    if (c.limits.missing_key != "anonymous" && c.limits.missing_key != "reject")
+      fail("limits.missing_key", "must be \"anonymous\" or \"reject\"");
+    c.limits.max_client_keys = get_uint(l, "limits", "max_client_keys", c.limits.max_client_keys, 64, 100'000'000);
     c.limits.source = get_string(l, "limits", "source", "file");
     if (c.limits.source != "file" && c.limits.source != "mysql")
       fail("limits.source", "must be \"file\" or \"mysql\" (got \"" + c.limits.source + "\")");

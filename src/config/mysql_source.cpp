@@ -7,6 +7,7 @@
 #include <cppconn/statement.h>
 #include <mysql_driver.h>
 
+#include <map>
 #include <sstream>
 
 namespace tollgate::config {
@@ -15,7 +16,13 @@ namespace {
 
 // Tollgate's own, nullable columns: read only where the table has them, so the original table
 // (without them) keeps working.
-const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode"};
+const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode", "keyBy", "maxShare"};
+
+// Quota rows (issue 7), fingerprinted like the rules: any edit changes the CRC sum.
+const char* const kQuotaFingerprint =
+    "(SELECT CONCAT(COUNT(*), '/', IFNULL(MAX(lastModifyTime), ''), '/', IFNULL(SUM(CRC32(CONCAT_WS('|', quotaId, "
+    "IFNULL(configId,''), IFNULL(periodSeconds,''), IFNULL(limitCount,''), IFNULL(algorithm,''), IFNULL(keyBy,''), "
+    "IFNULL(status,'')))), 0)) FROM t_ratelimite_quota)";
 
 std::string describe_error(const sql::SQLException& e) {
   std::ostringstream o;
@@ -62,7 +69,16 @@ sql::Connection& MysqlSource::connection() {
     throw std::runtime_error("mysql: table t_ratelimite_conf does not exist in " + config_.database +
                              " (load sql/schema.sql)");
   }
+  check_quota_table(*conn_);
   return *conn_;
+}
+
+void MysqlSource::check_quota_table(sql::Connection& c) {
+  std::unique_ptr<sql::Statement> st(c.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(
+      "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+      "AND TABLE_NAME = 't_ratelimite_quota'"));
+  quota_table_ = rs->next() && rs->getInt(1) > 0;
 }
 
 template <class F>
@@ -78,6 +94,7 @@ auto MysqlSource::with_connection(F&& f) {
 
 std::optional<std::string> MysqlSource::fingerprint() {
   return with_connection([this](sql::Connection& c) {
+    if (!quota_table_) check_quota_table(c);  // created while we run: noticed on the next poll
     std::string row_expr =
         "CONCAT_WS('|', configId, IFNULL(channelType,''), IFNULL(interfaceNo,''), IFNULL(interfaceUrl,''), "
         "IFNULL(rateLimit,''), IFNULL(cache,''), status";
@@ -88,13 +105,15 @@ std::optional<std::string> MysqlSource::fingerprint() {
         "SELECT (SELECT CONCAT(COUNT(*), '/', IFNULL(MAX(lastModifyTime), ''), '/', IFNULL(SUM(CRC32(" + row_expr +
         ")), 0)) FROM t_ratelimite_conf), "
         "(SELECT CONCAT(state, '/', changedBy, '/', changedAt, '/', IFNULL(revertAt, '')) FROM t_ratelimite_switch "
-        "WHERE name = ?)"));
+        "WHERE name = ?), " + std::string(quota_table_ ? kQuotaFingerprint : "'-'")));
     ps->setString(1, config_.switch_name);
     std::unique_ptr<sql::ResultSet> rs(ps->executeQuery());
     rs->next();
     std::string fp = rs->getString(1);
     fp += "#";
     fp += rs->isNull(2) ? std::string("-") : std::string(rs->getString(2));
+    fp += "#";
+    fp += rs->getString(3);
     return std::optional<std::string>(fp);
   });
 }
@@ -125,9 +144,37 @@ LoadResult MysqlSource::load() {
       if (columns_.count("warmupSeconds") && !rs->isNull("warmupSeconds")) r.warmup_seconds = rs->getDouble("warmupSeconds");
       if (columns_.count("scope") && !rs->isNull("scope")) r.scope = std::string(rs->getString("scope"));
       if (columns_.count("mode") && !rs->isNull("mode")) r.mode = std::string(rs->getString("mode"));
+      if (columns_.count("keyBy") && !rs->isNull("keyBy")) r.key_by = std::string(rs->getString("keyBy"));
+      if (columns_.count("maxShare") && !rs->isNull("maxShare")) r.max_share = rs->getDouble("maxShare");
       rows.push_back(std::move(r));
     }
+    std::vector<RejectedRow> orphans;
+    if (quota_table_) {
+      std::map<std::int64_t, std::size_t> by_id;
+      for (std::size_t i = 0; i < rows.size(); ++i) by_id[*rows[i].config_id] = i;
+      std::unique_ptr<sql::ResultSet> qs(st->executeQuery(
+          "SELECT quotaId, configId, periodSeconds, limitCount, algorithm, keyBy, status FROM t_ratelimite_quota "
+          "ORDER BY quotaId"));
+      while (qs->next()) {
+        RawQuota q;
+        q.quota_id = qs->getInt64("quotaId");
+        q.origin = "t_ratelimite_quota[quotaId=" + std::to_string(*q.quota_id) + "]";
+        if (!qs->isNull("configId")) q.config_id = qs->getInt64("configId");
+        if (!qs->isNull("periodSeconds")) q.period_seconds = qs->getInt64("periodSeconds");
+        if (!qs->isNull("limitCount")) q.limit_count = qs->getInt64("limitCount");
+        if (!qs->isNull("algorithm")) q.algorithm = std::string(qs->getString("algorithm"));
+        if (!qs->isNull("keyBy")) q.key_by = std::string(qs->getString("keyBy"));
+        if (!qs->isNull("status")) q.status = qs->getInt64("status");
+        auto it = q.config_id ? by_id.find(*q.config_id) : by_id.end();
+        if (it == by_id.end()) {
+          orphans.push_back({q.config_id, q.origin, "configId", "names no row of t_ratelimite_conf"});
+          continue;
+        }
+        rows[it->second].quotas.push_back(std::move(q));
+      }
+    }
     out.rules = validate_rows(rows);
+    out.rules.rejected.insert(out.rules.rejected.end(), orphans.begin(), orphans.end());
 
     std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
         "SELECT state, changedBy, CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED), "

@@ -85,6 +85,16 @@ BucketMetrics& Metrics::bucket(std::string_view name) {
   return find_or_create(mu_, buckets_, name, cache);
 }
 
+PolicyMetrics& Metrics::policy(std::string_view name) {
+  thread_local std::unordered_map<std::string, PolicyMetrics*> cache;
+  thread_local const Metrics* owner = nullptr;
+  if (owner != this) {
+    cache.clear();
+    owner = this;
+  }
+  return find_or_create(mu_, policies_, name, cache);
+}
+
 UpstreamMetrics& Metrics::upstream(std::string_view name) {
   thread_local std::unordered_map<std::string, UpstreamMetrics*> cache;
   thread_local const Metrics* owner = nullptr;
@@ -144,6 +154,17 @@ std::string Metrics::render() const {
   out += "# HELP tollgate_bucket_wait_seconds Time requests were held before being forwarded.\n"
          "# TYPE tollgate_bucket_wait_seconds histogram\n";
   for (const auto& [name, b] : buckets_) b->wait.render(out, "tollgate_bucket_wait_seconds", "bucket=\"" + label_value(name) + "\"");
+  out += "# HELP tollgate_policy_checks_total Checks of one policy (bucket, channel, quota, maxShare) by result.\n"
+         "# TYPE tollgate_policy_checks_total counter\n";
+  for (const auto& [name, p] : policies_) {
+    const std::string l = "tollgate_policy_checks_total{policy=\"" + label_value(name) + "\",result=\"";
+    out += l + "passed\"} " + std::to_string(p->passed.load()) + "\n";
+    out += l + "failed\"} " + std::to_string(p->failed.load()) + "\n";
+  }
+  out += "# HELP tollgate_policy_rejections_total 429s by the policy that bound them.\n"
+         "# TYPE tollgate_policy_rejections_total counter\n";
+  for (const auto& [name, p] : policies_)
+    out += "tollgate_policy_rejections_total{policy=\"" + label_value(name) + "\"} " + std::to_string(p->bound.load()) + "\n";
   out += "# HELP tollgate_upstream_response_seconds Request sent to response header received, by upstream.\n"
          "# TYPE tollgate_upstream_response_seconds histogram\n";
   for (const auto& [name, u] : upstreams_)

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 
 #include "tollgate/proxy/access_log.hpp"
+#include "tollgate/proxy/client_key.hpp"
 #include "tollgate/proxy/throttle.hpp"
 
 namespace tollgate::proxy {
@@ -208,9 +209,74 @@ struct ProxyServer::Impl {
   std::vector<Route> routes;  // longest prefix first
   std::uint16_t bound_port = 0;
   const config::ProxyLimits& limits;
+  TrustedProxies trusted;
+  MissingKey missing_key = MissingKey::anonymous;
 
   Impl(std::vector<net::io_context*> ctxs, ProxyDeps d) : deps(d), limits(d.config.proxy) {
     for (auto* c : ctxs) workers.push_back(Worker{c, nullptr, {}, {}, false});
+    for (std::size_t i = 0; i < limits.trusted_proxies.size(); ++i)
+      if (auto why = trusted.add(limits.trusted_proxies[i]))
+        throw config::ConfigError("proxy.trusted_proxies[" + std::to_string(i) + "]: " + *why);
+    missing_key = d.config.limits.missing_key == "reject" ? MissingKey::reject : MissingKey::anonymous;
+  }
+
+  // Per-client parts of a request's checks (issue 7): keyed bucket, quotas, maxShare. Returns an
+  // error detail when the request cannot be keyed (a keyBy header missing or too long): 400.
+  struct ClientKeys {
+    std::string address;  // resolved once, when a spec needs it
+    bool resolved = false;
+  };
+  std::optional<std::string> add_client_checks(store::AcquireRequest& areq, std::string& bucket_key,
+                                               const config::Rule& rule, const config::Rule* channel,
+                                               const http::request<http::string_body>& req, std::string_view path,
+                                               const std::string& peer) {
+    ClientKeys ck;
+    std::string key;
+    auto derive = [&](const config::KeySpec& spec) -> std::optional<std::string> {
+      using Kind = config::KeySpec::Kind;
+      if ((spec.kind == Kind::client_ip || spec.kind == Kind::client_ip_path) && !ck.resolved) {
+        std::string xff;
+        if (!trusted.empty()) {
+          for (auto [it, end] = req.equal_range("X-Forwarded-For"); it != end; ++it) {
+            if (!xff.empty()) xff += ',';
+            xff.append(it->value().data(), it->value().size());
+          }
+        }
+        ck.address = client_address(peer, xff, trusted);
+        ck.resolved = true;
+      }
+      std::optional<std::string_view> header;
+      if (spec.kind == Kind::header) {
+        auto it = req.find(spec.header);
+        if (it != req.end()) header = std::string_view(it->value().data(), it->value().size());
+      }
+      switch (client_key(spec, ck.address, path, header, missing_key, key)) {
+        case KeyResult::ok: return std::nullopt;
+        case KeyResult::missing: return "header " + spec.header + " is required (it keys a rate limit)";
+        case KeyResult::too_long:
+          return "header " + spec.header + " is longer than " + std::to_string(kMaxHeaderKey) + " bytes";
+      }
+      return std::nullopt;
+    };
+    if (rule.has_bucket && rule.key_by.kind != config::KeySpec::Kind::none) {
+      if (auto bad = derive(rule.key_by)) return bad;
+      bucket_key = "c:" + std::to_string(rule.config_id) + ":" + key;
+      areq.bucket.name = bucket_key;
+      areq.per_client_bucket = true;
+    }
+    for (const config::Rule* r : {&rule, channel}) {
+      if (r == nullptr) continue;
+      for (const config::Quota& q : r->quotas) {
+        if (auto bad = derive(q.key_by)) return bad;
+        areq.quotas.push_back({"q:" + std::to_string(q.quota_id) + ":" + key, q.params(),
+                               q.key_by.kind == config::KeySpec::Kind::none});
+      }
+    }
+    if (rule.has_bucket && rule.max_share) {
+      if (auto bad = derive(rule.share_key)) return bad;
+      areq.share = store::ShareRef{"s:" + std::to_string(rule.config_id) + ":" + key, rule.max_held_per_client};
+    }
+    return std::nullopt;
   }
 
   void resolve_upstreams() {
@@ -389,15 +455,15 @@ struct ProxyServer::Impl {
 
   // The 429 and 503 answers live in coroutines of their own, so a held request's frame does not
   // carry a response object it never uses (memory per held request).
-  net::awaitable<bool> send_rejection(beast::tcp_stream& stream, unsigned version, bool keep, const config::Rule& rule,
-                                      const limiter::Decision& d, const std::string& policy, const std::string& limit) {
+  net::awaitable<bool> send_rejection(beast::tcp_stream& stream, unsigned version, bool keep, std::string body,
+                                      limiter::Micros retry_after_us, const std::string& policy, const std::string& limit) {
     http::response<http::string_body> res{http::status::too_many_requests, version};
     res.set(http::field::content_type, "application/json");
-    res.set(http::field::retry_after, std::to_string(ceil_seconds(d.retry_after_us)));
+    res.set(http::field::retry_after, std::to_string(ceil_seconds(retry_after_us)));
     res.set("RateLimit-Policy", policy);
     res.set("RateLimit", limit);
     res.keep_alive(keep);
-    res.body() = rejection_body(rule, d);
+    res.body() = std::move(body);
     stream.expires_after(milliseconds(limits.body_timeout_ms));
     const bool ok = co_await write_response(stream, res);
     co_return ok && keep;
@@ -485,11 +551,23 @@ struct ProxyServer::Impl {
         const bool capped =
             deps.metrics.held.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(limits.max_held) ||
             bm.held.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(limits.max_held_per_bucket);
+        const bool parent = channel && channel->has_bucket;
         store::AcquireRequest areq{{rule->bucket, rule->params},
-                                   channel ? std::optional<store::BucketRef>({channel->bucket, channel->params})
-                                           : std::nullopt,
+                                   parent ? std::optional<store::BucketRef>({channel->bucket, channel->params})
+                                          : std::nullopt,
                                    channel ? std::string_view(channel->channel_type) : std::string_view(rule->bucket),
                                    1.0, capped ? 0 : rule->timeout_us()};
+        areq.use_bucket = rule->has_bucket;
+        std::string bucket_key;  // a keyed bucket's name; areq refers to it
+        if (!rule->has_bucket) areq.timeout_us = capped ? 0 : channel && parent ? channel->timeout_us() : 0;
+        if (!rule->quotas.empty() || rule->key_by.kind != config::KeySpec::Kind::none || rule->max_share ||
+            (channel && !channel->quotas.empty())) {
+          if (auto bad = add_client_checks(areq, bucket_key, *rule, channel, req, path, client_ip)) {
+            deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+            rec.status = 400;
+            co_return co_await send_error(stream, version, keep, http::status::bad_request, "missing_client_key", *bad);
+          }
+        }
         store::StoreDecision sd = co_await deps.store.try_acquire(areq);
         auto count = [&](Outcome o) {
           deps.metrics.count(o);
@@ -505,30 +583,37 @@ struct ProxyServer::Impl {
           co_return co_await send_unavailable(stream, version, keep);
         } else {
           if (sd.degraded) deps.metrics.store_degraded.fetch_add(1, std::memory_order_relaxed);
-          const config::Rule& binding = sd.parent_bound && channel ? *channel : *rule;
+          for (std::size_t i = 0; i < sd.quotas.size(); ++i) {
+            PolicyMetrics& pm = deps.metrics.policy(quota_at(*rule, channel, i).name);
+            (sd.quotas[i].admitted ? pm.passed : pm.failed).fetch_add(1, std::memory_order_relaxed);
+          }
           if (shadow) {
             // Decided and counted, never enforced: the upstream is told what would have happened.
             if (!sd.decision.granted) {
               count(Outcome::shadow_rejected);
-              req.set("X-Tollgate-Shadow", "would-reject; bucket=\"" + binding.bucket +
+              const bool by_bucket = sd.bound == store::Bound::bucket || sd.bound == store::Bound::parent;
+              req.set("X-Tollgate-Shadow", std::string(by_bucket ? "would-reject; bucket=\"" : "would-reject; policy=\"") +
+                                               bound_policy(*rule, channel, sd) +
                                                "\"; retry-after-ms=" + std::to_string((sd.decision.retry_after_us + 999) / 1000));
             } else {
               count(Outcome::forwarded);
               if (sd.decision.wait_us > 0)
-                req.set("X-Tollgate-Shadow", "would-delay; bucket=\"" + binding.bucket +
+                req.set("X-Tollgate-Shadow", "would-delay; bucket=\"" + (sd.parent_bound && channel ? channel : rule)->bucket +
                                                  "\"; wait-ms=" + std::to_string((sd.decision.wait_us + 999) / 1000));
             }
             co_return co_await forward(w, stream, std::move(req), client_ip, upstreams[route->upstream],
                                        w.pools[route->upstream], policy_header, limit_header, rec);
           }
-          policy_header = binding.policy_header.empty() ? ratelimit_policy_header(binding, sd.max_permits)
-                                                        : binding.policy_header;
-          limit_header = ratelimit_header(binding, sd.decision);
+          policy_header = rule->all_policies;
+          limit_header = ratelimit_header(*rule, channel, sd);
           if (!sd.decision.granted) {
-            if (capped) bm.cap_rejections.fetch_add(1, std::memory_order_relaxed);
+            if (capped && (sd.bound == store::Bound::bucket || sd.bound == store::Bound::parent))
+              bm.cap_rejections.fetch_add(1, std::memory_order_relaxed);
+            deps.metrics.policy(bound_policy(*rule, channel, sd)).bound.fetch_add(1, std::memory_order_relaxed);
             count(Outcome::rejected);
             rec.status = 429;
-            co_return co_await send_rejection(stream, version, keep, binding, sd.decision, policy_header, limit_header);
+            co_return co_await send_rejection(stream, version, keep, rejection_body(*rule, channel, sd),
+                                              sd.decision.retry_after_us, policy_header, limit_header);
           }
           bm.wait.observe_us(sd.decision.wait_us);
           rec.wait_ms = static_cast<double>(sd.decision.wait_us) / 1e3;

@@ -16,18 +16,7 @@ long long ceil_seconds(limiter::Micros us) {
   return (us + 999'999) / 1'000'000;
 }
 
-namespace {
-std::string sf_string(std::string_view s) {
-  // sf-string: escape '"' and '\'; interfaceUrls are validated to printable ASCII.
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
-}  // namespace
+using config::sf_string;
 
 std::string ratelimit_policy_header(const config::Rule& rule, double max_permits) {
   return config::ratelimit_policy(rule.bucket, rule.rate_limit, max_permits);
@@ -46,6 +35,97 @@ std::string rejection_body(const config::Rule& rule, const limiter::Decision& d)
                       {"rate_limit_per_s", rule.rate_limit},
                       {"wait_window_ms", static_cast<long long>(rule.cache_s * 1000)},
                       {"retry_after_ms", (d.retry_after_us + 999) / 1000}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+const config::Quota& quota_at(const config::Rule& rule, const config::Rule* channel, std::size_t i) {
+  return i < rule.quotas.size() ? rule.quotas[i] : channel->quotas.at(i - rule.quotas.size());
+}
+
+std::string bound_policy(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd) {
+  switch (sd.bound) {
+    case store::Bound::bucket: return rule.bucket;
+    case store::Bound::parent: return channel ? channel->bucket : rule.bucket;
+    case store::Bound::share: return rule.bucket + "#maxShare";
+    case store::Bound::quota: return quota_at(rule, channel, sd.bound_quota).name;
+  }
+  return rule.bucket;
+}
+
+namespace {
+std::string rl_item(std::string_view name, double remaining, limiter::Micros t_us) {
+  const long long r = remaining >= 1 ? static_cast<long long>(std::floor(remaining)) : 0;
+  return sf_string(name) + ";r=" + std::to_string(r) + ";t=" + std::to_string(ceil_seconds(t_us));
+}
+}  // namespace
+
+std::string ratelimit_header(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd) {
+  const limiter::Decision& d = sd.decision;
+  const bool has_bucket = rule.has_bucket || (channel && channel->has_bucket);
+  if (!d.granted) {
+    switch (sd.bound) {
+      case store::Bound::bucket:
+      case store::Bound::parent: return ratelimit_header(sd.bound == store::Bound::parent && channel ? *channel : rule, d);
+      case store::Bound::share: return rl_item(rule.bucket + "#maxShare", 0, d.retry_after_us);
+      case store::Bound::quota: {
+        const auto& q = sd.quotas.at(sd.bound_quota);
+        return rl_item(quota_at(rule, channel, sd.bound_quota).name, q.remaining, d.retry_after_us);
+      }
+    }
+  }
+  // Admitted: the policy with the smallest share of its quota left.
+  double best = 2.0;
+  std::string out;
+  if (has_bucket && sd.max_permits > 0) {
+    best = d.remaining / sd.max_permits;
+    out = ratelimit_header(sd.bound == store::Bound::parent && channel ? *channel : rule, d);
+  }
+  for (std::size_t i = 0; i < sd.quotas.size(); ++i) {
+    const config::Quota& q = quota_at(rule, channel, i);
+    const double share = sd.quotas[i].remaining / static_cast<double>(q.limit);
+    if (share < best) {
+      best = share;
+      out = rl_item(q.name, sd.quotas[i].remaining, sd.quotas[i].reset_us);
+    }
+  }
+  return out;
+}
+
+std::string rejection_body(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd) {
+  const limiter::Decision& d = sd.decision;
+  const config::Rule& owner = sd.bound == store::Bound::parent && channel ? *channel : rule;
+  nlohmann::json j = {{"error", "rate_limited"},
+                      {"policy", bound_policy(rule, channel, sd)},
+                      {"bucket", owner.bucket},
+                      {"configId", owner.config_id},
+                      {"retry_after_ms", (d.retry_after_us + 999) / 1000}};
+  switch (sd.bound) {
+    case store::Bound::bucket:
+    case store::Bound::parent:
+      j["kind"] = "token_bucket";
+      j["rate_limit_per_s"] = owner.rate_limit;
+      j["wait_window_ms"] = static_cast<long long>(owner.cache_s * 1000);
+      break;
+    case store::Bound::share:
+      j["kind"] = "max_share";
+      j["max_share"] = rule.max_share.value_or(1.0);
+      j["max_waiting_per_client"] = rule.max_held_per_client;
+      j["key_by"] = rule.share_key.text();
+      break;
+    case store::Bound::quota: {
+      const config::Quota& q = quota_at(rule, channel, sd.bound_quota);
+      const config::Rule& qowner = sd.bound_quota < rule.quotas.size() || !channel ? rule : *channel;
+      j["kind"] = "quota";
+      j["bucket"] = qowner.bucket;
+      j["configId"] = qowner.config_id;
+      j["quotaId"] = q.quota_id;
+      j["limit"] = q.limit;
+      j["period_s"] = q.period_s;
+      j["algorithm"] = q.algorithm == limiter::WindowAlgorithm::sliding ? "sliding" : "fixed";
+      j["key_by"] = q.key_by.text();
+      break;
+    }
+  }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

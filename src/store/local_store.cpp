@@ -1,5 +1,9 @@
 #include "tollgate/store/local_store.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 namespace tollgate::store {
 
 namespace {
@@ -27,21 +31,29 @@ class ShardLocks {
 };
 }  // namespace
 
-LocalStore::LocalStore(const limiter::Clock& clock) : clock_(clock) {}
+LocalStore::LocalStore(const limiter::Clock& clock, std::size_t max_client_keys)
+    // At least 8 per shard: one request touches at most a few client entries of a shard, and
+    // none of them may be evicted while it is being decided.
+    : clock_(clock), per_shard_cap_(std::max<std::size_t>(8, max_client_keys / kShards)) {}
 
 std::size_t LocalStore::shard_index(std::string_view key) const { return std::hash<std::string_view>{}(key) % kShards; }
 
 void LocalStore::sweep(Shard& shard, Micros now) {
-  std::erase_if(shard.map, [now](const auto& kv) { return rested(kv.second.state, kv.second.shape, now); });
+  std::erase_if(shard.map, [now](const auto& kv) {
+    const Entry& e = kv.second;
+    if (e.kind == Kind::bucket) return rested(e.state, e.shape, now);
+    limiter::WindowState w = e.window;  // a shared quota counter with nothing left to remember
+    limiter::roll(w, e.window_params, now);
+    return w.current == 0 && w.previous == 0;
+  });
   shard.sweep_at = std::max<std::size_t>(1024, shard.map.size() * 2);
 }
 
 LocalStore::Entry& LocalStore::entry(Shard& shard, const BucketRef& ref, Micros now) {
   auto it = shard.map.find(ref.name);
   if (it == shard.map.end()) {
-    if (shard.map.size() >= shard.sweep_at) sweep(shard, now);
     const limiter::Shape shape = limiter::shape_of(ref.params);
-    return shard.map.emplace(std::string(ref.name), Entry{limiter::full_state(shape, now), ref.params, shape})
+    return shard.map.emplace(std::string(ref.name), Entry{Kind::bucket, limiter::full_state(shape, now), ref.params, shape, {}, {}, {}})
         .first->second;
   }
   Entry& e = it->second;
@@ -55,13 +67,215 @@ LocalStore::Entry& LocalStore::entry(Shard& shard, const BucketRef& ref, Micros 
   return e;
 }
 
+LocalStore::Entry& LocalStore::slot(Shard& shard, std::string_view key, bool client, Kind kind, bool& created) {
+  created = false;
+  if (!client) {
+    auto it = shard.map.find(key);
+    if (it != shard.map.end()) return it->second;
+    created = true;
+    Entry& e = shard.map.emplace(std::string(key), Entry{}).first->second;
+    e.kind = kind;
+    return e;
+  }
+  auto it = shard.clients.find(key);
+  if (it != shard.clients.end()) {
+    shard.lru.splice(shard.lru.begin(), shard.lru, it->second);  // most recently used
+    return it->second->entry;
+  }
+  while (shard.clients.size() >= per_shard_cap_) {  // oldest idle first
+    shard.clients.erase(shard.lru.back().key);
+    shard.lru.pop_back();
+  }
+  created = true;
+  shard.lru.push_front(ClientSlot{std::string(key), Entry{}});
+  shard.clients.emplace(shard.lru.front().key, shard.lru.begin());
+  Entry& e = shard.lru.front().entry;
+  e.kind = kind;
+  return e;
+}
+
+LocalStore::Entry& LocalStore::bucket_entry(const BucketRef& ref, bool client, Micros now) {
+  Shard& shard = shards_[shard_index(ref.name)];
+  if (!client) return entry(shard, ref, now);
+  bool created = false;
+  Entry& e = slot(shard, ref.name, true, Kind::bucket, created);
+  if (created) {
+    e.params = ref.params;
+    e.shape = limiter::shape_of(ref.params);
+    e.state = limiter::full_state(e.shape, now);
+  } else if (!(e.params == ref.params)) {
+    const limiter::Shape shape = limiter::shape_of(ref.params);
+    limiter::rescale(e.state, e.shape, shape, now);
+    e.params = ref.params;
+    e.shape = shape;
+  }
+  return e;
+}
+
+LocalStore::Entry& LocalStore::window_entry(const QuotaRef& q, Micros now) {
+  Shard& shard = shards_[shard_index(q.key)];
+  bool created = false;
+  Entry& e = slot(shard, q.key, !q.shared, Kind::window, created);
+  if (created || !(e.window_params == q.params)) {
+    // New, or the quota was edited: counts of another period or limit start over.
+    e.window = {limiter::window_index(now, q.params.period_us), 0, 0};
+    e.window_params = q.params;
+  }
+  return e;
+}
+
+namespace {
+// Locks every shard a request touches, in index order.
+class MultiLock {
+ public:
+  void add(std::size_t index) { idx_[n_++] = index; }
+  // Locks the shards and sweeps those due: before any entry is looked up, so that a sweep never
+  // removes an entry this request already holds a reference to.
+  template <class Shards, class Sweep>
+  void lock(Shards& shards, Sweep sweep) {
+    std::sort(idx_.begin(), idx_.begin() + n_);
+    const auto end = std::unique(idx_.begin(), idx_.begin() + n_);
+    for (auto it = idx_.begin(); it != end; ++it) {
+      locks_.emplace_back(shards[*it].mu);
+      sweep(shards[*it]);
+    }
+  }
+  bool full() const { return n_ == idx_.size(); }
+
+ private:
+  std::array<std::size_t, 64> idx_{};
+  std::size_t n_ = 0;
+  std::vector<std::unique_lock<std::mutex>> locks_;
+};
+}  // namespace
+
+// The general path: buckets, quotas and maxShare decided on copies; charged only if all admit.
+StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
+  StoreDecision out;
+  const Micros now = clock_.now_us();
+  MultiLock locks;
+  if (req.use_bucket) locks.add(shard_index(req.bucket.name));
+  if (req.parent) locks.add(shard_index(req.parent->name));
+  for (const QuotaRef& q : req.quotas) {
+    if (locks.full()) break;
+    locks.add(shard_index(q.key));
+  }
+  if (req.share && !locks.full()) locks.add(shard_index(req.share->key));
+  if (locks.full()) {  // more checks than shards: take them all
+    MultiLock all;
+    for (std::size_t i = 0; i < kShards; ++i) all.add(i);
+    locks = std::move(all);
+  }
+  locks.lock(shards_, [now](Shard& sh) {
+    if (sh.map.size() >= sh.sweep_at) sweep(sh, now);
+  });
+
+  // Buckets: the rule's own (if any) and its channel's, on copies of their states.
+  Entry* a = req.use_bucket ? &bucket_entry(req.bucket, req.per_client_bucket, now) : nullptr;
+  Entry* b = req.parent ? &bucket_entry(*req.parent, false, now) : nullptr;
+  limiter::BucketState sa = a ? a->state : limiter::BucketState{};
+  limiter::BucketState sb = b ? b->state : limiter::BucketState{};
+  limiter::Decision bd;
+  bd.granted = true;
+  if (a && b) {
+    const limiter::PairDecision pd =
+        limiter::try_acquire_pair(sa, a->shape, sb, b->shape, a->params.mode, req.permits, req.timeout_us, now);
+    bd = pd.combined;
+    out.bound = pd.bound == 1 ? Bound::parent : Bound::bucket;
+    out.max_permits = pd.bound == 1 ? b->shape.max_permits : a->shape.max_permits;
+    out.reservation = {pd.first.next_free, pd.first.cost_us, pd.first.spent,
+                       pd.second.next_free, pd.second.cost_us, pd.second.spent};
+  } else if (a || b) {
+    Entry* e = a ? a : b;
+    bd = limiter::try_acquire(a ? sa : sb, e->shape, e->params.mode, req.permits, req.timeout_us, now);
+    out.bound = a ? Bound::bucket : Bound::parent;
+    out.max_permits = e->shape.max_permits;
+    if (a) out.reservation = {bd.next_free, bd.cost_us, bd.spent, 0, 0, 0};
+    else out.reservation = {0, 0, 0, bd.next_free, bd.cost_us, bd.spent};
+  }
+  bool all = bd.granted;
+  Micros retry = bd.granted ? 0 : bd.retry_after_us;
+
+  // Quotas: never hold; each admits now or names when it would.
+  std::vector<limiter::WindowState> rolled;
+  std::vector<Entry*> windows;
+  rolled.reserve(req.quotas.size());
+  windows.reserve(req.quotas.size());
+  out.quotas.reserve(req.quotas.size());
+  const auto permits = static_cast<std::int64_t>(std::ceil(req.permits));
+  for (std::size_t i = 0; i < req.quotas.size(); ++i) {
+    Entry& e = window_entry(req.quotas[i], now);
+    limiter::WindowState w = e.window;
+    limiter::roll(w, req.quotas[i].params, now);
+    const limiter::WindowDecision d = limiter::window_check(w, req.quotas[i].params, permits, now);
+    if (!d.admitted) {
+      if (all || d.retry_after_us > retry) {
+        out.bound = Bound::quota;
+        out.bound_quota = i;
+        retry = d.retry_after_us;
+      }
+      all = false;
+    }
+    out.quotas.push_back(d);
+    rolled.push_back(w);
+    windows.push_back(&e);
+  }
+
+  // maxShare: a caller with max_held grants still waiting gets only an immediate permit.
+  Entry* share = nullptr;
+  if (req.share && bd.granted && bd.wait_us > 0) {
+    bool created = false;
+    share = &slot(shards_[shard_index(req.share->key)], req.share->key, true, Kind::share, created);
+    std::erase_if(share->holds, [now](Micros r) { return r <= now; });
+    if (static_cast<std::int64_t>(share->holds.size()) >= req.share->max_held) {
+      const Micros free_at = *std::min_element(share->holds.begin(), share->holds.end()) - now;
+      if (all || free_at > retry) {
+        out.bound = Bound::share;
+        retry = free_at;
+      }
+      all = false;
+    }
+  }
+
+  out.decision = bd;
+  if (!all) {
+    out.decision.granted = false;
+    out.decision.wait_us = 0;
+    out.decision.retry_after_us = retry;
+    if (bd.granted) {  // the buckets would have granted: report their state as it stays
+      double remaining = std::numeric_limits<double>::infinity();
+      for (Entry* e : {a, b}) {
+        if (e == nullptr) continue;
+        limiter::BucketState st = e->state;
+        limiter::resync(st, e->shape, now);
+        remaining = std::min(remaining, st.stored);
+      }
+      out.decision.remaining = (a || b) ? remaining : 0;
+    }
+    out.reservation = {};
+    out.parent_bound = out.bound == Bound::parent;
+    return out;
+  }
+  if (a) a->state = sa;
+  if (b) b->state = sb;
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    windows[i]->window = rolled[i];
+    windows[i]->window.current += permits;
+  }
+  if (share) share->holds.push_back(now + bd.wait_us);
+  out.parent_bound = out.bound == Bound::parent;
+  return out;
+}
+
 StoreDecision LocalStore::decide(const AcquireRequest& req) {
+  if (!simple(req)) return decide_all(req);
   StoreDecision out;
   const Micros now = clock_.now_us();
   const std::size_t ia = shard_index(req.bucket.name);
   if (!req.parent) {
     Shard& shard = shards_[ia];
     std::lock_guard lock(shard.mu);
+    if (shard.map.size() >= shard.sweep_at) sweep(shard, now);
     Entry& e = entry(shard, req.bucket, now);
     out.decision = limiter::try_acquire(e.state, e.shape, e.params.mode, req.permits, req.timeout_us, now);
     out.max_permits = e.shape.max_permits;
@@ -70,6 +284,9 @@ StoreDecision LocalStore::decide(const AcquireRequest& req) {
   }
   const std::size_t ib = shard_index(req.parent->name);
   ShardLocks locks(shards_[ia].mu, &shards_[ib].mu, ia < ib);
+  // Sweep first: a sweep while creating the second entry could remove the first (rested) one.
+  for (Shard* sh : {&shards_[ia], &shards_[ib]})
+    if (sh->map.size() >= sh->sweep_at) sweep(*sh, now);
   Entry& a = entry(shards_[ia], req.bucket, now);
   Entry& b = entry(shards_[ib], *req.parent, now);
   const limiter::PairDecision pd =
@@ -91,7 +308,14 @@ bool LocalStore::give_back(const AcquireRequest& req, const Reservation& r) {
     auto it = shard.map.find(name);
     return it != shard.map.end() && limiter::refund(it->second.state, it->second.shape, release, cost, spent);
   };
-  bool any = refund_in(shards_[ia], req.bucket.name, r.release, r.cost, r.spent);
+  bool any = false;
+  if (req.use_bucket && req.per_client_bucket) {
+    auto it = shards_[ia].clients.find(req.bucket.name);
+    any = it != shards_[ia].clients.end() &&
+          limiter::refund(it->second->entry.state, it->second->entry.shape, r.release, r.cost, r.spent);
+  } else if (req.use_bucket) {
+    any = refund_in(shards_[ia], req.bucket.name, r.release, r.cost, r.spent);
+  }
   if (req.parent) any = refund_in(shards_[ib], req.parent->name, r.parent_release, r.parent_cost, r.parent_spent) || any;
   return any;
 }
@@ -128,7 +352,23 @@ std::size_t LocalStore::size() const {
   std::size_t n = 0;
   for (const auto& s : shards_) {
     std::lock_guard lock(s.mu);
-    n += s.map.size();
+    n += s.map.size() + s.clients.size();
+  }
+  return n;
+}
+
+std::string LocalStore::metrics_text() const {
+  return "# HELP tollgate_client_keys Per-client entries held in process (keyed buckets, quota counters, maxShare).\n"
+         "# TYPE tollgate_client_keys gauge\ntollgate_client_keys " + std::to_string(client_keys()) + "\n" +
+         "# HELP tollgate_client_keys_max Cap on per-client entries (limits.max_client_keys); the oldest idle go first.\n"
+         "# TYPE tollgate_client_keys_max gauge\ntollgate_client_keys_max " + std::to_string(max_client_keys()) + "\n";
+}
+
+std::size_t LocalStore::client_keys() const {
+  std::size_t n = 0;
+  for (const auto& s : shards_) {
+    std::lock_guard lock(s.mu);
+    n += s.clients.size();
   }
   return n;
 }

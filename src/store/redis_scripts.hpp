@@ -6,12 +6,16 @@
 
 namespace tollgate::store::scripts {
 
-// KEYS[1] bucket, KEYS[2] optional parent (channel) bucket, decided all-or-nothing.
+// One request's checks, all-or-nothing (issue 7): up to two buckets, window quotas, maxShare.
+// KEYS: [bucket] [parent] quota1..quotaN [share]  (which are present: ARGV[5..8])
 // ARGV[1] permits, ARGV[2] timeout_us, ARGV[3] mode (0 pay_now, 1 pay_later),
 // ARGV[4] now_us ("" = Redis TIME: the only clock in production; a value only for replays/tests),
-// then 7 numbers per bucket: interval, max_permits, cool_down, warm (0/1), threshold, cold_interval, slope.
-// Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound,
-//          release1, cost1, spent1, release2, cost2, spent2} (doubles as strings).
+// ARGV[5] has bucket (0/1), ARGV[6] has parent (0/1), ARGV[7] number of quotas, ARGV[8] max held (0: no share),
+// then 7 numbers per present bucket: interval, max_permits, cool_down, warm (0/1), threshold, cold_interval, slope,
+// then 3 per quota: period_us, limit, algorithm (0 fixed, 1 sliding).
+// Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound (0 bucket, 1 parent, 2 share, 3 quota),
+//          bound_quota, release1, cost1, spent1, release2, cost2, spent2,
+//          then per quota: admitted, used, remaining, retry_after_us, reset_us} (doubles as strings).
 inline constexpr const char* kAcquire = R"LUA(
 local SAT = 9007199254740992 -- 2^53: the largest whole number a Lua double holds exactly
 local function trunc(x)
@@ -37,6 +41,8 @@ end
 local permits = tonumber(ARGV[1])
 local timeout = tonumber(ARGV[2])
 local pay_later = ARGV[3] == '1'
+local has_a, has_b = ARGV[5] == '1', ARGV[6] == '1'
+local nq, max_held = tonumber(ARGV[7]), tonumber(ARGV[8])
 
 local function shape(base)
   return {interval = tonumber(ARGV[base]), max = tonumber(ARGV[base + 1]), cool = tonumber(ARGV[base + 2]),
@@ -85,7 +91,7 @@ local function stored_cost(sh, stored, spend)
   return sat_add(micros, trunc(sh.interval * spend))
 end
 
--- Decides on a copy: {granted, wait, retry, remaining, next, stored, cost, spent}
+-- Decides on a copy: {granted, wait, retry, remaining, next, stored, cost, spent, synced}
 local function decide(st0, sh)
   local st = {stored = st0.stored, next = st0.next}
   resync(st, sh.max, sh.cool)
@@ -98,10 +104,10 @@ local function decide(st0, sh)
   local wait = math.max(0, ready - now)
   if wait > timeout then
     return {granted = false, wait = 0, retry = ready - timeout - now, remaining = st.stored, next = st0.next,
-            stored = st0.stored, cost = 0, spent = 0}
+            stored = st0.stored, cost = 0, spent = 0, synced = st.stored}
   end
   return {granted = true, wait = wait, retry = 0, remaining = st.stored - spend, next = release,
-          stored = st.stored - spend, cost = cost, spent = spend}
+          stored = st.stored - spend, cost = cost, spent = spend, synced = st.stored}
 end
 
 local function save(key, r, sh)
@@ -111,33 +117,164 @@ local function save(key, r, sh)
   redis.call('PEXPIRE', key, math.floor(ttl_us / 1000) + 1000)
 end
 
-local sa = shape(5)
-local a0 = load(KEYS[1], sa)
-local a = decide(a0, sa)
-if #KEYS == 1 then
-  if a.granted then save(KEYS[1], a, sa) elseif a0.rescaled then save(KEYS[1], a0, sa) end
-  return {a.granted and 1 or 0, a.wait, a.retry, fmt(a.remaining), fmt(sa.max), 0,
-          a.next, a.cost, fmt(a.spent), 0, 0, '0'}
+-- Window quotas: src/limiter/window.cpp, same operations in the same order.
+local function window_index(period)
+  local idx = math.floor(now / period)
+  if idx * period > now then idx = idx - 1 end
+  if (idx + 1) * period <= now then idx = idx + 1 end
+  return idx
 end
-local sb = shape(12)
-local b0 = load(KEYS[2], sb)
-local b = decide(b0, sb)
-if a.granted and b.granted then
-  save(KEYS[1], a, sa)
-  save(KEYS[2], b, sb)
-  local bound, w, mx = 0, a.wait, sa.max
-  if b.wait > a.wait then bound, w, mx = 1, b.wait, sb.max end
-  return {1, w, 0, fmt(math.min(a.remaining, b.remaining)), fmt(mx), bound,
-          a.next, a.cost, fmt(a.spent), b.next, b.cost, fmt(b.spent)}
+local function estimate(prev, cur, period, elapsed) return prev * ((period - elapsed) / period) + cur end
+local function sliding_fit(prev, cur, q, n)
+  local need = q.limit - n - cur
+  if need < 0 then return q.period end
+  if prev <= need then return 0 end
+  local e = math.ceil(q.period - need * q.period / prev)
+  if e < 0 then e = 0 elseif e > q.period then e = q.period end
+  while e < q.period and estimate(prev, cur, q.period, e) + n > q.limit do e = e + 1 end
+  return e
 end
-if a0.rescaled then save(KEYS[1], a0, sa) end
-if b0.rescaled then save(KEYS[2], b0, sb) end
-local ra, rb = 0, 0
-if not a.granted then ra = a.retry end
-if not b.granted then rb = b.retry end
-local bound, retry, mx = 0, ra, sa.max
-if rb > ra then bound, retry, mx = 1, rb, sb.max end
-return {0, 0, retry, fmt(math.min(a.remaining, b.remaining)), fmt(mx), bound, 0, 0, '0', 0, 0, '0'}
+local function wcheck(st, q, n)
+  local start = st.w * q.period
+  local elapsed = now - start
+  local d = {admitted = false, used = 0, retry = 0, reset = start + q.period - now}
+  if q.sliding then d.used = estimate(st.p, st.c, q.period, elapsed) else d.used = st.c end
+  if n > q.limit then
+    d.retry = SAT
+  elseif not q.sliding then
+    d.admitted = st.c + n <= q.limit
+    if not d.admitted then d.retry = d.reset end
+  else
+    d.admitted = d.used + n <= q.limit
+    if not d.admitted then
+      local e = sliding_fit(st.p, st.c, q, n)
+      if e < q.period and e > elapsed then d.retry = e - elapsed
+      else d.retry = d.reset + sliding_fit(st.c, 0, q, n) end
+    end
+  end
+  local remaining = q.limit - d.used
+  if d.admitted then remaining = remaining - n end
+  d.remaining = math.max(0, remaining)
+  return d
+end
+
+local function num(i) return tonumber(ARGV[i]) end
+local ki, base = 1, 9
+local ka, kb, sa, sb
+if has_a then ka, sa, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
+if has_b then kb, sb, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
+
+local a0, b0, a, b
+local bd = {granted = true, wait = 0, retry = 0, remaining = 0}
+local bound, bound_quota, mx = 0, 0, 0
+local r1, r2 = {0, 0, 0}, {0, 0, 0}
+if has_a then a0 = load(ka, sa); a = decide(a0, sa) end
+if has_b then b0 = load(kb, sb); b = decide(b0, sb) end
+if a and b then
+  if a.granted and b.granted then
+    bd = {granted = true, wait = a.wait, retry = 0, remaining = math.min(a.remaining, b.remaining)}
+    mx = sa.max
+    if b.wait > a.wait then bd.wait, bound, mx = b.wait, 1, sb.max end
+    r1, r2 = {a.next, a.cost, a.spent}, {b.next, b.cost, b.spent}
+  else
+    local ra, rb = 0, 0
+    if not a.granted then ra = a.retry end
+    if not b.granted then rb = b.retry end
+    bd = {granted = false, wait = 0, retry = ra, remaining = math.min(a.remaining, b.remaining)}
+    mx = sa.max
+    if rb > ra then bd.retry, bound, mx = rb, 1, sb.max end
+  end
+elseif a or b then
+  local x, sx = a, sa
+  if b then x, sx, bound = b, sb, 1 end
+  bd = {granted = x.granted, wait = x.wait, retry = x.retry, remaining = x.remaining}
+  mx = sx.max
+  if x.granted then
+    if a then r1 = {x.next, x.cost, x.spent} else r2 = {x.next, x.cost, x.spent} end
+  end
+end
+local all = bd.granted
+local retry = bd.retry
+if not bd.granted then retry = bd.retry else retry = 0 end
+
+local n = math.ceil(permits)
+local quotas, qout = {}, {}
+for i = 1, nq do
+  local q = {period = num(base), limit = num(base + 1), sliding = ARGV[base + 2] == '1', algo = ARGV[base + 2]}
+  base = base + 3
+  local key = KEYS[ki]
+  ki = ki + 1
+  local h = redis.call('HMGET', key, 'w', 'c', 'p', 'P', 'L', 'A')
+  local st
+  if h[1] and tonumber(h[4]) == q.period and tonumber(h[5]) == q.limit and h[6] == q.algo then
+    st = {w = tonumber(h[1]), c = tonumber(h[2]), p = tonumber(h[3])}
+  else
+    st = {w = window_index(q.period), c = 0, p = 0} -- new, or the quota was edited: start over
+  end
+  local idx = window_index(q.period)
+  if st.w ~= idx then
+    if st.w == idx - 1 then st.p = st.c else st.p = 0 end
+    st.c = 0
+    st.w = idx
+  end
+  local d = wcheck(st, q, n)
+  if not d.admitted then
+    if all or d.retry > retry then bound, bound_quota, retry = 3, i - 1, d.retry end
+    all = false
+  end
+  quotas[i] = {key = key, st = st, q = q}
+  local adm = 0
+  if d.admitted then adm = 1 end
+  table.insert(qout, adm)
+  table.insert(qout, fmt(d.used))
+  table.insert(qout, fmt(d.remaining))
+  table.insert(qout, d.retry)
+  table.insert(qout, d.reset)
+end
+
+local share_key
+if max_held > 0 and bd.granted and bd.wait > 0 then
+  share_key = KEYS[ki]
+  redis.call('ZREMRANGEBYSCORE', share_key, '-inf', now)
+  if redis.call('ZCARD', share_key) >= max_held then
+    local first = redis.call('ZRANGE', share_key, 0, 0, 'WITHSCORES')
+    local free_at = tonumber(first[2]) - now
+    if all or free_at > retry then bound, retry = 2, free_at end
+    all = false
+  end
+end
+
+if not all then
+  if a0 and a0.rescaled then save(ka, a0, sa) end
+  if b0 and b0.rescaled then save(kb, b0, sb) end
+  local remaining = bd.remaining
+  if bd.granted then
+    remaining = 0
+    if a and b then remaining = math.min(a.synced, b.synced) elseif a then remaining = a.synced
+    elseif b then remaining = b.synced end
+  end
+  local out = {0, 0, retry, fmt(remaining), fmt(mx), bound, bound_quota, 0, 0, '0', 0, 0, '0'}
+  for _, v in ipairs(qout) do table.insert(out, v) end
+  return out
+end
+if a then save(ka, a, sa) end
+if b then save(kb, b, sb) end
+for i = 1, nq do
+  local x = quotas[i]
+  x.st.c = x.st.c + n
+  redis.call('HSET', x.key, 'w', x.st.w, 'c', x.st.c, 'p', x.st.p, 'P', fmt(x.q.period), 'L', fmt(x.q.limit), 'A', x.q.algo)
+  local ends = (x.st.w + 1) * x.q.period
+  if x.q.sliding then ends = ends + x.q.period end
+  redis.call('PEXPIRE', x.key, math.floor((ends - now) / 1000) + 1)
+end
+if share_key then
+  local release = now + bd.wait
+  redis.call('ZADD', share_key, release, fmt(release))
+  redis.call('PEXPIRE', share_key, math.floor(bd.wait / 1000) + 1)
+end
+local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, 0, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
+for _, v in ipairs(qout) do table.insert(out, v) end
+return out
 )LUA";
 
 // KEYS[1], optional KEYS[2]; ARGV: release1, cost1, spent1, release2, cost2, spent2.

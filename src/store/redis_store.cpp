@@ -527,49 +527,21 @@ StoreDecision RedisStore::fallback(const AcquireRequest& req, const std::string&
 boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req) {
   Connection* c = connection_for_current_thread();
   if (c == nullptr || !c->ready) co_return fallback(req, c ? last_error() : "redis store not on this thread");
-  std::vector<std::string> args;
-  args.reserve(24);
-  args.push_back("EVALSHA");
-  args.push_back(c->acquire_sha);
-  const std::string tag(req.hash_tag.empty() ? req.bucket.name : req.hash_tag);
-  args.push_back(req.parent ? "2" : "1");
-  args.push_back(redis_key(options_.key_prefix, tag, req.bucket.name));
-  if (req.parent) args.push_back(redis_key(options_.key_prefix, tag, req.parent->name));
-  for (auto& a : acquire_args(req, "")) args.push_back(std::move(a));
+  std::vector<std::string> args{"EVALSHA", c->acquire_sha};
+  for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
   Reply r = co_await c->async_call(std::move(args), scripts::kAcquire, net::use_awaitable);
-  if (!r.ok || r.items.size() != 12) co_return fallback(req, r.ok ? "redis: unexpected script reply" : r.error);
+  std::optional<StoreDecision> out;
+  if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size());
+  if (!out) co_return fallback(req, r.ok ? "redis: unexpected script reply" : r.error);
   record_success();
-  StoreDecision out;
-  auto& d = out.decision;
-  d.granted = r.items[0] == "1";
-  d.wait_us = std::stoll(r.items[1]);
-  d.retry_after_us = std::stoll(r.items[2]);
-  d.remaining = std::stod(r.items[3]);
-  out.max_permits = std::stod(r.items[4]);
-  out.parent_bound = r.items[5] == "1";
-  out.reservation = {std::stoll(r.items[6]), std::stoll(r.items[7]), std::stod(r.items[8]),
-                     std::stoll(r.items[9]), std::stoll(r.items[10]), std::stod(r.items[11])};
-  d.next_free = out.reservation.release;
-  d.cost_us = out.reservation.cost;
-  d.spent = out.reservation.spent;
-  co_return out;
+  co_return std::move(*out);
 }
 
 boost::asio::awaitable<bool> RedisStore::refund(AcquireRequest req, Reservation res) {
   Connection* c = connection_for_current_thread();
   if (c == nullptr || !c->ready) co_return false;
-  const std::string tag(req.hash_tag.empty() ? req.bucket.name : req.hash_tag);
-  std::vector<std::string> args{"EVALSHA", c->refund_sha, req.parent ? "2" : "1",
-                                redis_key(options_.key_prefix, tag, req.bucket.name)};
-  if (req.parent) args.push_back(redis_key(options_.key_prefix, tag, req.parent->name));
-  args.push_back(num(static_cast<double>(res.release)));
-  args.push_back(num(static_cast<double>(res.cost)));
-  args.push_back(num(res.spent));
-  if (req.parent) {
-    args.push_back(num(static_cast<double>(res.parent_release)));
-    args.push_back(num(static_cast<double>(res.parent_cost)));
-    args.push_back(num(res.parent_spent));
-  }
+  std::vector<std::string> args{"EVALSHA", c->refund_sha};
+  for (auto& a : refund_call(req, options_.key_prefix, res)) args.push_back(std::move(a));
   Reply r = co_await c->async_call(std::move(args), scripts::kRefund, net::use_awaitable);
   const bool done = r.ok && r.integer > 0;
   if (done) refunds_.fetch_add(1, std::memory_order_relaxed);
@@ -666,16 +638,90 @@ std::string RedisStore::metrics_text() const {
   return out;
 }
 
-std::vector<std::string> acquire_args(const AcquireRequest& req, std::string_view now_override) {
-  std::vector<std::string> args;
-  args.reserve(18);
-  args.push_back(num(req.permits));
-  args.push_back(std::to_string(req.timeout_us));
-  args.push_back(req.bucket.params.mode == limiter::Mode::pay_later ? "1" : "0");
-  args.emplace_back(now_override);
-  shape_args(args, req.bucket.params);
-  if (req.parent) shape_args(args, req.parent->params);
-  return args;
+std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
+                                      std::string_view now_override) {
+  const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
+  const bool has_a = req.use_bucket;
+  const bool has_b = req.parent.has_value();
+  std::vector<std::string> out;
+  out.reserve(4 + 8 + 14 + 4 * req.quotas.size());
+  out.push_back(std::to_string((has_a ? 1 : 0) + (has_b ? 1 : 0) + req.quotas.size() + (req.share ? 1 : 0)));
+  if (has_a) out.push_back(redis_key(prefix, tag, req.bucket.name));
+  if (has_b) out.push_back(redis_key(prefix, tag, req.parent->name));
+  for (const QuotaRef& q : req.quotas) out.push_back(redis_key(prefix, tag, q.key));
+  if (req.share) out.push_back(redis_key(prefix, tag, req.share->key));
+  out.push_back(num(req.permits));
+  out.push_back(std::to_string(req.timeout_us));
+  out.push_back(req.bucket.params.mode == limiter::Mode::pay_later ? "1" : "0");
+  out.emplace_back(now_override);
+  out.push_back(has_a ? "1" : "0");
+  out.push_back(has_b ? "1" : "0");
+  out.push_back(std::to_string(req.quotas.size()));
+  out.push_back(req.share ? std::to_string(std::max<std::int64_t>(1, req.share->max_held)) : "0");
+  if (has_a) shape_args(out, req.bucket.params);
+  if (has_b) shape_args(out, req.parent->params);
+  for (const QuotaRef& q : req.quotas) {
+    out.push_back(std::to_string(q.params.period_us));
+    out.push_back(std::to_string(q.params.limit));
+    out.push_back(q.params.algorithm == limiter::WindowAlgorithm::sliding ? "1" : "0");
+  }
+  return out;
+}
+
+std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res) {
+  const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
+  std::vector<std::string> out{std::to_string((req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0))};
+  if (req.use_bucket) out.push_back(redis_key(prefix, tag, req.bucket.name));
+  if (req.parent) out.push_back(redis_key(prefix, tag, req.parent->name));
+  auto add = [&out](Micros release, Micros cost, double spent) {
+    out.push_back(num(static_cast<double>(release)));
+    out.push_back(num(static_cast<double>(cost)));
+    out.push_back(num(spent));
+  };
+  if (req.use_bucket) add(res.release, res.cost, res.spent);
+  if (req.parent) add(res.parent_release, res.parent_cost, res.parent_spent);
+  return out;
+}
+
+std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas) {
+  if (items.size() != 13 + 5 * quotas) return std::nullopt;
+  auto micros = [](const std::string& s) {
+    const double v = std::stod(s);  // the script's "never" is 2^53
+    return v >= 9007199254740992.0 ? limiter::kInfinite : static_cast<Micros>(v);
+  };
+  try {
+    StoreDecision out;
+    auto& d = out.decision;
+    d.granted = items[0] == "1";
+    d.wait_us = micros(items[1]);
+    d.retry_after_us = micros(items[2]);
+    d.remaining = std::stod(items[3]);
+    out.max_permits = std::stod(items[4]);
+    const int bound = std::stoi(items[5]);
+    if (bound < 0 || bound > 3) return std::nullopt;
+    out.bound = static_cast<Bound>(bound);
+    out.parent_bound = out.bound == Bound::parent;
+    out.bound_quota = std::stoul(items[6]);
+    out.reservation = {micros(items[7]), micros(items[8]), std::stod(items[9]),
+                       micros(items[10]), micros(items[11]), std::stod(items[12])};
+    d.next_free = out.reservation.release;
+    d.cost_us = out.reservation.cost;
+    d.spent = out.reservation.spent;
+    out.quotas.reserve(quotas);
+    for (std::size_t i = 0; i < quotas; ++i) {
+      const std::size_t b = 13 + 5 * i;
+      limiter::WindowDecision q;
+      q.admitted = items[b] == "1";
+      q.used = std::stod(items[b + 1]);
+      q.remaining = std::stod(items[b + 2]);
+      q.retry_after_us = micros(items[b + 3]);
+      q.reset_us = micros(items[b + 4]);
+      out.quotas.push_back(q);
+    }
+    return out;
+  } catch (const std::exception&) {  // stod/stoll on something that is not a number
+    return std::nullopt;
+  }
 }
 
 }  // namespace tollgate::store

@@ -57,15 +57,44 @@ class MysqlE2E : public ::testing::Test {
 TEST_F(MysqlE2E, LoadsTheSeededRows) {
   auto gw = start_gateway();
   const json rules = gw->admin_json("/admin/rules");
-  EXPECT_EQ(rules["rules"].size(), 3u);
+  EXPECT_EQ(rules["rules"].size(), 4u);
   EXPECT_EQ(rules["source"], "mysql:tg@127.0.0.1:" + std::to_string(db_server().port()) + "/" + db);
   EXPECT_EQ(rules["config_source"]["healthy"], true);
   // /shopping/search: 5/s, cache 0.5 -> 7 of 20 (as with the file).
   EXPECT_EQ(admitted(*gw, "/ibe/shopping/search", 20), 7);
+  // /login: the seeded quotas (per client IP and path: 2 per second, 5 per minute).
+  const json login = rule(*gw, 4);
+  ASSERT_EQ(login["quotas"].size(), 2u) << login.dump();
+  EXPECT_EQ(login["quotas"][0]["limitCount"], 2);
+  EXPECT_EQ(login["quotas"][1]["periodSeconds"], 60);
+  EXPECT_EQ(login["rateLimit"], nullptr);
+}
+
+TEST_F(MysqlE2E, EditedQuotaRowIsInForceWithoutRestart) {
+  // Only the per-minute quota, sliding: a burst never gets more than its limit, even across a
+  // window boundary, so the counts below do not depend on when the test runs.
+  db_server().sql(db, "UPDATE t_ratelimite_quota SET status = 0 WHERE quotaId = 1");
+  db_server().sql(db, "UPDATE t_ratelimite_quota SET algorithm = 'sliding' WHERE quotaId = 2");
+  auto gw = start_gateway();
+  EXPECT_EQ(admitted(*gw, "/ibe/login", 10), 5);
+  const auto edited = std::chrono::steady_clock::now();
+  db_server().sql(db, "UPDATE t_ratelimite_quota SET limitCount = 8 WHERE quotaId = 2");
+  ASSERT_TRUE(eventually([&] { return rule(*gw, 4)["quotas"][0]["limitCount"] == 8; }, 2s)) << gw->proc->output();
+  EXPECT_LT(std::chrono::steady_clock::now() - edited, 2s);
+  // An edited quota counts afresh under its new terms.
+  EXPECT_EQ(admitted(*gw, "/ibe/login", 10), 8);
+  // A bad quota row is rejected by name while the rest stays in force.
+  db_server().sql(db, "UPDATE t_ratelimite_quota SET keyBy = 'cookie' WHERE quotaId = 2");
+  ASSERT_TRUE(eventually([&] { return gw->admin_json("/admin/rules")["rejected"].size() == 1; }, 2s));
+  const json bad = gw->admin_json("/admin/rules")["rejected"][0];
+  EXPECT_EQ(bad["origin"], "t_ratelimite_quota[quotaId=2]");
+  EXPECT_EQ(bad["field"], "keyBy");
+  EXPECT_EQ(admitted(*gw, "/ibe/login", 10), 10);  // /login now has no enabled valid quota left
 }
 
 TEST_F(MysqlE2E, SqlScriptsAreSafeToRunTwice) {
   db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 99 WHERE configId = 1");
+  db_server().sql(db, "UPDATE t_ratelimite_quota SET limitCount = 99 WHERE quotaId = 1");
   const auto file = [](const char* name) {
     std::ifstream in(std::string(TOLLGATE_SOURCE_DIR) + "/sql/" + name);
     std::stringstream ss;
@@ -74,7 +103,8 @@ TEST_F(MysqlE2E, SqlScriptsAreSafeToRunTwice) {
   };
   db_server().sql(db, file("schema.sql"));
   db_server().sql(db, file("seed.sql"));
-  EXPECT_EQ(db_server().sql(db, "SELECT COUNT(*), SUM(rateLimit) FROM t_ratelimite_conf"), "3\t17\n");
+  EXPECT_EQ(db_server().sql(db, "SELECT COUNT(*), SUM(rateLimit) FROM t_ratelimite_conf"), "4\t17\n");
+  EXPECT_EQ(db_server().sql(db, "SELECT COUNT(*), SUM(limitCount) FROM t_ratelimite_quota"), "2\t7\n");
   EXPECT_EQ(db_server().sql(db, "SELECT COUNT(*) FROM t_ratelimite_switch"), "1\n");
 }
 

@@ -50,38 +50,24 @@ class RedisScript : public ::testing::Test {
     redis = std::make_unique<Sync>(RedisServer::shared().port());
     ASSERT_TRUE(redis->ok());
   }
+  std::vector<std::string> items(redisReply* r) {
+    std::vector<std::string> out;
+    for (std::size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) out.push_back(str(r->element[i]));
+    return out;
+  }
   StoreDecision acquire(const AcquireRequest& req, Micros now) {
-    std::vector<std::string> args{"EVAL", acquire_script(), req.parent ? "2" : "1",
-                                  redis_key("t:", req.hash_tag, req.bucket.name)};
-    if (req.parent) args.push_back(redis_key("t:", req.hash_tag, req.parent->name));
-    for (auto& a : acquire_args(req, std::to_string(now))) args.push_back(a);
+    std::vector<std::string> args{"EVAL", acquire_script()};
+    for (auto& a : acquire_call(req, "t:", std::to_string(now))) args.push_back(a);
     redisReply* r = redis->cmd(args);
-    EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY && r->elements == 12) << (r && r->str ? r->str : "no reply");
-    StoreDecision d;
-    if (!r || r->type != REDIS_REPLY_ARRAY) return d;
-    d.decision.granted = str(r->element[0]) == "1";
-    d.decision.wait_us = std::stoll(str(r->element[1]));
-    d.decision.retry_after_us = std::stoll(str(r->element[2]));
-    d.decision.remaining = std::stod(str(r->element[3]));
-    d.max_permits = std::stod(str(r->element[4]));
-    d.parent_bound = str(r->element[5]) == "1";
-    d.reservation = {std::stoll(str(r->element[6])), std::stoll(str(r->element[7])), std::stod(str(r->element[8])),
-                     std::stoll(str(r->element[9])), std::stoll(str(r->element[10])), std::stod(str(r->element[11]))};
-    freeReplyObject(r);
-    return d;
+    EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
+    auto d = parse_acquire_reply(items(r), req.quotas.size());
+    EXPECT_TRUE(d.has_value()) << "malformed reply";
+    if (r) freeReplyObject(r);
+    return d.value_or(StoreDecision{});
   }
   bool give_back(const AcquireRequest& req, const Reservation& res) {
-    auto n = [](double v) {
-      char b[32];
-      std::snprintf(b, sizeof b, "%.17g", v);
-      return std::string(b);
-    };
-    std::vector<std::string> args{"EVAL", refund_script(), req.parent ? "2" : "1",
-                                  redis_key("t:", req.hash_tag, req.bucket.name)};
-    if (req.parent) args.push_back(redis_key("t:", req.hash_tag, req.parent->name));
-    for (double v : {static_cast<double>(res.release), static_cast<double>(res.cost), res.spent,
-                     static_cast<double>(res.parent_release), static_cast<double>(res.parent_cost), res.parent_spent})
-      args.push_back(n(v));
+    std::vector<std::string> args{"EVAL", refund_script()};
+    for (auto& a : refund_call(req, "t:", res)) args.push_back(a);
     redisReply* r = redis->cmd(args);
     const bool done = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
     if (r) freeReplyObject(r);
@@ -150,6 +136,89 @@ TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
   EXPECT_GT(refunded, 10);
 }
 
+// Issue 7: the same replay with everything a request can carry: per-client buckets, quota-only
+// rules, fixed and sliding quotas (shared and per client), maxShare, a channel bucket, quota edits.
+TEST_F(RedisScript, ReplaysQuotasSharesAndClientBucketsTheSameAsTheLocalStore) {
+  ManualClock clock(1'700'000'000'000'000);
+  LocalStore local(clock);
+  std::mt19937_64 rng(7);
+  const std::string clients[] = {"10.0.0.1", "10.0.0.2", "h=key-a"};
+  const std::string client_buckets[] = {"c:5:10.0.0.1", "c:5:10.0.0.2", "c:5:h=key-a"};
+  BucketParams bucket, channel;
+  bucket.rate = 5;
+  bucket.burst = 2;
+  channel.rate = 8;
+  std::int64_t limits[] = {6, 12, 60};
+  int granted = 0, by_quota = 0, by_share = 0, by_bucket = 0;
+  for (int step = 0; step < 4000; ++step) {
+    clock.advance(static_cast<Micros>(rng() % 100'000));
+    if (rng() % 300 == 0) limits[rng() % 3] = 3 + static_cast<std::int64_t>(rng() % 40);  // an operator edit
+    const int c = static_cast<int>(rng() % 3);
+    AcquireRequest req{{"/a", bucket}, {}, "X", 1.0, static_cast<Micros>(rng() % 1'000'000)};
+    switch (rng() % 3) {
+      case 0: break;                                                   // the shared bucket
+      case 1: req.bucket.name = client_buckets[c]; req.per_client_bucket = true; break;
+      case 2: req.use_bucket = false; break;                           // quotas only
+    }
+    if (rng() % 3 == 0) req.parent = BucketRef{"channel:X", channel};
+    if (rng() % 2 != 0) req.quotas.push_back({"q:1:" + clients[c], {1'000'000, limits[0], limiter::WindowAlgorithm::fixed}, false});
+    if (rng() % 2 == 0) req.quotas.push_back({"q:2:" + clients[c], {3'000'000, limits[1], limiter::WindowAlgorithm::sliding}, false});
+    if (rng() % 3 == 0) req.quotas.push_back({"q:3:", {10'000'000, limits[2], limiter::WindowAlgorithm::sliding}, true});
+    if (req.use_bucket && rng() % 4 != 0) req.share = ShareRef{"s:5:" + clients[c], 1 + static_cast<std::int64_t>(rng() % 2)};
+    const StoreDecision l = local.decide(req);
+    const StoreDecision r = acquire(req, clock.now_us());
+    SCOPED_TRACE("step " + std::to_string(step));
+    ASSERT_EQ(l.decision.granted, r.decision.granted);
+    ASSERT_EQ(l.decision.wait_us, r.decision.wait_us);
+    ASSERT_EQ(l.decision.retry_after_us, r.decision.retry_after_us);
+    ASSERT_EQ(l.decision.remaining, r.decision.remaining);
+    ASSERT_EQ(l.max_permits, r.max_permits);
+    ASSERT_EQ(static_cast<int>(l.bound), static_cast<int>(r.bound));
+    ASSERT_EQ(l.quotas.size(), r.quotas.size());
+    for (std::size_t i = 0; i < l.quotas.size(); ++i) {
+      ASSERT_EQ(l.quotas[i].admitted, r.quotas[i].admitted) << "quota " << i;
+      ASSERT_EQ(l.quotas[i].used, r.quotas[i].used) << "quota " << i;
+      ASSERT_EQ(l.quotas[i].remaining, r.quotas[i].remaining) << "quota " << i;
+      ASSERT_EQ(l.quotas[i].retry_after_us, r.quotas[i].retry_after_us) << "quota " << i;
+      ASSERT_EQ(l.quotas[i].reset_us, r.quotas[i].reset_us) << "quota " << i;
+    }
+    if (l.decision.granted) {
+      ++granted;
+      ASSERT_EQ(l.reservation.release, r.reservation.release);
+      ASSERT_EQ(l.reservation.parent_release, r.reservation.parent_release);
+    } else {
+      ASSERT_EQ(l.bound_quota, r.bound_quota);
+      by_quota += l.bound == Bound::quota;
+      by_share += l.bound == Bound::share;
+      by_bucket += l.bound == Bound::bucket || l.bound == Bound::parent;
+    }
+  }
+  // The sequence exercised every kind of outcome.
+  std::printf("granted %d, bound by quota %d, share %d, bucket %d\n", granted, by_quota, by_share, by_bucket);
+  EXPECT_GT(granted, 1000);
+  EXPECT_GT(by_quota, 100);
+  EXPECT_GT(by_share, 20);
+  EXPECT_GT(by_bucket, 100);
+}
+
+TEST_F(RedisScript, QuotaKeysExpireWithTheirWindow) {
+  AcquireRequest req{{"/q", {}}, {}, "/q", 1.0, 0};
+  req.use_bucket = false;
+  req.quotas = {{"q:1:a", {60'000'000, 5, limiter::WindowAlgorithm::fixed}, false},
+                {"q:2:a", {60'000'000, 5, limiter::WindowAlgorithm::sliding}, false}};
+  const Micros now = 1'700'000'000'000'000 + 15'000'000;  // 15 s into a minute... of the epoch's minutes
+  ASSERT_TRUE(acquire(req, now).decision.granted);
+  auto ttl = [&](const char* key) {
+    redisReply* r = redis->cmd({"PTTL", redis_key("t:", "/q", key)});
+    const long long v = r ? r->integer : -3;
+    if (r) freeReplyObject(r);
+    return v;
+  };
+  const long long window_end_ms = (60'000'000 - now % 60'000'000) / 1000;
+  EXPECT_NEAR(ttl("q:1:a"), window_end_ms, 50);           // fixed: the end of its window
+  EXPECT_NEAR(ttl("q:2:a"), window_end_ms + 60'000, 50);  // sliding: read as "previous" one more window
+}
+
 TEST_F(RedisScript, StateExpiresWhenTheBucketWouldBeFullAnyway) {
   BucketParams p;
   p.rate = 10;  // 100 ms per permit, 10 stored
@@ -168,13 +237,13 @@ TEST_F(RedisScript, UsesRedisTimeWithoutOverride) {
   BucketParams p;
   p.rate = 1;
   AcquireRequest req{{"/time", p}, {}, {}, 1.0, 0};
-  std::vector<std::string> args{"EVAL", acquire_script(), "1", redis_key("t:", "", "/time")};
-  for (auto& a : acquire_args(req, "")) args.push_back(a);
+  std::vector<std::string> args{"EVAL", acquire_script()};
+  for (auto& a : acquire_call(req, "t:", "")) args.push_back(a);
   redisReply* r = redis->cmd(args);
   ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "");
   EXPECT_EQ(r->element[0]->integer, 1);
   // The release time is the server's clock in microseconds (a Unix time, not this process's clock).
-  const double release = std::stod(str(r->element[6]));
+  const double release = std::stod(str(r->element[7]));
   const double unix_us = static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(
                                                  std::chrono::system_clock::now().time_since_epoch())
                                                  .count());

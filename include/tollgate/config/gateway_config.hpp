@@ -49,6 +49,8 @@ struct ProxyLimits {
   std::uint32_t max_connections = 50'000;      // open client connections; past it new ones are closed at once
   std::uint32_t max_held = 20'000;             // requests waiting for a permit, all buckets; past it: 429
   std::uint32_t max_held_per_bucket = 5'000;   // requests waiting on one bucket; past it: 429
+  // Peers whose X-Forwarded-For is believed (CIDRs); empty: the client is always the socket peer.
+  std::vector<std::string> trusted_proxies;
 };
 
 struct AdminConfig {
@@ -90,6 +92,8 @@ struct LimitsConfig {
   std::string store = "local";
   SwitchMode switch_mode = SwitchMode::enforce;  // "switch": true/false or "enforce"/"shadow"/"off"
   std::vector<RawRow> rows;      // source "mysql": the fallback while MySQL cannot be read at start
+  std::string missing_key = "anonymous";  // keyBy header:<Name> without the header: "anonymous" or "reject" (400)
+  std::uint64_t max_client_keys = 100'000;  // in-process per-client entries before the oldest idle go
   MysqlConfig mysql;
   RedisConfig redis;
 };

@@ -40,6 +40,8 @@ class MysqlSource final : public ConfigSource, public SwitchWriter {
   std::mutex mu_;
   std::unique_ptr<sql::Connection> conn_;
   std::set<std::string> columns_;  // of t_ratelimite_conf, read once per connection
+  bool quota_table_ = false;       // t_ratelimite_quota exists (checked per connection, and per poll until it does)
+  void check_quota_table(sql::Connection& c);
 };
 
 }  // namespace tollgate::config

@@ -9,8 +9,45 @@
 
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/limiter/token_bucket.hpp"
+#include "tollgate/limiter/window.hpp"
 
 namespace tollgate::config {
+
+// Whose counter a request uses (issue 7): one shared by all callers, or one per client key.
+//   none | client_ip | client_ip_path | header:<Name>
+struct KeySpec {
+  enum class Kind : std::uint8_t { none, client_ip, client_ip_path, header };
+  Kind kind = Kind::none;
+  std::string header;  // the header's name for Kind::header
+  std::string text() const;
+  bool operator==(const KeySpec&) const = default;
+};
+// The spec a keyBy value names, or nullopt with `why` set.
+std::optional<KeySpec> parse_key_by(const std::string& text, std::string& why);
+
+// A row of t_ratelimite_quota (or a rule's "quotas" entry in the JSON file), before validation.
+struct RawQuota {
+  std::optional<std::int64_t> quota_id;
+  std::optional<std::int64_t> config_id;
+  std::optional<std::int64_t> period_seconds;
+  std::optional<std::int64_t> limit_count;
+  std::optional<std::string> algorithm;  // fixed (default) | sliding
+  std::optional<std::string> key_by;     // default none
+  std::optional<std::int64_t> status;    // default 1
+  std::string origin;
+  std::vector<std::string> type_errors;
+};
+
+struct Quota {
+  std::int64_t quota_id = 0;
+  std::int64_t period_s = 1;
+  std::int64_t limit = 1;
+  limiter::WindowAlgorithm algorithm = limiter::WindowAlgorithm::fixed;
+  KeySpec key_by;
+  std::string name;    // policy name: "<bucket>#q<quotaId>"
+  std::string policy;  // its RateLimit-Policy item: "<name>";q=<limit>;w=<period>
+  limiter::WindowParams params() const { return {period_s * 1'000'000, limit, algorithm}; }
+};
 
 // A row as read, before validation. Absent/NULL columns are empty optionals.
 struct RawRow {
@@ -25,6 +62,9 @@ struct RawRow {
   std::optional<double> warmup_seconds;   // Tollgate extension: SmoothWarmingUp period
   std::optional<std::string> scope;       // Tollgate extension: "interface" (default) or "channel"
   std::optional<std::string> mode;        // Tollgate extension: "enforce" (default), "shadow" or "off"
+  std::optional<std::string> key_by;      // Tollgate extension: the token bucket per client key
+  std::optional<double> max_share;        // Tollgate extension: (0, 1] of the wait window per client key
+  std::vector<RawQuota> quotas;           // its quota rows
   std::string origin;                     // where the row came from, for messages: "limits.rules[3]"
   std::vector<std::string> type_errors;   // "field: must be a number" found while reading
 };
@@ -41,7 +81,16 @@ struct Rule {
   double cache_s = 0.5;       // wait window in seconds
   bool enabled = false;
   limiter::BucketParams params;
+  bool has_bucket = true;     // false: rateLimit is NULL and the rule has quotas only
+  KeySpec key_by;             // the token bucket: one shared (none) or one per client key
+  std::optional<double> max_share;  // no client key may hold more than this share of the wait window
+  std::string share_key_text;       // maxShare's client key: keyBy, or client_ip when keyBy is none
+  KeySpec share_key;
+  std::int64_t max_held_per_client = 0;  // maxShare * rateLimit * cache, at least 1
+  std::vector<Quota> quotas;  // its enabled, valid quotas
   std::string policy_header;  // RateLimit-Policy value, made once per snapshot (it never changes)
+  std::string all_policies;   // with its channel's policies: what a request it governs is told
+  bool limits_anything() const { return has_bucket || !quotas.empty(); }
   limiter::Micros timeout_us() const { return static_cast<limiter::Micros>(cache_s * 1e6 + 0.5); }
 };
 
@@ -55,8 +104,12 @@ struct RejectedRow {
 
 struct ValidatedRules {
   std::vector<Rule> rules;            // enabled and disabled rows that passed
-  std::vector<RejectedRow> rejected;
+  std::vector<RejectedRow> rejected;  // rule rows and quota rows that did not
 };
+
+inline constexpr std::int64_t kMaxQuotaPeriod = 86'400;       // one day
+inline constexpr std::int64_t kMaxQuotaLimit = 1'000'000'000;
+inline constexpr std::size_t kMaxQuotasPerRule = 16;
 
 inline constexpr double kDefaultCache = 0.5;
 inline constexpr double kMaxCache = 60.0;
@@ -70,5 +123,7 @@ ValidatedRules validate_rows(const std::vector<RawRow>& rows);
 // The RateLimit-Policy field of a bucket (draft-ietf-httpapi-ratelimit-headers, structured field):
 // "<bucket>";q=<rate>;w=1;burst=<max permits>
 std::string ratelimit_policy(const std::string& bucket, double rate, double max_permits);
+// A structured-field string: quoted, '"' and '\' escaped.
+std::string sf_string(std::string_view s);
 
 }  // namespace tollgate::config

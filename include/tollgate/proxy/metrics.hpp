@@ -45,6 +45,14 @@ struct BucketMetrics {
   Histogram wait;                                // time held before forwarding (0 for forwarded)
 };
 
+// One policy of a rule (its bucket, its channel's, a quota "<bucket>#q<id>", its maxShare
+// "<bucket>#maxShare"): how often its check passed or failed, and how often it bound a 429.
+struct PolicyMetrics {
+  std::atomic<std::uint64_t> passed{0};
+  std::atomic<std::uint64_t> failed{0};
+  std::atomic<std::uint64_t> bound{0};  // 429s it decided (the failed check furthest from passing)
+};
+
 struct UpstreamMetrics {
   std::array<std::atomic<std::uint64_t>, static_cast<int>(UpstreamError::count_)> errors{};
   Histogram latency;  // request sent -> response header received
@@ -72,6 +80,7 @@ struct Metrics {
   // and the config). Lookups go through a small per-thread cache.
   BucketMetrics& bucket(std::string_view name);
   UpstreamMetrics& upstream(std::string_view name);
+  PolicyMetrics& policy(std::string_view name);
 
   // Prometheus text exposition.
   std::string render() const;
@@ -80,6 +89,7 @@ struct Metrics {
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<BucketMetrics>, std::less<>> buckets_;
   std::map<std::string, std::unique_ptr<UpstreamMetrics>, std::less<>> upstreams_;
+  std::map<std::string, std::unique_ptr<PolicyMetrics>, std::less<>> policies_;
 };
 
 // A Prometheus label value, escaped.

@@ -7,6 +7,7 @@
 
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/limiter/token_bucket.hpp"
+#include "tollgate/store/bucket_store.hpp"
 
 namespace tollgate::proxy {
 
@@ -24,6 +25,21 @@ std::string ratelimit_header(const config::Rule& rule, const limiter::Decision& 
 
 // JSON body of a 429: {"error":"rate_limited","bucket":...,"retry_after_ms":...,...}
 std::string rejection_body(const config::Rule& rule, const limiter::Decision& d);
+
+// A request's checks are its rule's (bucket, quotas, maxShare) and its channel's (bucket, quotas);
+// the store answers quotas in that order: the rule's first, then the channel's. `channel` may be null.
+const config::Quota& quota_at(const config::Rule& rule, const config::Rule* channel, std::size_t i);
+
+// The name of the policy that bound a decision: a bucket, "channel:<type>", "<bucket>#q<id>" or
+// "<bucket>#maxShare".
+std::string bound_policy(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd);
+
+// RateLimit for a request with several policies: when rejected, the one that bound; when admitted,
+// the one closest to its limit (smallest remaining share of its quota).
+std::string ratelimit_header(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd);
+
+// JSON body of a 429 naming the policy that bound it (with the quota's terms for a quota).
+std::string rejection_body(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd);
 
 // JSON body of an error the gateway answers itself: {"error":code,"detail":detail}
 std::string error_body(std::string_view code, std::string_view detail);

@@ -1,9 +1,13 @@
 // In-process bucket store (the embedded default): sharded maps, a lock held only for the arithmetic,
 // idle buckets evicted. Eviction drops only buckets that are full and rested, which by DESIGN.md is
 // the same as having no state, so it never changes a decision.
+// Per-client state (keyed buckets, client quota counters, maxShare trackers) lives apart, in a table
+// capped at `max_client_keys` entries and evicted oldest-idle first (per shard). An evicted key comes
+// back as new: a full bucket, an empty window, no waiting grants: never more than a full allowance.
 #pragma once
 
 #include <array>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,24 +20,37 @@ namespace tollgate::store {
 
 class LocalStore final : public BucketStore {
  public:
-  explicit LocalStore(const limiter::Clock& clock);
+  static constexpr std::size_t kDefaultMaxClientKeys = 100'000;
+  explicit LocalStore(const limiter::Clock& clock, std::size_t max_client_keys = kDefaultMaxClientKeys);
 
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
   std::string name() const override { return "local"; }
+  std::string metrics_text() const override;
 
   // The synchronous operations the coroutines wrap; also what benchmarks, tests and the Redis
   // store's `local` failure policy call.
   StoreDecision decide(const AcquireRequest& req);
   bool give_back(const AcquireRequest& req, const Reservation& r);
-  std::size_t size() const;
+  std::size_t size() const;         // entries of every kind
+  std::size_t client_keys() const;  // entries of the capped per-client table
+  std::size_t max_client_keys() const { return per_shard_cap_ * kShards; }
 
  private:
+  enum class Kind : std::uint8_t { bucket, window, share };
   struct Entry {
+    Kind kind = Kind::bucket;
     limiter::BucketState state;
     BucketParams params;
     limiter::Shape shape;
+    limiter::WindowState window;
+    limiter::WindowParams window_params;
+    std::vector<Micros> holds;  // share: release times of grants still waiting
+  };
+  struct ClientSlot {
+    std::string key;
+    Entry entry;
   };
   struct StringHash {
     using is_transparent = void;
@@ -43,6 +60,8 @@ class LocalStore final : public BucketStore {
     mutable std::mutex mu;
     std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> map;
     std::size_t sweep_at = 1024;  // next size at which idle entries are swept
+    std::list<ClientSlot> lru;    // per-client entries, most recently used first
+    std::unordered_map<std::string_view, std::list<ClientSlot>::iterator> clients;  // keys point into lru
   };
   static constexpr std::size_t kShards = 64;
 
@@ -50,8 +69,17 @@ class LocalStore final : public BucketStore {
   // The entry for `ref`, created full or rescaled to changed params. The shard must be locked.
   Entry& entry(Shard& shard, const BucketRef& ref, Micros now);
   static void sweep(Shard& shard, Micros now);
+  // The entry stored under `key`: in the shared map, or (client) in the capped LRU table.
+  Entry& slot(Shard& shard, std::string_view key, bool client, Kind kind, bool& created);
+  Entry& bucket_entry(const BucketRef& ref, bool client, Micros now);
+  Entry& window_entry(const QuotaRef& q, Micros now);
+  StoreDecision decide_all(const AcquireRequest& req);
+  bool simple(const AcquireRequest& req) const {
+    return req.use_bucket && !req.per_client_bucket && req.quotas.empty() && !req.share;
+  }
 
   const limiter::Clock& clock_;
+  std::size_t per_shard_cap_;
   std::array<Shard, kShards> shards_;
 };
 

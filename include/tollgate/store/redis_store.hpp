@@ -50,8 +50,13 @@ struct RedisStats {
 // equal to the name. Keys of one request share the tag, hence one Redis Cluster slot.
 std::string redis_key(const std::string& prefix, std::string_view tag, std::string_view name);
 
-// The ARGV of the acquire script for a request (exposed for the replay tests).
-std::vector<std::string> acquire_args(const AcquireRequest& req, std::string_view now_override);
+// numkeys, KEYS and ARGV of the acquire script for a request (what follows "EVALSHA <sha>"), and
+// its reply as a decision (nullopt when malformed). Exposed for the replay tests.
+std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
+                                      std::string_view now_override);
+std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas);
+// numkeys, KEYS and ARGV of the refund script.
+std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res);
 const char* acquire_script();
 const char* refund_script();
 

@@ -1,0 +1,55 @@
+// Who a request is, for per-client limits (issue 7): the client's address, behind trusted proxies,
+// and the client key a keyBy spec derives from a request. Pure functions, no sockets.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tollgate/config/rule.hpp"
+
+namespace tollgate::proxy {
+
+// A set of networks ("10.0.0.0/8", "192.168.1.7", "::1/128", "fd00::/8").
+class TrustedProxies {
+ public:
+  // Returns the reason when `cidr` is not a network (and adds nothing).
+  std::optional<std::string> add(std::string_view cidr);
+  bool empty() const { return nets_.empty(); }
+  bool contains(std::string_view address) const;
+
+ private:
+  struct Net {
+    std::array<std::uint8_t, 16> bytes{};  // IPv4 as IPv4-mapped IPv6
+    int prefix = 128;
+  };
+  std::vector<Net> nets_;
+};
+
+// The canonical text of an address (IPv4-mapped IPv6 as IPv4), or nullopt when it is none.
+std::optional<std::string> canonical_address(std::string_view text);
+
+// The client's address. The socket peer, unless the peer is a trusted proxy: then the right-most
+// X-Forwarded-For entry that is not a trusted proxy (all trusted: the left-most one). An entry that
+// is not an address ends the walk at the hop that reported it. `xff` is every X-Forwarded-For
+// field of the request joined with ','.
+std::string client_address(std::string_view peer, std::string_view xff, const TrustedProxies& trusted);
+
+enum class MissingKey { anonymous, reject };
+
+inline constexpr std::size_t kMaxHeaderKey = 128;   // longer header keys are refused (400)
+inline constexpr std::size_t kMaxKeyPath = 256;     // client_ip_path keeps this much of the path
+inline constexpr std::string_view kAnonymous = "anonymous";
+
+enum class KeyResult { ok, missing, too_long };
+
+// The client key `spec` derives: "" for none, the address for client_ip, "<address> <path>" for
+// client_ip_path, "h=<value>" for a header (kAnonymous when it is absent and the policy allows).
+// `header` is the header's value, nullopt when the request has none.
+KeyResult client_key(const config::KeySpec& spec, std::string_view address, std::string_view path,
+                     std::optional<std::string_view> header, MissingKey missing, std::string& out);
+
+}  // namespace tollgate::proxy
