@@ -190,6 +190,8 @@ SimpleResponse AdminApi::get_rules() const {
   for (const auto& b : snap->rejected) {
     json j = {{"origin", b.origin}, {"field", b.field}, {"reason", b.reason}, {"message", b.message()}};
     if (b.config_id) j["configId"] = *b.config_id;
+    if (b.quota_id) j["quotaId"] = *b.quota_id;
+    j["kept_previous"] = b.kept_previous;
     rejected.push_back(std::move(j));
   }
   const double age_s = static_cast<double>(limiter::steady_now_us() - snap->loaded_at_us) / 1e6;

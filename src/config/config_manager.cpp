@@ -56,6 +56,7 @@ ReloadResult ConfigManager::load_and_swap(bool force) {
       return out;
     }
     LoadResult loaded = source_->load();
+    if (auto prev = snapshots_.get()) keep_last_good(loaded.rules, *prev);
     // The fingerprint taken before the load: a change made during the load shows on the next poll.
     last_fingerprint_ = fp;
     log_rejections(loaded.rules);

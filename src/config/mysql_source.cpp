@@ -167,7 +167,7 @@ LoadResult MysqlSource::load() {
         if (!qs->isNull("status")) q.status = qs->getInt64("status");
         auto it = q.config_id ? by_id.find(*q.config_id) : by_id.end();
         if (it == by_id.end()) {
-          orphans.push_back({q.config_id, q.origin, "configId", "names no row of t_ratelimite_conf"});
+          orphans.push_back({q.config_id, q.origin, "configId", "names no row of t_ratelimite_conf", q.quota_id});
           continue;
         }
         rows[it->second].quotas.push_back(std::move(q));

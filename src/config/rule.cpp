@@ -14,6 +14,7 @@ std::string RejectedRow::message() const {
   std::ostringstream o;
   o << (origin.empty() ? std::string("row") : origin) << "." << field << ": " << reason;
   if (config_id && origin.find("configId") == std::string::npos) o << " (configId " << *config_id << ")";
+  if (kept_previous) o << "; its last valid version stays in force";
   return o.str();
 }
 
@@ -70,8 +71,10 @@ namespace {
 
 std::optional<RejectedRow> check_quota(const RawQuota& raw, const Rule& rule, Quota& q) {
   auto reject = [&](std::string field, std::string reason) {
-    return RejectedRow{raw.config_id ? raw.config_id : std::optional<std::int64_t>(rule.config_id), raw.origin,
-                       std::move(field), std::move(reason)};
+    RejectedRow r{raw.config_id ? raw.config_id : std::optional<std::int64_t>(rule.config_id), raw.origin,
+                  std::move(field), std::move(reason)};
+    r.quota_id = raw.quota_id;
+    return r;
   };
   if (!raw.type_errors.empty()) {
     const std::string& e = raw.type_errors.front();
@@ -97,8 +100,7 @@ std::optional<RejectedRow> check_quota(const RawQuota& raw, const Rule& rule, Qu
   q.limit = *raw.limit_count;
   q.algorithm = algo == "sliding" ? limiter::WindowAlgorithm::sliding : limiter::WindowAlgorithm::fixed;
   q.key_by = *key;
-  q.name = rule.bucket + "#q" + std::to_string(q.quota_id);
-  q.policy = sf_string(q.name) + ";q=" + std::to_string(q.limit) + ";w=" + std::to_string(q.period_s);
+  name_quota(q, rule.bucket);
   return std::nullopt;
 }
 
@@ -191,12 +193,12 @@ void check_quotas(const RawRow& row, Rule& rule, std::map<std::int64_t, std::str
       continue;
     }
     if (auto [it, fresh] = quota_ids.emplace(q.quota_id, raw.origin); !fresh) {
-      rejected.push_back({rule.config_id, raw.origin, "quotaId", "duplicate quotaId (also " + it->second + ")"});
+      rejected.push_back({rule.config_id, raw.origin, "quotaId", "duplicate quotaId (also " + it->second + ")", q.quota_id});
       continue;
     }
     if (raw.status.value_or(1) == 0) continue;  // disabled: valid, limits nothing
     if (rule.quotas.size() >= kMaxQuotasPerRule) {
-      rejected.push_back({rule.config_id, raw.origin, "quotaId", "a rule has at most 16 enabled quotas"});
+      rejected.push_back({rule.config_id, raw.origin, "quotaId", "a rule has at most 16 enabled quotas", q.quota_id});
       continue;
     }
     rule.policy_header += (rule.policy_header.empty() ? "" : ", ") + q.policy;
@@ -205,6 +207,11 @@ void check_quotas(const RawRow& row, Rule& rule, std::map<std::int64_t, std::str
 }
 
 }  // namespace
+
+void name_quota(Quota& q, const std::string& bucket) {
+  q.name = bucket + "#q" + std::to_string(q.quota_id);
+  q.policy = sf_string(q.name) + ";q=" + std::to_string(q.limit) + ";w=" + std::to_string(q.period_s);
+}
 
 std::string sf_string(std::string_view s) {
   std::string out = "\"";
@@ -237,13 +244,7 @@ ValidatedRules validate_rows(const std::vector<RawRow>& rows) {
       out.rejected.push_back(std::move(*bad));
       continue;
     }
-    const std::size_t rejected_before = out.rejected.size();
     check_quotas(row, rule, quota_ids, out.rejected);
-    if (!rule.has_bucket && rule.quotas.empty() && out.rejected.size() > rejected_before) {
-      out.rejected.push_back({row.config_id, row.origin, "rateLimit",
-                              "is NULL and the rule has no valid enabled quota: it would limit nothing"});
-      continue;
-    }
     if (!ids.emplace(rule.config_id, true).second) {
       out.rejected.push_back({row.config_id, row.origin, "configId", "duplicate configId"});
       continue;

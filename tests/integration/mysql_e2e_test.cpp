@@ -83,13 +83,31 @@ TEST_F(MysqlE2E, EditedQuotaRowIsInForceWithoutRestart) {
   EXPECT_LT(std::chrono::steady_clock::now() - edited, 2s);
   // An edited quota counts afresh under its new terms.
   EXPECT_EQ(admitted(*gw, "/ibe/login", 10), 8);
-  // A bad quota row is rejected by name while the rest stays in force.
+  // A bad edit is rejected by name and not applied: the quota's last valid version stays in force.
   db_server().sql(db, "UPDATE t_ratelimite_quota SET keyBy = 'cookie' WHERE quotaId = 2");
   ASSERT_TRUE(eventually([&] { return gw->admin_json("/admin/rules")["rejected"].size() == 1; }, 2s));
   const json bad = gw->admin_json("/admin/rules")["rejected"][0];
   EXPECT_EQ(bad["origin"], "t_ratelimite_quota[quotaId=2]");
   EXPECT_EQ(bad["field"], "keyBy");
-  EXPECT_EQ(admitted(*gw, "/ibe/login", 10), 10);  // /login now has no enabled valid quota left
+  EXPECT_EQ(bad["kept_previous"], true);
+  EXPECT_EQ(rule(*gw, 4)["quotas"][0]["limitCount"], 8);
+  EXPECT_EQ(admitted(*gw, "/ibe/login", 10), 0);  // its 8 for this minute are used
+}
+
+TEST_F(MysqlE2E, ABadEditKeepsTheRowsLastValidVersion) {
+  auto gw = start_gateway();
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 0 WHERE configId = 2");
+  ASSERT_TRUE(eventually([&] { return gw->admin_json("/admin/rules")["rejected"].size() == 1; }, 2s));
+  const json bad = gw->admin_json("/admin/rules")["rejected"][0];
+  EXPECT_EQ(bad["configId"], 2);
+  EXPECT_EQ(bad["field"], "rateLimit");
+  EXPECT_EQ(bad["kept_previous"], true);
+  EXPECT_TRUE(gw->proc->wait_for_line("its last valid version stays in force", 2s));
+  EXPECT_EQ(rule(*gw, 2)["rateLimit"], 10.0);  // still limited as before the bad edit
+  // Fixed: the new value applies.
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 20 WHERE configId = 2");
+  ASSERT_TRUE(eventually([&] { return rule(*gw, 2)["rateLimit"] == 20.0; }, 2s));
+  EXPECT_EQ(gw->admin_json("/admin/rules")["rejected"].size(), 0u);
 }
 
 TEST_F(MysqlE2E, SqlScriptsAreSafeToRunTwice) {

@@ -44,6 +44,21 @@ inline nlohmann::json base_config(int upstream_port) {
        "rateLimit": 5, "cache": 0.5, "status": 1}]}})");
 }
 
+// The original designs' per-client example (issue 7) as rules: per client IP 3/s and 20/min for the
+// whole IBE+ channel, and per client IP + path 2/s and 5/min for /login; /shopping/search keeps a
+// roomy bucket so that only the quotas bind. Sliding windows: a burst never gets more than a
+// quota's limit even when it crosses a window boundary, so counts do not depend on the wall clock.
+inline nlohmann::json quota_example_rules() {
+  return nlohmann::json::parse(R"([
+    {"configId": 1, "channelType": "IBE+", "interfaceUrl": "/shopping/search", "rateLimit": 100, "status": 1},
+    {"configId": 4, "channelType": "IBE+", "interfaceUrl": "/login", "status": 1, "quotas": [
+      {"quotaId": 3, "periodSeconds": 1, "limitCount": 2, "algorithm": "sliding", "keyBy": "client_ip_path"},
+      {"quotaId": 4, "periodSeconds": 60, "limitCount": 5, "algorithm": "sliding", "keyBy": "client_ip_path"}]},
+    {"configId": 9, "channelType": "IBE+", "scope": "channel", "status": 1, "quotas": [
+      {"quotaId": 1, "periodSeconds": 1, "limitCount": 3, "algorithm": "sliding", "keyBy": "client_ip"},
+      {"quotaId": 2, "periodSeconds": 60, "limitCount": 20, "algorithm": "sliding", "keyBy": "client_ip"}]}])");
+}
+
 inline constexpr const char* kAdminToken = "e2e-token";
 
 struct GatewayProcess {

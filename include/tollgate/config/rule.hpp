@@ -99,6 +99,8 @@ struct RejectedRow {
   std::string origin;
   std::string field;
   std::string reason;
+  std::optional<std::int64_t> quota_id = std::nullopt;  // a quota row (t_ratelimite_quota) rather than a rule row
+  bool kept_previous = false;  // the row's last valid version stays in force (see keep_last_good)
   std::string message() const;  // "limits.rules[2].rateLimit: must be > 0 (configId 7)"
 };
 
@@ -114,6 +116,9 @@ inline constexpr std::size_t kMaxQuotasPerRule = 16;
 inline constexpr double kDefaultCache = 0.5;
 inline constexpr double kMaxCache = 60.0;
 inline constexpr double kMaxRate = 1e6;  // a permit must cost at least one whole microsecond
+
+// Names a quota after its rule's bucket ("<bucket>#q<quotaId>") and makes its RateLimit-Policy item.
+void name_quota(Quota& q, const std::string& bucket);
 
 // Returns the first problem with an interfaceUrl, or empty when it is acceptable.
 std::string check_interface_url(const std::string& url);

@@ -30,6 +30,11 @@ struct Snapshot {
   const Rule* find_bucket(std::string_view bucket) const;
 };
 
+// "Bad input is explained, never applied": a rejected row (or quota row) whose configId (quotaId)
+// had a valid version in `prev` keeps that version in force, and its rejection says so. A new bad
+// row has nothing to keep and limits nothing.
+void keep_last_good(ValidatedRules& next, const Snapshot& prev);
+
 std::shared_ptr<const Snapshot> make_snapshot(ValidatedRules validated, std::uint64_t version, std::string source);
 
 // Holds the current snapshot; readers never block a reload and a reload never blocks readers.

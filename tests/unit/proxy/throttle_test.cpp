@@ -66,5 +66,59 @@ TEST(Metrics, RendersEveryOutcome) {
   EXPECT_NE(text.find("tollgate_upstream_errors_total{kind=\"timeout\"} 1\n"), std::string::npos);
 }
 
+config::Rule with_quotas() {
+  config::Rule r = rule();
+  for (auto [id, period, limit] : {std::tuple{3, 1, 2}, std::tuple{4, 60, 5}}) {
+    config::Quota q;
+    q.quota_id = id;
+    q.period_s = period;
+    q.limit = limit;
+    q.key_by.kind = config::KeySpec::Kind::client_ip_path;
+    config::name_quota(q, r.bucket);
+    r.quotas.push_back(q);
+  }
+  return r;
+}
+
+TEST(Throttle, RateLimitReportsThePolicyClosestToItsLimit) {
+  const config::Rule r = with_quotas();
+  store::StoreDecision sd;
+  sd.decision.granted = true;
+  sd.decision.remaining = 4;  // 4 of 5 permits left in the bucket
+  sd.max_permits = 5;
+  limiter::WindowDecision q3, q4;
+  q3.admitted = q4.admitted = true;
+  q3.remaining = 1;  // half of 2 left
+  q3.reset_us = 400'000;
+  q4.remaining = 1;  // a fifth of 5 left: the closest
+  q4.reset_us = 30'000'000;
+  sd.quotas = {q3, q4};
+  EXPECT_EQ(ratelimit_header(r, nullptr, sd), "\"/shopping/search#q4\";r=1;t=30");
+  sd.quotas[1].remaining = 4;
+  EXPECT_EQ(ratelimit_header(r, nullptr, sd), "\"/shopping/search#q3\";r=1;t=1");
+}
+
+TEST(Throttle, RejectionNamesTheQuotaThatBound) {
+  const config::Rule r = with_quotas();
+  store::StoreDecision sd;
+  sd.decision.granted = false;
+  sd.decision.retry_after_us = 1'500'000;
+  sd.bound = store::Bound::quota;
+  sd.bound_quota = 1;
+  sd.quotas.resize(2);
+  EXPECT_EQ(bound_policy(r, nullptr, sd), "/shopping/search#q4");
+  EXPECT_EQ(ratelimit_header(r, nullptr, sd), "\"/shopping/search#q4\";r=0;t=2");
+  const auto j = nlohmann::json::parse(rejection_body(r, nullptr, sd));
+  EXPECT_EQ(j["policy"], "/shopping/search#q4");
+  EXPECT_EQ(j["kind"], "quota");
+  EXPECT_EQ(j["quotaId"], 4);
+  EXPECT_EQ(j["limit"], 5);
+  EXPECT_EQ(j["period_s"], 60);
+  EXPECT_EQ(j["key_by"], "client_ip_path");
+  EXPECT_EQ(j["retry_after_ms"], 1500);
+  sd.bound = store::Bound::share;
+  EXPECT_EQ(nlohmann::json::parse(rejection_body(r, nullptr, sd))["policy"], "/shopping/search#maxShare");
+}
+
 }  // namespace
 }  // namespace tollgate::proxy
