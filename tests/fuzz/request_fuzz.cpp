@@ -1,6 +1,7 @@
 // libFuzzer: the request front end. Bytes go through the same Beast parser settings as the proxy
 // (header and body limits), then the target through path extraction, suffix matching and the
-// header and access-log formatting that echo parts of it.
+// header and access-log formatting that echo parts of it, and the client address and keys derived
+// from X-Forwarded-For and a key header (issue 7).
 #include <utility>
 
 #include <boost/beast/http.hpp>
@@ -9,6 +10,7 @@
 
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/proxy/access_log.hpp"
+#include "tollgate/proxy/client_key.hpp"
 #include "tollgate/proxy/throttle.hpp"
 
 namespace http = boost::beast::http;
@@ -48,6 +50,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)tollgate::proxy::rejection_body(*rule, d);
     (void)tollgate::proxy::ratelimit_header(*rule, d);
   }
+  static const tollgate::proxy::TrustedProxies trusted = [] {
+    tollgate::proxy::TrustedProxies t;
+    (void)t.add("127.0.0.0/8");
+    (void)t.add("fd00::/8");
+    return t;
+  }();
+  std::string xff;
+  for (auto [it, end] = req.equal_range("X-Forwarded-For"); it != end; ++it) {
+    if (!xff.empty()) xff += ',';
+    xff.append(it->value().data(), it->value().size());
+  }
+  const std::string client = tollgate::proxy::client_address("127.0.0.1", xff, trusted);
+  std::optional<std::string_view> key_header;
+  if (auto it = req.find("X-Api-Key"); it != req.end()) key_header = std::string_view(it->value().data(), it->value().size());
+  std::string key;
+  for (auto kind : {tollgate::config::KeySpec::Kind::client_ip, tollgate::config::KeySpec::Kind::client_ip_path,
+                    tollgate::config::KeySpec::Kind::header})
+    (void)tollgate::proxy::client_key({kind, "X-Api-Key"}, client, path, key_header,
+                                      tollgate::proxy::MissingKey::anonymous, key);
+  (void)tollgate::proxy::canonical_address(xff);
   tollgate::proxy::AccessRecord rec;
   rec.method = req.method_string();
   rec.path = path;

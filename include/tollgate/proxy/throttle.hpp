@@ -7,7 +7,7 @@
 
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/limiter/token_bucket.hpp"
-#include "tollgate/store/bucket_store.hpp"
+#include "tollgate/store/decision.hpp"
 
 namespace tollgate::proxy {
 

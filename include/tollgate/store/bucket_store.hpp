@@ -8,86 +8,9 @@
 #include <optional>
 #include <string>
 
-#include "tollgate/limiter/token_bucket.hpp"
-#include "tollgate/limiter/window.hpp"
-#include <vector>
+#include "tollgate/store/decision.hpp"
 
 namespace tollgate::store {
-
-using limiter::BucketParams;
-using limiter::Micros;
-
-struct BucketRef {
-  std::string_view name;  // a rule's interfaceUrl, or "channel:<channelType>"
-  BucketParams params;
-};
-
-// A window quota of the request (issue 7), counted under `key`: "q:<quotaId>:<client key>", or
-// "q:<quotaId>:" for one counter shared by every caller.
-struct QuotaRef {
-  std::string key;
-  limiter::WindowParams params;
-  bool shared = true;  // no client key: kept with the shared buckets, never evicted
-};
-
-// maxShare: the caller's grants that are still waiting for their slot are tracked under `key`
-// ("s:<configId>:<client key>"); with `max_held` of them waiting, only an immediate permit is given.
-struct ShareRef {
-  std::string key;
-  std::int64_t max_held = 1;
-};
-
-// Everything one request must pass, decided as one atomic step: either every check admits and
-// every one is charged, or nothing is charged anywhere.
-struct AcquireRequest {
-  BucketRef bucket;
-  std::optional<BucketRef> parent;  // a channel bucket decided together with `bucket`, all-or-nothing
-  std::string_view hash_tag;        // Redis: keys of one request share this tag ("" = the bucket's name)
-  double permits = 1.0;
-  Micros timeout_us = 0;
-  bool use_bucket = true;           // false: the rule has quotas only (parent, if any, still applies)
-  bool per_client_bucket = false;   // bucket.name is a client key ("c:<configId>:<client>"): evictable
-  std::vector<QuotaRef> quotas{};
-  std::optional<ShareRef> share{};
-};
-
-// Which check decided a combined outcome (the binding one: the rejection furthest from passing).
-enum class Bound : std::uint8_t { bucket, parent, share, quota };
-
-// What a grant reserved, so that a departed caller can give it back (BucketStore::refund).
-struct Reservation {
-  Micros release = 0;  // the bucket's next_free right after the grant
-  Micros cost = 0;
-  double spent = 0;
-  Micros parent_release = 0;
-  Micros parent_cost = 0;
-  double parent_spent = 0;
-};
-
-// ok: a decision (from the store, or from a local fallback: see `degraded`). unavailable_*: the
-// store failed and the configured policy says forward unlimited (open) or refuse with 503 (closed).
-enum class StoreStatus { ok, unavailable_open, unavailable_closed };
-
-struct StoreDecision {
-  StoreStatus status = StoreStatus::ok;
-  limiter::Decision decision;  // combined over bucket and parent
-  double max_permits = 0;      // size of the bucket that decided, for RateLimit headers
-  bool parent_bound = false;   // the channel bucket decided the outcome
-  Bound bound = Bound::bucket;
-  std::size_t bound_quota = 0;  // index into the request's quotas when bound == Bound::quota
-  std::vector<limiter::WindowDecision> quotas{};  // one per request quota, in order
-  Reservation reservation;     // when granted
-  bool degraded = false;       // decided by the local fallback while the shared store is down
-  std::string error;           // when failed or degraded: what went wrong
-};
-
-struct BucketSnapshot {
-  double stored = 0;
-  Micros next_free = 0;
-  Micros now = 0;
-  double max_permits = 0;
-  bool tracked = false;  // false: no state held (a full, rested bucket)
-};
 
 class BucketStore {
  public:
