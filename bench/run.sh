@@ -60,14 +60,16 @@ start mock "$BIN/tollgate-mock-upstream" --port "$MOCK"
 start redis redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no
 wait_port "$UP"; wait_port "$MOCK"; wait_port "$RP"
 
-# --- nginx as the proxy (N0: plain, N1: limit_req that never binds, N2: a binding limit) --------
-N0=$(free_port); N1=$(free_port); N2=$(free_port); N0M=$(free_port); N1M=$(free_port)
+# --- nginx as the proxy (N0: plain, N1: limit_req that never binds, N2: a binding limit,
+#     N3: limit_req per client address that never binds) ------------------------------------------
+N0=$(free_port); N1=$(free_port); N2=$(free_port); N3=$(free_port); N0M=$(free_port); N1M=$(free_port)
 cat >"$W/proxy.conf" <<NGX
 worker_processes 1; daemon off; master_process off; error_log $W/proxy.err crit; pid $W/proxy.pid;
 events { worker_connections 8192; }
 http { access_log off; keepalive_requests 10000000;
   limit_req_zone \$host zone=never:1m rate=100000000r/s;
   limit_req_zone \$host zone=bind:1m rate=1000r/s;
+  limit_req_zone \$binary_remote_addr zone=perip:10m rate=100000000r/s;
   limit_req_status 429; limit_req_log_level info;
   upstream up { server 127.0.0.1:$UP; keepalive 256; keepalive_requests 10000000; }
   upstream mock { server 127.0.0.1:$MOCK; keepalive 256; keepalive_requests 10000000; }
@@ -75,6 +77,7 @@ http { access_log off; keepalive_requests 10000000;
   server { listen 127.0.0.1:$N0; location / { proxy_pass http://up; } }
   server { listen 127.0.0.1:$N1; location / { limit_req zone=never burst=100000000 nodelay; proxy_pass http://up; } }
   server { listen 127.0.0.1:$N2; location / { limit_req zone=bind burst=200; proxy_pass http://up; } }
+  server { listen 127.0.0.1:$N3; location / { limit_req zone=perip burst=100000000 nodelay; proxy_pass http://up; } }
   server { listen 127.0.0.1:$N0M; location / { proxy_pass http://mock; } }
   server { listen 127.0.0.1:$N1M; location / { limit_req zone=never burst=100000000 nodelay; proxy_pass http://mock; } }
 }
@@ -90,7 +93,10 @@ gateway_conf() { # PORT ADMIN UPSTREAM_PORT STORE
    "rules": [
      {"configId": 1, "interfaceUrl": "/nobind", "rateLimit": 1000000, "burst": 1000000000000, "cache": 0.5, "status": 1},
      {"configId": 2, "interfaceUrl": "/bind", "rateLimit": 1000, "burst": 200, "cache": 0.2, "status": 1},
-     {"configId": 3, "interfaceUrl": "/hold", "rateLimit": 200, "burst": 1, "cache": 60, "status": 1}]}}
+     {"configId": 3, "interfaceUrl": "/hold", "rateLimit": 200, "burst": 1, "cache": 60, "status": 1},
+     {"configId": 4, "interfaceUrl": "/perclient", "rateLimit": 1000000, "burst": 1000000000000, "cache": 0.5,
+      "keyBy": "client_ip", "status": 1,
+      "quotas": [{"quotaId": 1, "periodSeconds": 60, "limitCount": 1000000000, "keyBy": "client_ip"}]}]}}
 JSON
 }
 T=$(free_port); TA=$(free_port); TR=$(free_port); TRA=$(free_port); TM=$(free_port); TMA=$(free_port)
@@ -100,7 +106,7 @@ gateway_conf "$TM" "$TMA" "$MOCK" local >"$W/tm.json"
 start tollgate "$BIN/tollgate" --config "$W/t.json"
 start tollgate-redis "$BIN/tollgate" --config "$W/tr.json"
 start tollgate-mock "$BIN/tollgate" --config "$W/tm.json"
-for p in "$N0" "$N1" "$N2" "$N0M" "$N1M" "$T" "$TR" "$TM"; do wait_port "$p"; done
+for p in "$N0" "$N1" "$N2" "$N3" "$N0M" "$N1M" "$T" "$TR" "$TM"; do wait_port "$p"; done
 sleep 1  # Redis connection up
 
 pid_of() { cat "$W/$1.pid"; }
@@ -114,6 +120,9 @@ CASES=(
   "T2|http://127.0.0.1:$TR/ibe/nobind|tollgate-redis"
   "N2|http://127.0.0.1:$N2/ibe/bind|nginx"
   "T3|http://127.0.0.1:$T/ibe/bind|tollgate"
+  "N3|http://127.0.0.1:$N3/ibe/perclient|nginx"
+  "T4|http://127.0.0.1:$T/ibe/perclient|tollgate"
+  "T5|http://127.0.0.1:$TR/ibe/perclient|tollgate-redis"
   "Um|http://127.0.0.1:$MOCK/ibe/shopping/search|mock"
   "N0m|http://127.0.0.1:$N0M/ibe/shopping/search|nginx"
   "N1m|http://127.0.0.1:$N1M/ibe/shopping/search|nginx"
@@ -146,12 +155,13 @@ done
 # --- Redis's ceiling for Tollgate's own script --------------------------------------------------
 echo "bench: redis-benchmark"
 SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$("$BIN/tollgate-sim" --redis-script)")
-SHAPE=(1 1000000000000 1 0 0 0 0)
+# permits, timeout, mode, now (Redis TIME), one bucket, no parent, no quotas, no maxShare, its shape
+ARGS=(1 500000 0 "" 1 0 0 0 1 1000000000000 1 0 0 0 0)
 for r in $(seq 1 "$ROUNDS"); do
   taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q \
-    EVALSHA "$SHA" 1 "tollgate:{bench}" 1 500000 0 "" "${SHAPE[@]}" >>"$OUT/raw/redis-evalsha.txt" 2>&1
+    EVALSHA "$SHA" 1 "tollgate:{bench}" "${ARGS[@]}" >>"$OUT/raw/redis-evalsha.txt" 2>&1
   taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q -P 16 \
-    EVALSHA "$SHA" 1 "tollgate:{bench}" 1 500000 0 "" "${SHAPE[@]}" >>"$OUT/raw/redis-evalsha-p16.txt" 2>&1
+    EVALSHA "$SHA" 1 "tollgate:{bench}" "${ARGS[@]}" >>"$OUT/raw/redis-evalsha-p16.txt" 2>&1
   taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q -t ping_mbulk >>"$OUT/raw/redis-ping.txt" 2>&1
 done
 
@@ -162,7 +172,10 @@ echo "bench: micro benchmarks"
 taskset -c "$SERVER_CORE" "$BIN/tollgate-micro-bench" --benchmark_filter='^BM_(TryAcquire|LocalStore|Suffix)' \
   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true >"$OUT/raw/micro.txt" 2>&1
 # Memory is one measurement of a fresh process, not an average over repetitions.
-taskset -c "$SERVER_CORE" "$BIN/tollgate-micro-bench" --benchmark_filter='^BM_IdleBuckets' >>"$OUT/raw/micro.txt" 2>&1
+# Memory figures are RSS deltas: each in a process of its own, so none reuses another's freed pages.
+for f in '^BM_IdleBuckets' '^BM_ClientKeysMemory/10000/' '^BM_ClientKeysMemory/100000/'; do
+  taskset -c "$SERVER_CORE" "$BIN/tollgate-micro-bench" --benchmark_filter="$f" >>"$OUT/raw/micro.txt" 2>&1
+done
 
 python3 bench/summarize.py "$OUT" "$DURATION" "$CONNS" "$(nproc)"
 ln -sfn "$OUT" "$ROOT/bench/results/latest"

@@ -1,5 +1,6 @@
 // Google Benchmark: one decision in the in-process store, uncontended and with threads on one
-// bucket; suffix lookup against 10, 1,000 and 100,000 rules; memory of idle buckets.
+// bucket; with a per-client key and quotas (issue 7); suffix lookup against 10, 1,000 and 100,000
+// rules; memory of idle buckets and of 100,000 client keys under a cap.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -45,6 +46,28 @@ void BM_LocalStoreDecision(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_LocalStoreDecision)->Threads(1)->Threads(2)->UseRealTime();
+
+// Issue 7: a rule with its bucket, two per-client quotas (1 s and 60 s) and maxShare, for one of
+// 10,000 clients in turn: client table lookups, windows, one more lock set.
+void BM_LocalStoreDecisionWithQuotas(benchmark::State& state) {
+  static limiter::SteadyClock clock;
+  static store::LocalStore s(clock);
+  std::vector<store::AcquireRequest> reqs;
+  for (int i = 0; i < 10'000; ++i) {
+    store::AcquireRequest r{{"/shopping/search", never_binds()}, {}, "/shopping/search", 1, 500000};
+    const std::string ip = "10.0." + std::to_string(i / 256) + "." + std::to_string(i % 256);
+    r.quotas = {{"q:1:" + ip, {1'000'000, 1'000'000'000, limiter::WindowAlgorithm::fixed}, false},
+                {"q:2:" + ip, {60'000'000, 1'000'000'000, limiter::WindowAlgorithm::sliding}, false}};
+    r.share = store::ShareRef{"s:1:" + ip, 3};
+    reqs.push_back(std::move(r));
+  }
+  std::size_t i = static_cast<std::size_t>(state.thread_index()) * 5'000;
+  for (auto _ : state) {
+    auto d = s.decide(reqs[i++ % reqs.size()]);
+    benchmark::DoNotOptimize(d);
+  }
+}
+BENCHMARK(BM_LocalStoreDecisionWithQuotas)->Threads(1)->Threads(2)->UseRealTime();
 
 void BM_SuffixLookup(benchmark::State& state) {
   config::SuffixIndex idx;
@@ -92,6 +115,34 @@ void BM_IdleBucketsMemory(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_IdleBucketsMemory)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// Issue 7: 100,000 distinct clients, each with a 60 s quota counter, against a cap of 10,000 and
+// with no cap in the way (100,000): entries kept, RSS, bytes per entry.
+void BM_ClientKeysMemory(benchmark::State& state) {
+  const auto cap = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    limiter::SteadyClock clock;
+    std::vector<store::AcquireRequest> reqs;
+    reqs.reserve(100'000);
+    for (int i = 0; i < 100'000; ++i) {
+      store::AcquireRequest r{{"/login", {}}, {}, "/login", 1, 0};
+      r.use_bucket = false;
+      r.quotas = {{"q:1:10." + std::to_string(i / 65536) + "." + std::to_string(i / 256 % 256) + "." +
+                       std::to_string(i % 256) + " /login",
+                   {60'000'000, 5, limiter::WindowAlgorithm::sliding}, false}};
+      reqs.push_back(std::move(r));
+    }
+    const long before = rss_kib();
+    auto* s = new store::LocalStore(clock, cap);
+    for (const auto& r : reqs) s->decide(r);
+    const long after = rss_kib();
+    state.counters["client_keys"] = static_cast<double>(s->client_keys());
+    state.counters["store_MiB"] = static_cast<double>(after - before) / 1024.0;
+    state.counters["bytes_per_key"] = static_cast<double>(after - before) * 1024.0 / static_cast<double>(s->client_keys());
+    delete s;
+  }
+}
+BENCHMARK(BM_ClientKeysMemory)->Arg(10'000)->Arg(100'000)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -559,7 +559,6 @@ struct ProxyServer::Impl {
                                    1.0, capped ? 0 : rule->timeout_us()};
         areq.use_bucket = rule->has_bucket;
         std::string bucket_key;  // a keyed bucket's name; areq refers to it
-        if (!rule->has_bucket) areq.timeout_us = capped ? 0 : channel && parent ? channel->timeout_us() : 0;
         if (!rule->quotas.empty() || rule->key_by.kind != config::KeySpec::Kind::none || rule->max_share ||
             (channel && !channel->quotas.empty())) {
           if (auto bad = add_client_checks(areq, bucket_key, *rule, channel, req, path, client_ip)) {
@@ -567,6 +566,14 @@ struct ProxyServer::Impl {
             rec.status = 400;
             co_return co_await send_error(stream, version, keep, http::status::bad_request, "missing_client_key", *bad);
           }
+        }
+        if (!areq.use_bucket && !areq.parent && areq.quotas.empty()) {
+          // A quota-only rule whose quotas are all disabled: nothing to decide.
+          deps.metrics.count(Outcome::forwarded);
+          bm.outcomes[static_cast<int>(Outcome::forwarded)].fetch_add(1, std::memory_order_relaxed);
+          rec.outcome = outcome_name(Outcome::forwarded);
+          co_return co_await forward(w, stream, std::move(req), client_ip, upstreams[route->upstream],
+                                     w.pools[route->upstream], policy_header, limit_header, rec);
         }
         store::StoreDecision sd = co_await deps.store.try_acquire(areq);
         auto count = [&](Outcome o) {

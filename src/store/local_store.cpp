@@ -125,10 +125,21 @@ LocalStore::Entry& LocalStore::window_entry(const QuotaRef& q, Micros now) {
 }
 
 namespace {
-// Locks every shard a request touches, in index order.
+// Locks every shard a request touches, in index order (no allocation: at most every shard).
 class MultiLock {
  public:
+  MultiLock() = default;
+  MultiLock(const MultiLock&) = delete;
+  MultiLock& operator=(const MultiLock&) = delete;
+  ~MultiLock() {
+    for (std::size_t i = held_; i > 0; --i) mus_[i - 1]->unlock();
+  }
   void add(std::size_t index) { idx_[n_++] = index; }
+  bool full() const { return n_ == idx_.size(); }
+  void all() {
+    for (std::size_t i = 0; i < idx_.size(); ++i) idx_[i] = i;
+    n_ = idx_.size();
+  }
   // Locks the shards and sweeps those due: before any entry is looked up, so that a sweep never
   // removes an entry this request already holds a reference to.
   template <class Shards, class Sweep>
@@ -136,16 +147,17 @@ class MultiLock {
     std::sort(idx_.begin(), idx_.begin() + n_);
     const auto end = std::unique(idx_.begin(), idx_.begin() + n_);
     for (auto it = idx_.begin(); it != end; ++it) {
-      locks_.emplace_back(shards[*it].mu);
+      mus_[held_] = &shards[*it].mu;
+      mus_[held_]->lock();
+      ++held_;
       sweep(shards[*it]);
     }
   }
-  bool full() const { return n_ == idx_.size(); }
 
  private:
   std::array<std::size_t, 64> idx_{};
-  std::size_t n_ = 0;
-  std::vector<std::unique_lock<std::mutex>> locks_;
+  std::array<std::mutex*, 64> mus_{};
+  std::size_t n_ = 0, held_ = 0;
 };
 }  // namespace
 
@@ -161,11 +173,7 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
     locks.add(shard_index(q.key));
   }
   if (req.share && !locks.full()) locks.add(shard_index(req.share->key));
-  if (locks.full()) {  // more checks than shards: take them all
-    MultiLock all;
-    for (std::size_t i = 0; i < kShards; ++i) all.add(i);
-    locks = std::move(all);
-  }
+  if (locks.full()) locks.all();  // more checks than shards: take them all
   locks.lock(shards_, [now](Shard& sh) {
     if (sh.map.size() >= sh.sweep_at) sweep(sh, now);
   });
@@ -197,10 +205,11 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   Micros retry = bd.granted ? 0 : bd.retry_after_us;
 
   // Quotas: never hold; each admits now or names when it would.
-  std::vector<limiter::WindowState> rolled;
-  std::vector<Entry*> windows;
-  rolled.reserve(req.quotas.size());
-  windows.reserve(req.quotas.size());
+  // Scratch space reused by this thread's decisions.
+  thread_local std::vector<limiter::WindowState> rolled;
+  thread_local std::vector<Entry*> windows;
+  rolled.clear();
+  windows.clear();
   out.quotas.reserve(req.quotas.size());
   const auto permits = static_cast<std::int64_t>(std::ceil(req.permits));
   for (std::size_t i = 0; i < req.quotas.size(); ++i) {
