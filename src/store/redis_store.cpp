@@ -548,60 +548,106 @@ boost::asio::awaitable<bool> RedisStore::refund(AcquireRequest req, Reservation 
   co_return done;
 }
 
-std::optional<BucketSnapshot> RedisStore::inspect(const BucketRef& ref, std::string_view hash_tag) {
-  const BucketParams& params = ref.params;
-  // Called from the admin thread: a short-lived blocking connection, never a request thread's.
-  timeval tv{0, static_cast<suseconds_t>(std::min<std::uint32_t>(options_.connect_timeout_ms, 999) * 1000)};
-  redisContext* c = redisConnectWithTimeout(options_.host.c_str(), options_.port, tv);
-  if (c == nullptr || c->err) {
-    if (c) redisFree(c);
-    return std::nullopt;
+namespace {
+// A short-lived blocking connection for the admin thread, never a request thread's.
+class BlockingConnection {
+ public:
+  explicit BlockingConnection(const RedisOptions& o) {
+    timeval tv{0, static_cast<suseconds_t>(std::min<std::uint32_t>(o.connect_timeout_ms, 999) * 1000)};
+    c_ = redisConnectWithTimeout(o.host.c_str(), o.port, tv);
+    if (c_ == nullptr || c_->err) return;
+    redisSetTimeout(c_, tv);
+    ok_ = true;
+    if (!o.password.empty()) ok_ = simple({"AUTH", o.password});
+    if (ok_ && o.database != 0) ok_ = simple({"SELECT", std::to_string(o.database)});
   }
-  redisSetTimeout(c, tv);
-  auto cmd = [c](std::vector<std::string> args) {
+  ~BlockingConnection() {
+    if (c_) redisFree(c_);
+  }
+  BlockingConnection(const BlockingConnection&) = delete;
+  BlockingConnection& operator=(const BlockingConnection&) = delete;
+  bool ok() const { return ok_; }
+  // The reply (owned), or null.
+  std::unique_ptr<redisReply, void (*)(void*)> cmd(const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<size_t> lens;
     for (const auto& a : args) {
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
-    return static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data()));
-  };
-  std::optional<BucketSnapshot> out;
-  bool ok = true;
-  if (!options_.password.empty()) {
-    redisReply* a = cmd({"AUTH", options_.password});
-    ok = a && a->type != REDIS_REPLY_ERROR;
-    if (a) freeReplyObject(a);
+    void* r = ok_ ? redisCommandArgv(c_, static_cast<int>(argv.size()), argv.data(), lens.data()) : nullptr;
+    return {static_cast<redisReply*>(r), freeReplyObject};
   }
-  if (ok && options_.database != 0) {
-    redisReply* s = cmd({"SELECT", std::to_string(options_.database)});
-    ok = s && s->type != REDIS_REPLY_ERROR;
-    if (s) freeReplyObject(s);
+
+ private:
+  bool simple(const std::vector<std::string>& args) {
+    auto r = cmd(args);
+    return r && r->type != REDIS_REPLY_ERROR;
   }
-  redisReply* t = ok ? cmd({"TIME"}) : nullptr;
-  redisReply* h = t ? cmd({"HMGET", redis_key(options_.key_prefix, hash_tag, ref.name), "s", "n"}) : nullptr;
-  if (t && h && t->type == REDIS_REPLY_ARRAY && t->elements == 2 && h->type == REDIS_REPLY_ARRAY && h->elements == 2) {
-    const limiter::Shape shape = limiter::shape_of(params);
-    BucketSnapshot snap;
-    snap.now = std::stoll(t->element[0]->str) * 1'000'000 + std::stoll(t->element[1]->str);
-    snap.max_permits = shape.max_permits;
-    if (h->element[0]->type == REDIS_REPLY_STRING) {
-      limiter::BucketState st{std::stod(h->element[0]->str), static_cast<Micros>(std::stod(h->element[1]->str))};
-      limiter::resync(st, shape, snap.now);
-      snap.stored = st.stored;
-      snap.next_free = st.next_free;
-      snap.tracked = true;
-    } else {
-      snap.stored = shape.max_permits;
-      snap.next_free = snap.now;
-    }
-    out = snap;
+  redisContext* c_ = nullptr;
+  bool ok_ = false;
+};
+
+// A glob matching nothing but `text` itself.
+std::string glob_escape(std::string_view text) {
+  std::string out;
+  for (char ch : text) {
+    if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') out.push_back('\\');
+    out.push_back(ch);
   }
-  if (t) freeReplyObject(t);
-  if (h) freeReplyObject(h);
-  redisFree(c);
   return out;
+}
+}  // namespace
+
+std::optional<BucketSnapshot> RedisStore::inspect(const BucketRef& ref, std::string_view hash_tag) {
+  BlockingConnection c(options_);
+  if (!c.ok()) return std::nullopt;
+  auto t = c.cmd({"TIME"});
+  if (!t) return std::nullopt;
+  auto h = c.cmd({"HMGET", redis_key(options_.key_prefix, hash_tag, ref.name), "s", "n"});
+  if (!h || t->type != REDIS_REPLY_ARRAY || t->elements != 2 || h->type != REDIS_REPLY_ARRAY || h->elements != 2)
+    return std::nullopt;
+  const limiter::Shape shape = limiter::shape_of(ref.params);
+  BucketSnapshot snap;
+  snap.now = std::stoll(t->element[0]->str) * 1'000'000 + std::stoll(t->element[1]->str);
+  snap.max_permits = shape.max_permits;
+  if (h->element[0]->type == REDIS_REPLY_STRING) {
+    limiter::BucketState st{std::stod(h->element[0]->str), static_cast<Micros>(std::stod(h->element[1]->str))};
+    limiter::resync(st, shape, snap.now);
+    snap.stored = st.stored;
+    snap.next_free = st.next_free;
+    snap.tracked = true;
+  } else {
+    snap.stored = shape.max_permits;
+    snap.next_free = snap.now;
+  }
+  return snap;
+}
+
+std::optional<std::uint64_t> RedisStore::client_keys() const {
+  std::lock_guard lock(count_mu_);
+  const std::int64_t now = unix_ms();
+  if (counted_at_ms_ != 0 && now - counted_at_ms_ < 10'000) return client_keys_;
+  counted_at_ms_ = now;
+  client_keys_.reset();
+  BlockingConnection c(options_);
+  if (!c.ok()) return client_keys_;
+  // Per-client keys: <prefix>{<tag>}c:<configId>:<client>, q:<quotaId>:<client>, s:<configId>:<client>
+  // (a shared quota, "q:<quotaId>:", has nothing after its last ':').
+  const std::string pattern = glob_escape(options_.key_prefix) + "{*}[cqs]:*:?*";
+  std::string cursor = "0";
+  std::uint64_t n = 0;
+  for (int round = 0; round < 10'000; ++round) {
+    auto r = c.cmd({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) return client_keys_;
+    cursor.assign(r->element[0]->str, r->element[0]->len);
+    n += r->element[1]->elements;
+    if (cursor == "0") {
+      client_keys_ = n;
+      break;
+    }
+  }
+  return client_keys_;
 }
 
 std::string RedisStore::last_error() const {
@@ -635,6 +681,11 @@ std::string RedisStore::metrics_text() const {
   out += "# HELP tollgate_store_live_instances Gateway instances heartbeating in the store.\n"
          "# TYPE tollgate_store_live_instances gauge\ntollgate_store_live_instances " +
          std::to_string(st.live_instances) + "\n";
+  if (auto keys = client_keys()) {
+    out += "# HELP tollgate_client_keys Per-client keys in Redis (keyed buckets, quota counters, maxShare sets), "
+           "counted with SCAN at most every 10 s.\n"
+           "# TYPE tollgate_client_keys gauge\ntollgate_client_keys " + std::to_string(*keys) + "\n";
+  }
   return out;
 }
 

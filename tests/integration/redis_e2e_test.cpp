@@ -157,6 +157,9 @@ TEST_F(RedisE2E, QuotasHoldFleetWide) {
   const std::string ttl = server().cli("PTTL \"" + prefix + "{IBE+}q:2:127.0.0.1\"");
   EXPECT_GT(std::stoll(ttl), 60'000) << ttl;  // a sliding minute: this window and the next
   EXPECT_LE(std::stoll(ttl), 120'000) << ttl;
+  // Tracked client keys, counted in Redis: per IP (2 quotas) and per IP + /ibe/login (2 quotas),
+  // less the /login one-second counter, which expired with its (sliding: second) window 2.1 s ago.
+  EXPECT_EQ(metric_value(*a, "tollgate_client_keys"), 3);
 }
 
 TEST_F(RedisE2E, MaxShareHoldsAcrossInstances) {

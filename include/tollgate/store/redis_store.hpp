@@ -75,6 +75,9 @@ class RedisStore final : public BucketStore {
   std::string metrics_text() const override;
 
   RedisStats stats() const;
+  // Per-client keys in Redis, counted with SCAN (from the admin thread) at most every 10 s;
+  // nullopt when Redis cannot be read.
+  std::optional<std::uint64_t> client_keys() const;
   const RedisOptions& options() const { return options_; }
 
   struct Connection;
@@ -105,6 +108,9 @@ class RedisStore final : public BucketStore {
   std::atomic<std::uint64_t> refunds_{0};
   std::atomic<unsigned> live_instances_{1};
   std::atomic<std::size_t> ready_connections_{0};
+  mutable std::mutex count_mu_;
+  mutable std::int64_t counted_at_ms_ = 0;
+  mutable std::optional<std::uint64_t> client_keys_;
 };
 
 }  // namespace tollgate::store
