@@ -75,35 +75,25 @@ T& find_or_create(std::mutex& mu, Map& map, std::string_view name, std::unordere
 }
 }  // namespace
 
-BucketMetrics& Metrics::bucket(std::string_view name) {
-  thread_local std::unordered_map<std::string, BucketMetrics*> cache;
+namespace {
+// One per-thread cache per series type, dropped when another Metrics object asks (tests make several).
+template <class T, class Map>
+T& cached(const Metrics* self, std::mutex& mu, Map& map, std::string_view name) {
+  thread_local std::unordered_map<std::string, T*> cache;
   thread_local const Metrics* owner = nullptr;
-  if (owner != this) {
+  if (owner != self) {
     cache.clear();
-    owner = this;
+    owner = self;
   }
-  return find_or_create(mu_, buckets_, name, cache);
+  return find_or_create(mu, map, name, cache);
 }
+}  // namespace
 
-PolicyMetrics& Metrics::policy(std::string_view name) {
-  thread_local std::unordered_map<std::string, PolicyMetrics*> cache;
-  thread_local const Metrics* owner = nullptr;
-  if (owner != this) {
-    cache.clear();
-    owner = this;
-  }
-  return find_or_create(mu_, policies_, name, cache);
-}
+BucketMetrics& Metrics::bucket(std::string_view name) { return cached<BucketMetrics>(this, mu_, buckets_, name); }
 
-UpstreamMetrics& Metrics::upstream(std::string_view name) {
-  thread_local std::unordered_map<std::string, UpstreamMetrics*> cache;
-  thread_local const Metrics* owner = nullptr;
-  if (owner != this) {
-    cache.clear();
-    owner = this;
-  }
-  return find_or_create(mu_, upstreams_, name, cache);
-}
+PolicyMetrics& Metrics::policy(std::string_view name) { return cached<PolicyMetrics>(this, mu_, policies_, name); }
+
+UpstreamMetrics& Metrics::upstream(std::string_view name) { return cached<UpstreamMetrics>(this, mu_, upstreams_, name); }
 
 std::string Metrics::render() const {
   std::string out;
