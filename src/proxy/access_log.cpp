@@ -54,6 +54,10 @@ std::string access_line(const AccessRecord& r) {
   json_string(out, r.path);
   out += ",\"bucket\":";
   json_string(out, r.bucket);
+  if (!r.policy.empty()) {
+    out += ",\"policy\":";
+    json_string(out, r.policy);
+  }
   out += ",\"outcome\":\"";
   out += r.outcome;
   char buf[128];

@@ -485,13 +485,14 @@ struct ProxyServer::Impl {
   struct LogOnExit {
     AccessLog* log;
     AccessRecord rec;
-    std::string method, path, bucket;
+    std::string method, path, bucket, policy;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     ~LogOnExit() {
       if (!log) return;
       rec.method = method;
       rec.path = path;
       rec.bucket = bucket;
+      rec.policy = policy;
       rec.duration_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       log->write(rec);
@@ -503,7 +504,7 @@ struct ProxyServer::Impl {
     const unsigned version = req.version();
     const bool keep = req.keep_alive() && !w.draining;  // draining: answer, then close
     const std::string_view path = path_of(req.target());
-    LogOnExit access{deps.access_log && deps.access_log->enabled() ? deps.access_log : nullptr, {}, {}, {}, {}};
+    LogOnExit access{deps.access_log && deps.access_log->enabled() ? deps.access_log : nullptr, {}, {}, {}, {}, {}};
     if (access.log) {
       access.rec.client = client_ip;
       access.method = std::string(req.method_string());
@@ -616,7 +617,9 @@ struct ProxyServer::Impl {
           if (!sd.decision.granted) {
             if (capped && (sd.bound == store::Bound::bucket || sd.bound == store::Bound::parent))
               bm.cap_rejections.fetch_add(1, std::memory_order_relaxed);
-            deps.metrics.policy(bound_policy(*rule, channel, sd)).bound.fetch_add(1, std::memory_order_relaxed);
+            const std::string bound = bound_policy(*rule, channel, sd);
+            deps.metrics.policy(bound).bound.fetch_add(1, std::memory_order_relaxed);
+            if (access.log) access.policy = bound;
             count(Outcome::rejected);
             rec.status = 429;
             co_return co_await send_rejection(stream, version, keep, rejection_body(*rule, channel, sd),

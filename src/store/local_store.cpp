@@ -271,7 +271,10 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
     windows[i]->window = rolled[i];
     windows[i]->window.current += permits;
   }
-  if (share) share->holds.push_back(now + bd.wait_us);
+  if (share) {
+    out.reservation.share_release = now + bd.wait_us;
+    share->holds.push_back(out.reservation.share_release);
+  }
   out.parent_bound = out.bound == Bound::parent;
   return out;
 }
@@ -309,23 +312,36 @@ StoreDecision LocalStore::decide(const AcquireRequest& req) {
 }
 
 bool LocalStore::give_back(const AcquireRequest& req, const Reservation& r) {
-  const std::size_t ia = shard_index(req.bucket.name);
-  const std::size_t ib = req.parent ? shard_index(req.parent->name) : ia;
-  ShardLocks locks(shards_[ia].mu, req.parent ? &shards_[ib].mu : nullptr, ia < ib);
-  // Found as they are now: a refund never reconciles parameters (the request's may be older).
-  auto refund_in = [](Shard& shard, std::string_view name, Micros release, Micros cost, double spent) {
-    auto it = shard.map.find(name);
-    return it != shard.map.end() && limiter::refund(it->second.state, it->second.shape, release, cost, spent);
-  };
   bool any = false;
-  if (req.use_bucket && req.per_client_bucket) {
-    auto it = shards_[ia].clients.find(req.bucket.name);
-    any = it != shards_[ia].clients.end() &&
-          limiter::refund(it->second->entry.state, it->second->entry.shape, r.release, r.cost, r.spent);
-  } else if (req.use_bucket) {
-    any = refund_in(shards_[ia], req.bucket.name, r.release, r.cost, r.spent);
+  {
+    const std::size_t ia = shard_index(req.bucket.name);
+    const std::size_t ib = req.parent ? shard_index(req.parent->name) : ia;
+    ShardLocks locks(shards_[ia].mu, req.parent ? &shards_[ib].mu : nullptr, ia < ib);
+    // Found as they are now: a refund never reconciles parameters (the request's may be older).
+    auto refund_in = [](Shard& shard, std::string_view name, Micros release, Micros cost, double spent) {
+      auto it = shard.map.find(name);
+      return it != shard.map.end() && limiter::refund(it->second.state, it->second.shape, release, cost, spent);
+    };
+    if (req.use_bucket && req.per_client_bucket) {
+      auto it = shards_[ia].clients.find(req.bucket.name);
+      any = it != shards_[ia].clients.end() &&
+            limiter::refund(it->second->entry.state, it->second->entry.shape, r.release, r.cost, r.spent);
+    } else if (req.use_bucket) {
+      any = refund_in(shards_[ia], req.bucket.name, r.release, r.cost, r.spent);
+    }
+    if (req.parent)
+      any = refund_in(shards_[ib], req.parent->name, r.parent_release, r.parent_cost, r.parent_spent) || any;
   }
-  if (req.parent) any = refund_in(shards_[ib], req.parent->name, r.parent_release, r.parent_cost, r.parent_spent) || any;
+  if (req.share && r.share_release != 0) {
+    // The caller left: its waiting grant no longer counts against its share (bucket locks released
+    // first, so that shards are only ever taken in index order).
+    Shard& shard = shards_[shard_index(req.share->key)];
+    std::lock_guard lock(shard.mu);
+    if (auto it = shard.clients.find(req.share->key); it != shard.clients.end()) {
+      auto& holds = it->second->entry.holds;
+      if (auto h = std::find(holds.begin(), holds.end(), r.share_release); h != holds.end()) holds.erase(h);
+    }
+  }
   return any;
 }
 

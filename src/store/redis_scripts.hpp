@@ -14,7 +14,7 @@ namespace tollgate::store::scripts {
 // then 7 numbers per present bucket: interval, max_permits, cool_down, warm (0/1), threshold, cold_interval, slope,
 // then 3 per quota: period_us, limit, algorithm (0 fixed, 1 sliding).
 // Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound (0 bucket, 1 parent, 2 share, 3 quota),
-//          bound_quota, release1, cost1, spent1, release2, cost2, spent2,
+//          bound_quota (rejected) or the maxShare grant's release (granted), release1, cost1, spent1, release2, cost2, spent2,
 //          then per quota: admitted, used, remaining, retry_after_us, reset_us} (doubles as strings).
 inline constexpr const char* kAcquire = R"LUA(
 local SAT = 9007199254740992 -- 2^53: the largest whole number a Lua double holds exactly
@@ -267,22 +267,26 @@ for i = 1, nq do
   if x.q.sliding then ends = ends + x.q.period end
   redis.call('PEXPIRE', x.key, math.floor((ends - now) / 1000) + 1)
 end
+local share_release = 0
 if share_key then
-  local release = now + bd.wait
-  redis.call('ZADD', share_key, release, fmt(release))
+  share_release = now + bd.wait
+  redis.call('ZADD', share_key, share_release, fmt(share_release))
   redis.call('PEXPIRE', share_key, math.floor(bd.wait / 1000) + 1)
 end
-local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, 0, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
+local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, share_release, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
 for _, v in ipairs(qout) do table.insert(out, v) end
 return out
 )LUA";
 
-// KEYS[1], optional KEYS[2]; ARGV: release1, cost1, spent1, release2, cost2, spent2.
-// Gives a reservation back if it is still the newest one of its bucket. Returns how many buckets did.
+// KEYS: the request's bucket keys (ARGV[1] of them), then its maxShare key if it has one.
+// ARGV: number of bucket keys, then release, cost, spent per bucket, then the share member.
+// Gives each bucket's reservation back if it is still the newest one of that bucket, and drops the
+// caller's waiting grant from its maxShare set. Returns how many buckets were given back.
 inline constexpr const char* kRefund = R"LUA(
+local nb = tonumber(ARGV[1])
 local done = 0
-for i = 1, #KEYS do
-  local base = (i - 1) * 3
+for i = 1, nb do
+  local base = 1 + (i - 1) * 3
   local release, cost, spent = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
   local h = redis.call('HMGET', KEYS[i], 's', 'n', 'm')
   if h[1] and tonumber(h[2]) == release then
@@ -291,6 +295,7 @@ for i = 1, #KEYS do
     done = done + 1
   end
 end
+if #KEYS > nb then redis.call('ZREM', KEYS[nb + 1], ARGV[2 + nb * 3]) end
 return done
 )LUA";
 

@@ -721,9 +721,13 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
 
 std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res) {
   const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
-  std::vector<std::string> out{std::to_string((req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0))};
+  const int buckets = (req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0);
+  const bool share = req.share && res.share_release != 0;
+  std::vector<std::string> out{std::to_string(buckets + (share ? 1 : 0))};
   if (req.use_bucket) out.push_back(redis_key(prefix, tag, req.bucket.name));
   if (req.parent) out.push_back(redis_key(prefix, tag, req.parent->name));
+  if (share) out.push_back(redis_key(prefix, tag, req.share->key));
+  out.push_back(std::to_string(buckets));
   auto add = [&out](Micros release, Micros cost, double spent) {
     out.push_back(num(static_cast<double>(release)));
     out.push_back(num(static_cast<double>(cost)));
@@ -731,6 +735,7 @@ std::vector<std::string> refund_call(const AcquireRequest& req, const std::strin
   };
   if (req.use_bucket) add(res.release, res.cost, res.spent);
   if (req.parent) add(res.parent_release, res.parent_cost, res.parent_spent);
+  if (share) out.push_back(num(static_cast<double>(res.share_release)));
   return out;
 }
 
@@ -752,9 +757,10 @@ std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>&
     if (bound < 0 || bound > 3) return std::nullopt;
     out.bound = static_cast<Bound>(bound);
     out.parent_bound = out.bound == Bound::parent;
-    out.bound_quota = std::stoul(items[6]);
     out.reservation = {micros(items[7]), micros(items[8]), std::stod(items[9]),
                        micros(items[10]), micros(items[11]), std::stod(items[12])};
+    if (d.granted) out.reservation.share_release = micros(items[6]);
+    else out.bound_quota = std::stoul(items[6]);
     d.next_free = out.reservation.release;
     d.cost_us = out.reservation.cost;
     d.spent = out.reservation.spent;

@@ -209,6 +209,9 @@ TEST(Operate, AccessLogOneJsonLinePerRequest) {
     }
     if (j["outcome"] == "rejected") {
       EXPECT_EQ(j["status"], 429);
+      EXPECT_EQ(j["policy"], "/shopping/search");  // the policy that bound it
+    } else {
+      EXPECT_FALSE(j.contains("policy")) << line;
     }
   }
   EXPECT_EQ(lines, 9);

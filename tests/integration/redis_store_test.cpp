@@ -149,8 +149,9 @@ TEST_F(RedisScript, ReplaysQuotasSharesAndClientBucketsTheSameAsTheLocalStore) {
   bucket.burst = 2;
   channel.rate = 8;
   std::int64_t limits[] = {6, 12, 60};
-  int granted = 0, by_quota = 0, by_share = 0, by_bucket = 0;
-  for (int step = 0; step < 4000; ++step) {
+  int granted = 0, by_quota = 0, by_share = 0, by_bucket = 0, refunded = 0;
+  std::vector<std::pair<AcquireRequest, Reservation>> held;
+  for (int step = 0; step < 8000; ++step) {
     clock.advance(static_cast<Micros>(rng() % 100'000));
     if (rng() % 300 == 0) limits[rng() % 3] = 3 + static_cast<std::int64_t>(rng() % 40);  // an operator edit
     const int c = static_cast<int>(rng() % 3);
@@ -186,6 +187,16 @@ TEST_F(RedisScript, ReplaysQuotasSharesAndClientBucketsTheSameAsTheLocalStore) {
       ++granted;
       ASSERT_EQ(l.reservation.release, r.reservation.release);
       ASSERT_EQ(l.reservation.parent_release, r.reservation.parent_release);
+      ASSERT_EQ(l.reservation.share_release, r.reservation.share_release);
+      if (l.decision.wait_us > 0) held.push_back({req, l.reservation});
+      if (!held.empty() && rng() % 8 == 0) {  // a held caller leaves (often the newest): its slot and its share come back
+        const std::size_t pick = rng() % 2 ? held.size() - 1 : rng() % held.size();
+        auto [hreq, res] = held[pick];
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(pick));
+        const bool lb = local.give_back(hreq, res);
+        ASSERT_EQ(lb, give_back(hreq, res));
+        refunded += lb;
+      }
     } else {
       ASSERT_EQ(l.bound_quota, r.bound_quota);
       by_quota += l.bound == Bound::quota;
@@ -194,11 +205,13 @@ TEST_F(RedisScript, ReplaysQuotasSharesAndClientBucketsTheSameAsTheLocalStore) {
     }
   }
   // The sequence exercised every kind of outcome.
-  std::printf("granted %d, bound by quota %d, share %d, bucket %d\n", granted, by_quota, by_share, by_bucket);
+  std::printf("granted %d, bound by quota %d, share %d, bucket %d, refunded %d\n", granted, by_quota, by_share,
+              by_bucket, refunded);
   EXPECT_GT(granted, 1000);
   EXPECT_GT(by_quota, 100);
   EXPECT_GT(by_share, 20);
   EXPECT_GT(by_bucket, 100);
+  EXPECT_GT(refunded, 20);
 }
 
 TEST_F(RedisScript, QuotaKeysExpireWithTheirWindow) {

@@ -19,6 +19,7 @@ struct AccessRecord {
   std::string_view method;
   std::string_view path;
   std::string_view bucket;  // "" when no rule applied
+  std::string_view policy;  // the policy that bound a 429 ("" otherwise; not written then)
   const char* outcome = "";
   double wait_ms = 0;
   int status = 0;           // what the client got (0: nothing, the connection closed)

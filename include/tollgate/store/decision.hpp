@@ -61,6 +61,7 @@ struct Reservation {
   Micros parent_release = 0;
   Micros parent_cost = 0;
   double parent_spent = 0;
+  Micros share_release = 0;  // maxShare: the waiting grant recorded for the caller (0: none)
 };
 
 // ok: a decision (from the store, or from a local fallback: see `degraded`). unavailable_*: the

@@ -175,6 +175,24 @@ TEST(MaxShare, OneCallerCannotFillTheSharedWaitWindow) {
   EXPECT_TRUE(s.decide(req("heavy")).decision.granted);
 }
 
+TEST(MaxShare, ACallerWhoLeavesFreesItsShare) {
+  ManualClock clock;
+  LocalStore s(clock);
+  BucketParams p;
+  p.rate = 10;
+  p.burst = 1;
+  AcquireRequest r{{"/search", p}, {}, {}, 1.0, kSecond};
+  r.share = ShareRef{"s:1:heavy", 2};
+  s.decide(r);  // the stored permit
+  s.decide(r);
+  const auto last = s.decide(r);
+  ASSERT_GT(last.decision.wait_us, 0);
+  EXPECT_EQ(last.reservation.share_release, clock.now_us() + last.decision.wait_us);
+  EXPECT_FALSE(s.decide(r).decision.granted);  // two waiting: its share is used
+  EXPECT_TRUE(s.give_back(r, last.reservation));  // the last one's client hangs up
+  EXPECT_TRUE(s.decide(r).decision.granted);      // and the caller may queue one again
+}
+
 TEST(ClientTable, HundredThousandKeysStayWithinTheCap) {
   ManualClock clock;
   LocalStore s(clock, 10'000);
