@@ -14,6 +14,8 @@ cat <<MSG
 Try:
   curl -i http://127.0.0.1:8080/ibe/shopping/search          # 5/s, may wait up to 0.5 s
   for i in \$(seq 20); do curl -s -o /dev/null -w '%{http_code}\\n' http://127.0.0.1:8080/ibe/shopping/search & done; wait
+  for i in \$(seq 10); do curl -s http://127.0.0.1:8080/ibe/login -o /dev/null -w '%{http_code} ' & done; wait; echo  # per client: 2/s, 5/min
+  curl -i http://127.0.0.1:8080/ibe/login                      # a 429 naming its quota once they are used
   curl -s http://127.0.0.1:9901/admin/rules
   curl -s -X PUT -H "Authorization: Bearer $TOLLGATE_ADMIN_TOKEN" -d '{"enabled":false}' http://127.0.0.1:9901/admin/switch
   curl -s http://127.0.0.1:9901/metrics
