@@ -278,7 +278,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     c.limits.missing_key = get_string(l, "limits", "missing_key", c.limits.missing_key);
     if (c.limits.missing_key != "anonymous" && c.limits.missing_key != "reject")
       fail("limits.missing_key", "must be \"anonymous\" or \"reject\"");
-    c.limits.max_client_keys = get_uint(l, "limits", "max_client_keys", c.limits.max_client_keys, 64, 100'000'000);
+    c.limits.max_client_keys = get_uint(l, "limits", "max_client_keys", c.limits.max_client_keys, 512, 100'000'000);
     c.limits.source = get_string(l, "limits", "source", "file");
     if (c.limits.source != "file" && c.limits.source != "mysql")
       fail("limits.source", "must be \"file\" or \"mysql\" (got \"" + c.limits.source + "\")");
