@@ -32,8 +32,7 @@ class ShardLocks {
 }  // namespace
 
 LocalStore::LocalStore(const limiter::Clock& clock, std::size_t max_client_keys)
-    // At least 8 per shard: one request touches at most a few client entries of a shard, and
-    // none of them may be evicted while it is being decided.
+    // At least 8 entries per shard (a configured cap is at least 512).
     : clock_(clock), per_shard_cap_(std::max<std::size_t>(8, max_client_keys / kShards)) {}
 
 std::size_t LocalStore::shard_index(std::string_view key) const { return std::hash<std::string_view>{}(key) % kShards; }
@@ -82,16 +81,19 @@ LocalStore::Entry& LocalStore::slot(Shard& shard, std::string_view key, bool cli
     shard.lru.splice(shard.lru.begin(), shard.lru, it->second);  // most recently used
     return it->second->entry;
   }
-  while (shard.clients.size() >= per_shard_cap_) {  // oldest idle first
-    shard.clients.erase(shard.lru.back().key);
-    shard.lru.pop_back();
-  }
-  created = true;
+  created = true;  // the table is trimmed to its cap after the decision (see trim)
   shard.lru.push_front(ClientSlot{std::string(key), Entry{}});
   shard.clients.emplace(shard.lru.front().key, shard.lru.begin());
   Entry& e = shard.lru.front().entry;
   e.kind = kind;
   return e;
+}
+
+void LocalStore::trim(Shard& shard) const {
+  while (shard.clients.size() > per_shard_cap_) {  // oldest idle first
+    shard.clients.erase(shard.lru.back().key);
+    shard.lru.pop_back();
+  }
 }
 
 LocalStore::Entry& LocalStore::bucket_entry(const BucketRef& ref, bool client, Micros now) {
@@ -136,6 +138,11 @@ class MultiLock {
   }
   void add(std::size_t index) { idx_[n_++] = index; }
   bool full() const { return n_ == idx_.size(); }
+  // Calls f(shard) for every locked shard.
+  template <class Shards, class F>
+  void each(Shards& shards, F f) const {
+    for (std::size_t i = 0; i < held_; ++i) f(shards[locked_[i]]);
+  }
   void all() {
     for (std::size_t i = 0; i < idx_.size(); ++i) idx_[i] = i;
     n_ = idx_.size();
@@ -149,6 +156,7 @@ class MultiLock {
     for (auto it = idx_.begin(); it != end; ++it) {
       mus_[held_] = &shards[*it].mu;
       mus_[held_]->lock();
+      locked_[held_] = *it;
       ++held_;
       sweep(shards[*it]);
     }
@@ -157,6 +165,7 @@ class MultiLock {
  private:
   std::array<std::size_t, 64> idx_{};
   std::array<std::mutex*, 64> mus_{};
+  std::array<std::size_t, 64> locked_{};
   std::size_t n_ = 0, held_ = 0;
 };
 }  // namespace
@@ -177,6 +186,16 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   locks.lock(shards_, [now](Shard& sh) {
     if (sh.map.size() >= sh.sweep_at) sweep(sh, now);
   });
+  // Client tables go back to their cap when the decision is done (still under the locks): entries
+  // this request holds references to are never evicted while it uses them.
+  struct TrimOnExit {
+    const LocalStore& store;
+    MultiLock& locks;
+    std::array<Shard, kShards>& shards;
+    ~TrimOnExit() {
+      locks.each(shards, [this](Shard& sh) { store.trim(sh); });
+    }
+  } trim_on_exit{*this, locks, shards_};
 
   // Buckets: the rule's own (if any) and its channel's, on copies of their states.
   Entry* a = req.use_bucket ? &bucket_entry(req.bucket, req.per_client_bucket, now) : nullptr;

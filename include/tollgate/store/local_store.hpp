@@ -69,6 +69,7 @@ class LocalStore final : public BucketStore {
   // The entry for `ref`, created full or rescaled to changed params. The shard must be locked.
   Entry& entry(Shard& shard, const BucketRef& ref, Micros now);
   static void sweep(Shard& shard, Micros now);
+  void trim(Shard& shard) const;  // client table back to its cap, oldest idle first
   // The entry stored under `key`: in the shared map, or (client) in the capped LRU table.
   Entry& slot(Shard& shard, std::string_view key, bool client, Kind kind, bool& created);
   Entry& bucket_entry(const BucketRef& ref, bool client, Micros now);

@@ -218,6 +218,25 @@ TEST(ClientTable, AnEvictedKeyComesBackWithAtMostAFullAllowance) {
   EXPECT_EQ(admitted(s, q("victim"), 5), 0);
 }
 
+TEST(ClientTable, ARequestWithMoreKeysInOneShardThanItsCapIsDecidedWhole) {
+  // 12 client quotas whose keys all fall in one shard of a table with 8 entries per shard: every
+  // entry the decision uses stays alive until it is done (ASan checks), then the shard is trimmed.
+  ManualClock clock;
+  LocalStore s(clock, 512);
+  std::vector<QuotaRef> q;
+  const std::size_t shard = std::hash<std::string_view>{}("q:0:c") % 64;
+  for (int i = 0; q.size() < 12; ++i) {
+    std::string key = "q:" + std::to_string(i) + ":c";
+    if (std::hash<std::string_view>{}(key) % 64 == shard) q.push_back(quota(key, 2, 60));
+  }
+  const auto req = quotas_only(q);
+  // The first decision creates 12 counters, 8 survive the trim; the second finds those 8 at 1 and
+  // 4 new ones (evicted keys come back with a full allowance): admitted; then the 8 are at 2.
+  EXPECT_EQ(admitted(s, req, 3), 2);
+  EXPECT_LE(s.client_keys(), 8u);
+  EXPECT_EQ(s.decide(req).quotas.size(), 12u);
+}
+
 TEST(ClientTable, SharedStateIsNeverEvictedByClientKeys) {
   ManualClock clock;
   LocalStore s(clock, 64 * 8);
