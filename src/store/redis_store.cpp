@@ -517,6 +517,9 @@ StoreDecision RedisStore::fallback(const AcquireRequest& req, const std::string&
   AcquireRequest local = req;
   local.bucket.params = share(req.bucket.params);
   if (req.parent) local.parent = BucketRef{req.parent->name, share(req.parent->params)};
+  // Quotas likewise: limit / N per instance (at least 1), so the fleet stays near its quota.
+  for (QuotaRef& q : local.quotas)
+    q.params.limit = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(q.params.limit) / n));
   out = local_.decide(local);
   out.status = StoreStatus::ok;
   out.degraded = true;

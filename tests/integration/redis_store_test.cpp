@@ -1,8 +1,14 @@
 // The Redis script against the in-process store: one random sequence of decisions (rate changes,
 // channel pairs, warm-up, fractions, refunds) replayed against both must give the same answers,
 // double for double. Redis gets each step's time as the script's `now` override.
+#include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
+
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include <random>
 
@@ -262,6 +268,34 @@ TEST_F(RedisScript, UsesRedisTimeWithoutOverride) {
                                                  .count());
   EXPECT_NEAR(release, unix_us, 5e6);
   freeReplyObject(r);
+}
+
+// The `local` failure policy shares quotas like buckets: limitCount / N per instance.
+TEST(RedisFallback, LocalPolicyDividesQuotasByTheFleet) {
+  ManualClock clock(1'700'000'000'000'000);
+  RedisOptions o;
+  o.port = 1;  // never started: every decision takes the failure policy
+  o.failure_policy = FailurePolicy::local;
+  o.local_divisor = 2;
+  boost::asio::io_context ctx;
+  RedisStore store(o, {&ctx}, clock);
+  AcquireRequest req{{"/q", {}}, {}, "/q", 1.0, 0};
+  req.use_bucket = false;
+  req.quotas = {{"q:1:a", {60'000'000, 5, limiter::WindowAlgorithm::fixed}, false}};
+  int admitted = 0, degraded = 0;
+  boost::asio::co_spawn(
+      ctx,
+      [&]() -> boost::asio::awaitable<void> {
+        for (int i = 0; i < 5; ++i) {
+          const StoreDecision d = co_await store.try_acquire(req);
+          admitted += d.decision.granted ? 1 : 0;
+          degraded += d.degraded ? 1 : 0;
+        }
+      },
+      boost::asio::detached);
+  ctx.run();
+  EXPECT_EQ(degraded, 5);
+  EXPECT_EQ(admitted, 2);  // 5 / 2 per instance
 }
 
 }  // namespace
