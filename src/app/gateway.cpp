@@ -19,6 +19,7 @@
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/limiter/clock.hpp"
 #include "tollgate/proxy/access_log.hpp"
+#include "tollgate/proxy/client_key.hpp"
 #include "tollgate/proxy/proxy_server.hpp"
 #include "tollgate/store/local_store.hpp"
 #include "tollgate/store/redis_store.hpp"
@@ -51,6 +52,7 @@ struct Gateway::Impl {
   std::unique_ptr<net::signal_set> signals;  // created before "ready": no signal is lost or fatal
 
   explicit Impl(config::GatewayConfig c) : cfg(std::move(c)), switch_state(cfg.limits.switch_mode, "file") {
+    (void)proxy::trusted_proxies_from(cfg.proxy.trusted_proxies);  // checked here too, so --check sees it
     // The file's rules: the configuration itself (file source) or the fallback (MySQL source).
     // Either way they are checked strictly: a bad file stops the start with the reason.
     config::LoadResult from_file = config::FileSource::from_rows(cfg.limits.rows, cfg.limits.switch_mode);

@@ -65,6 +65,13 @@ std::optional<std::string> TrustedProxies::add(std::string_view cidr) {
   return std::nullopt;
 }
 
+TrustedProxies trusted_proxies_from(const std::vector<std::string>& networks) {
+  TrustedProxies t;
+  for (std::size_t i = 0; i < networks.size(); ++i)
+    if (auto why = t.add(networks[i])) throw config::ConfigError("proxy.trusted_proxies[" + std::to_string(i) + "]: " + *why);
+  return t;
+}
+
 bool TrustedProxies::contains(std::string_view address) const {
   if (nets_.empty()) return false;
   auto a = parse(address);

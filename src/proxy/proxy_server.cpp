@@ -214,9 +214,7 @@ struct ProxyServer::Impl {
 
   Impl(std::vector<net::io_context*> ctxs, ProxyDeps d) : deps(d), limits(d.config.proxy) {
     for (auto* c : ctxs) workers.push_back(Worker{c, nullptr, {}, {}, false});
-    for (std::size_t i = 0; i < limits.trusted_proxies.size(); ++i)
-      if (auto why = trusted.add(limits.trusted_proxies[i]))
-        throw config::ConfigError("proxy.trusted_proxies[" + std::to_string(i) + "]: " + *why);
+    trusted = trusted_proxies_from(limits.trusted_proxies);
     missing_key = d.config.limits.missing_key == "reject" ? MissingKey::reject : MissingKey::anonymous;
   }
 

@@ -167,5 +167,14 @@ TEST_F(QuotaE2E, ABadQuotaIsRejectedByName) {
             std::string::npos) << gw.proc->output();
 }
 
+TEST_F(QuotaE2E, ABadTrustedProxyIsRefusedByName) {
+  json c = base_config(upstream.port);
+  c["proxy"]["trusted_proxies"] = {"10.0.0.0/8", "10.0.0.0/33"};
+  GatewayProcess gw(c);
+  EXPECT_LT(gw.port, 0);
+  EXPECT_NE(gw.proc->output().find("proxy.trusted_proxies[1]: '10.0.0.0/33' has an invalid prefix length (0-32)"),
+            std::string::npos) << gw.proc->output();
+}
+
 }  // namespace
 }  // namespace tollgate::testing

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tollgate/config/gateway_config.hpp"
 #include "tollgate/config/rule.hpp"
 
 namespace tollgate::proxy {
@@ -28,6 +29,9 @@ class TrustedProxies {
   };
   std::vector<Net> nets_;
 };
+
+// proxy.trusted_proxies as a set; throws config::ConfigError naming the entry at fault.
+TrustedProxies trusted_proxies_from(const std::vector<std::string>& networks);
 
 // The canonical text of an address (IPv4-mapped IPv6 as IPv4), or nullopt when it is none.
 std::optional<std::string> canonical_address(std::string_view text);
