@@ -146,18 +146,21 @@ TEST(PerClientBucket, EachKeyHasItsOwnBucket) {
   EXPECT_EQ(s.client_keys(), 2u);
 }
 
-TEST(MaxShare, OneCallerCannotFillTheSharedWaitWindow) {
-  ManualClock clock;
-  LocalStore s(clock);
+// A 10/s bucket with one stored permit and a 1 s wait window (10 queued permits), for `client`
+// allowed `max_held` waiting grants (maxShare 0.3 of that window: 3).
+AcquireRequest shared_search(const std::string& client, std::int64_t max_held) {
   BucketParams p;
   p.rate = 10;
   p.burst = 1;
-  // Wait window 1 s = 10 queued permits; maxShare 0.3: at most 3 waiting grants per client.
-  auto req = [&](const std::string& client) {
-    AcquireRequest r{{"/search", p}, {}, {}, 1.0, kSecond};
-    r.share = ShareRef{"s:1:" + client, 3};
-    return r;
-  };
+  AcquireRequest r{{"/search", p}, {}, {}, 1.0, kSecond};
+  r.share = ShareRef{"s:1:" + client, max_held};
+  return r;
+}
+
+TEST(MaxShare, OneCallerCannotFillTheSharedWaitWindow) {
+  ManualClock clock;
+  LocalStore s(clock);
+  auto req = [](const std::string& client) { return shared_search(client, 3); };
   EXPECT_EQ(s.decide(req("heavy")).decision.wait_us, 0);  // the stored permit: not held
   for (int i = 0; i < 3; ++i) EXPECT_GT(s.decide(req("heavy")).decision.wait_us, 0);
   const auto refused = s.decide(req("heavy"));
@@ -176,11 +179,7 @@ TEST(MaxShare, OneCallerCannotFillTheSharedWaitWindow) {
 TEST(MaxShare, ACallerWhoLeavesFreesItsShare) {
   ManualClock clock;
   LocalStore s(clock);
-  BucketParams p;
-  p.rate = 10;
-  p.burst = 1;
-  AcquireRequest r{{"/search", p}, {}, {}, 1.0, kSecond};
-  r.share = ShareRef{"s:1:heavy", 2};
+  const AcquireRequest r = shared_search("heavy", 2);
   s.decide(r);  // the stored permit
   s.decide(r);
   const auto last = s.decide(r);
