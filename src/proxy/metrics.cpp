@@ -91,7 +91,13 @@ T& cached(const Metrics* self, std::mutex& mu, Map& map, std::string_view name) 
 
 BucketMetrics& Metrics::bucket(std::string_view name) { return cached<BucketMetrics>(this, mu_, buckets_, name); }
 
-PolicyMetrics& Metrics::policy(std::string_view name) { return cached<PolicyMetrics>(this, mu_, policies_, name); }
+// Keyed "<rule>\x1f<policy>": neither a bucket name nor a policy name holds a control character.
+PolicyMetrics& Metrics::policy(std::string_view rule, std::string_view policy) {
+  std::string key;
+  key.reserve(rule.size() + 1 + policy.size());
+  key.append(rule).append(1, '\x1f').append(policy);
+  return cached<PolicyMetrics>(this, mu_, policies_, key);
+}
 
 UpstreamMetrics& Metrics::upstream(std::string_view name) { return cached<UpstreamMetrics>(this, mu_, upstreams_, name); }
 
@@ -144,17 +150,23 @@ std::string Metrics::render() const {
   out += "# HELP tollgate_bucket_wait_seconds Time requests were held before being forwarded.\n"
          "# TYPE tollgate_bucket_wait_seconds histogram\n";
   for (const auto& [name, b] : buckets_) b->wait.render(out, "tollgate_bucket_wait_seconds", "bucket=\"" + label_value(name) + "\"");
-  out += "# HELP tollgate_policy_checks_total Checks of one policy (bucket, channel, quota, maxShare) by result.\n"
+  out += "# HELP tollgate_policy_checks_total Quota checks by rule, policy and result.\n"
          "# TYPE tollgate_policy_checks_total counter\n";
-  for (const auto& [name, p] : policies_) {
-    const std::string l = "tollgate_policy_checks_total{policy=\"" + label_value(name) + "\",result=\"";
+  auto labels = [](const std::string& key) {
+    const auto sep = key.find('\x1f');
+    return "rule=\"" + label_value(std::string_view(key).substr(0, sep)) + "\",policy=\"" +
+           label_value(std::string_view(key).substr(sep + 1)) + "\"";
+  };
+  for (const auto& [key, p] : policies_) {
+    if (p->passed.load() + p->failed.load() == 0) continue;  // never checked on its own (a bucket)
+    const std::string l = "tollgate_policy_checks_total{" + labels(key) + ",result=\"";
     out += l + "passed\"} " + std::to_string(p->passed.load()) + "\n";
     out += l + "failed\"} " + std::to_string(p->failed.load()) + "\n";
   }
-  out += "# HELP tollgate_policy_rejections_total 429s by the policy that bound them.\n"
+  out += "# HELP tollgate_policy_rejections_total 429s by the rule and policy that bound them.\n"
          "# TYPE tollgate_policy_rejections_total counter\n";
-  for (const auto& [name, p] : policies_)
-    out += "tollgate_policy_rejections_total{policy=\"" + label_value(name) + "\"} " + std::to_string(p->bound.load()) + "\n";
+  for (const auto& [key, p] : policies_)
+    out += "tollgate_policy_rejections_total{" + labels(key) + "} " + std::to_string(p->bound.load()) + "\n";
   out += "# HELP tollgate_upstream_response_seconds Request sent to response header received, by upstream.\n"
          "# TYPE tollgate_upstream_response_seconds histogram\n";
   for (const auto& [name, u] : upstreams_)

@@ -590,7 +590,7 @@ struct ProxyServer::Impl {
         } else {
           if (sd.degraded) deps.metrics.store_degraded.fetch_add(1, std::memory_order_relaxed);
           for (std::size_t i = 0; i < sd.quotas.size(); ++i) {
-            PolicyMetrics& pm = deps.metrics.policy(quota_at(*rule, channel, i).name);
+            PolicyMetrics& pm = deps.metrics.policy(quota_owner(*rule, channel, i).bucket, quota_at(*rule, channel, i).name);
             (sd.quotas[i].admitted ? pm.passed : pm.failed).fetch_add(1, std::memory_order_relaxed);
           }
           if (shadow) {
@@ -616,7 +616,7 @@ struct ProxyServer::Impl {
             if (capped && (sd.bound == store::Bound::bucket || sd.bound == store::Bound::parent))
               bm.cap_rejections.fetch_add(1, std::memory_order_relaxed);
             const std::string bound = bound_policy(*rule, channel, sd);
-            deps.metrics.policy(bound).bound.fetch_add(1, std::memory_order_relaxed);
+            deps.metrics.policy(bound_owner(*rule, channel, sd).bucket, bound).bound.fetch_add(1, std::memory_order_relaxed);
             if (access.log) access.policy = bound;
             count(Outcome::rejected);
             rec.status = 429;

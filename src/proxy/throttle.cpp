@@ -42,6 +42,18 @@ const config::Quota& quota_at(const config::Rule& rule, const config::Rule* chan
   return i < rule.quotas.size() ? rule.quotas[i] : channel->quotas.at(i - rule.quotas.size());
 }
 
+const config::Rule& quota_owner(const config::Rule& rule, const config::Rule* channel, std::size_t i) {
+  return i < rule.quotas.size() || channel == nullptr ? rule : *channel;
+}
+
+const config::Rule& bound_owner(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd) {
+  switch (sd.bound) {
+    case store::Bound::parent: return channel ? *channel : rule;
+    case store::Bound::quota: return quota_owner(rule, channel, sd.bound_quota);
+    default: return rule;
+  }
+}
+
 std::string bound_policy(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd) {
   switch (sd.bound) {
     case store::Bound::bucket: return rule.bucket;
@@ -114,7 +126,7 @@ std::string rejection_body(const config::Rule& rule, const config::Rule* channel
       break;
     case store::Bound::quota: {
       const config::Quota& q = quota_at(rule, channel, sd.bound_quota);
-      const config::Rule& qowner = sd.bound_quota < rule.quotas.size() || !channel ? rule : *channel;
+      const config::Rule& qowner = quota_owner(rule, channel, sd.bound_quota);
       j["kind"] = "quota";
       j["bucket"] = qowner.bucket;
       j["configId"] = qowner.config_id;

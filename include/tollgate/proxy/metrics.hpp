@@ -80,7 +80,8 @@ struct Metrics {
   // and the config). Lookups go through a small per-thread cache.
   BucketMetrics& bucket(std::string_view name);
   UpstreamMetrics& upstream(std::string_view name);
-  PolicyMetrics& policy(std::string_view name);
+  // The series of one policy of one rule (label values from the rules: bounded).
+  PolicyMetrics& policy(std::string_view rule, std::string_view policy);
 
   // Prometheus text exposition.
   std::string render() const;

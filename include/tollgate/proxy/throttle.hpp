@@ -29,6 +29,9 @@ std::string rejection_body(const config::Rule& rule, const limiter::Decision& d)
 // A request's checks are its rule's (bucket, quotas, maxShare) and its channel's (bucket, quotas);
 // the store answers quotas in that order: the rule's first, then the channel's. `channel` may be null.
 const config::Quota& quota_at(const config::Rule& rule, const config::Rule* channel, std::size_t i);
+// The rule a quota (by the same index) or a decision's binding policy belongs to.
+const config::Rule& quota_owner(const config::Rule& rule, const config::Rule* channel, std::size_t i);
+const config::Rule& bound_owner(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd);
 
 // The name of the policy that bound a decision: a bucket, "channel:<type>", "<bucket>#q<id>" or
 // "<bucket>#maxShare".
