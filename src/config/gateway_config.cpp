@@ -30,6 +30,21 @@ std::string get_string(const json& obj, const std::string& path, const char* key
   return v.get<std::string>();
 }
 
+// A string that must be one of `choices`: `"a"`, `"b"` or `"c"`.
+std::string get_choice(const json& obj, const std::string& path, const char* key, std::string def,
+                       std::initializer_list<const char*> choices) {
+  std::string v = get_string(obj, path, key, std::move(def));
+  std::string list;
+  std::size_t i = 0;
+  for (const char* c : choices) {
+    if (v == c) return v;
+    if (i > 0) list += i + 1 == choices.size() ? " or " : ", ";
+    list.append("\"").append(c).append("\"");
+    ++i;
+  }
+  fail(join(path, key), "must be " + list + " (got \"" + v + "\")");
+}
+
 std::uint64_t get_uint(const json& obj, const std::string& path, const char* key, std::uint64_t def,
                        std::uint64_t min, std::uint64_t max) {
   if (!obj.contains(key)) return def;
@@ -275,13 +290,9 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   if (doc.contains("limits")) {
     const json& l = doc["limits"];
     check_keys(l, "limits", {"source", "store", "switch", "rules", "mysql", "redis", "missing_key", "max_client_keys"});
-    c.limits.missing_key = get_string(l, "limits", "missing_key", c.limits.missing_key);
-    if (c.limits.missing_key != "anonymous" && c.limits.missing_key != "reject")
-      fail("limits.missing_key", "must be \"anonymous\" or \"reject\"");
+    c.limits.missing_key = get_choice(l, "limits", "missing_key", c.limits.missing_key, {"anonymous", "reject"});
     c.limits.max_client_keys = get_uint(l, "limits", "max_client_keys", c.limits.max_client_keys, 512, 100'000'000);
-    c.limits.source = get_string(l, "limits", "source", "file");
-    if (c.limits.source != "file" && c.limits.source != "mysql")
-      fail("limits.source", "must be \"file\" or \"mysql\" (got \"" + c.limits.source + "\")");
+    c.limits.source = get_choice(l, "limits", "source", "file", {"file", "mysql"});
     if (c.limits.source == "mysql" && !l.contains("mysql")) fail("limits.mysql", "is required when source is \"mysql\"");
     if (l.contains("mysql")) {
       const json& m = l["mysql"];
@@ -305,9 +316,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
       if (!my.password_env.empty())
         if (const char* pw = std::getenv(my.password_env.c_str())) my.password = pw;
     }
-    c.limits.store = get_string(l, "limits", "store", "local");
-    if (c.limits.store != "local" && c.limits.store != "redis")
-      fail("limits.store", "must be \"local\" or \"redis\" (got \"" + c.limits.store + "\")");
+    c.limits.store = get_choice(l, "limits", "store", "local", {"local", "redis"});
     if (c.limits.store == "redis" && !l.contains("redis")) fail("limits.redis", "is required when store is \"redis\"");
     if (l.contains("redis")) {
       const json& r = l["redis"];
@@ -324,9 +333,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
           static_cast<std::uint32_t>(get_uint(r, path, "decision_timeout_ms", rc.decision_timeout_ms, 1, 60'000));
       rc.connect_timeout_ms =
           static_cast<std::uint32_t>(get_uint(r, path, "connect_timeout_ms", rc.connect_timeout_ms, 10, 60'000));
-      rc.failure_policy = get_string(r, path, "failure_policy", rc.failure_policy);
-      if (rc.failure_policy != "fail_open" && rc.failure_policy != "fail_closed" && rc.failure_policy != "local")
-        fail(path + ".failure_policy", "must be \"fail_open\", \"fail_closed\" or \"local\"");
+      rc.failure_policy = get_choice(r, path, "failure_policy", rc.failure_policy, {"fail_open", "fail_closed", "local"});
       rc.local_divisor = static_cast<unsigned>(get_uint(r, path, "local_divisor", 0, 0, 10'000));
       rc.heartbeat_ms = static_cast<std::uint32_t>(get_uint(r, path, "heartbeat_ms", rc.heartbeat_ms, 100, 60'000));
       if (rc.host.empty()) fail(path + ".host", "must not be empty");
