@@ -48,24 +48,6 @@ void LocalStore::sweep(Shard& shard, Micros now) {
   shard.sweep_at = std::max<std::size_t>(1024, shard.map.size() * 2);
 }
 
-LocalStore::Entry& LocalStore::entry(Shard& shard, const BucketRef& ref, Micros now) {
-  auto it = shard.map.find(ref.name);
-  if (it == shard.map.end()) {
-    const limiter::Shape shape = limiter::shape_of(ref.params);
-    return shard.map.emplace(std::string(ref.name), Entry{Kind::bucket, limiter::full_state(shape, now), ref.params, shape, {}, {}, {}})
-        .first->second;
-  }
-  Entry& e = it->second;
-  if (!(e.params == ref.params)) {
-    // The rule changed (a new rate): keep the state, rescaled as Guava's setRate does.
-    const limiter::Shape shape = limiter::shape_of(ref.params);
-    limiter::rescale(e.state, e.shape, shape, now);
-    e.params = ref.params;
-    e.shape = shape;
-  }
-  return e;
-}
-
 LocalStore::Entry& LocalStore::slot(Shard& shard, std::string_view key, bool client, Kind kind, bool& created) {
   created = false;
   if (!client) {
@@ -96,22 +78,30 @@ void LocalStore::trim(Shard& shard) const {
   }
 }
 
-LocalStore::Entry& LocalStore::bucket_entry(const BucketRef& ref, bool client, Micros now) {
-  Shard& shard = shards_[shard_index(ref.name)];
-  if (!client) return entry(shard, ref, now);
+LocalStore::Entry& LocalStore::bucket_entry(Shard& shard, const BucketRef& ref, bool client, Micros now) {
   bool created = false;
-  Entry& e = slot(shard, ref.name, true, Kind::bucket, created);
+  Entry& e = slot(shard, ref.name, client, Kind::bucket, created);
   if (created) {
     e.params = ref.params;
     e.shape = limiter::shape_of(ref.params);
     e.state = limiter::full_state(e.shape, now);
   } else if (!(e.params == ref.params)) {
+    // The rule changed (a new rate): keep the state, rescaled as Guava's setRate does.
     const limiter::Shape shape = limiter::shape_of(ref.params);
     limiter::rescale(e.state, e.shape, shape, now);
     e.params = ref.params;
     e.shape = shape;
   }
   return e;
+}
+
+LocalStore::Entry* LocalStore::find(Shard& shard, std::string_view key, bool client) {
+  if (!client) {
+    auto it = shard.map.find(key);
+    return it == shard.map.end() ? nullptr : &it->second;
+  }
+  auto it = shard.clients.find(key);
+  return it == shard.clients.end() ? nullptr : &it->second->entry;
 }
 
 LocalStore::Entry& LocalStore::window_entry(const QuotaRef& q, Micros now) {
@@ -198,8 +188,10 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   } trim_on_exit{*this, locks, shards_};
 
   // Buckets: the rule's own (if any) and its channel's, on copies of their states.
-  Entry* a = req.use_bucket ? &bucket_entry(req.bucket, req.per_client_bucket, now) : nullptr;
-  Entry* b = req.parent ? &bucket_entry(*req.parent, false, now) : nullptr;
+  Entry* a = req.use_bucket
+                 ? &bucket_entry(shards_[shard_index(req.bucket.name)], req.bucket, req.per_client_bucket, now)
+                 : nullptr;
+  Entry* b = req.parent ? &bucket_entry(shards_[shard_index(req.parent->name)], *req.parent, false, now) : nullptr;
   limiter::BucketState sa = a ? a->state : limiter::BucketState{};
   limiter::BucketState sb = b ? b->state : limiter::BucketState{};
   limiter::Decision bd;
@@ -307,7 +299,7 @@ StoreDecision LocalStore::decide(const AcquireRequest& req) {
     Shard& shard = shards_[ia];
     std::lock_guard lock(shard.mu);
     if (shard.map.size() >= shard.sweep_at) sweep(shard, now);
-    Entry& e = entry(shard, req.bucket, now);
+    Entry& e = bucket_entry(shard, req.bucket, false, now);
     out.decision = limiter::try_acquire(e.state, e.shape, e.params.mode, req.permits, req.timeout_us, now);
     out.max_permits = e.shape.max_permits;
     out.reservation = {out.decision.next_free, out.decision.cost_us, out.decision.spent, 0, 0, 0};
@@ -318,8 +310,8 @@ StoreDecision LocalStore::decide(const AcquireRequest& req) {
   // Sweep first: a sweep while creating the second entry could remove the first (rested) one.
   for (Shard* sh : {&shards_[ia], &shards_[ib]})
     if (sh->map.size() >= sh->sweep_at) sweep(*sh, now);
-  Entry& a = entry(shards_[ia], req.bucket, now);
-  Entry& b = entry(shards_[ib], *req.parent, now);
+  Entry& a = bucket_entry(shards_[ia], req.bucket, false, now);
+  Entry& b = bucket_entry(shards_[ib], *req.parent, false, now);
   const limiter::PairDecision pd =
       limiter::try_acquire_pair(a.state, a.shape, b.state, b.shape, a.params.mode, req.permits, req.timeout_us, now);
   out.decision = pd.combined;
@@ -337,28 +329,22 @@ bool LocalStore::give_back(const AcquireRequest& req, const Reservation& r) {
     const std::size_t ib = req.parent ? shard_index(req.parent->name) : ia;
     ShardLocks locks(shards_[ia].mu, req.parent ? &shards_[ib].mu : nullptr, ia < ib);
     // Found as they are now: a refund never reconciles parameters (the request's may be older).
-    auto refund_in = [](Shard& shard, std::string_view name, Micros release, Micros cost, double spent) {
-      auto it = shard.map.find(name);
-      return it != shard.map.end() && limiter::refund(it->second.state, it->second.shape, release, cost, spent);
-    };
-    if (req.use_bucket && req.per_client_bucket) {
-      auto it = shards_[ia].clients.find(req.bucket.name);
-      any = it != shards_[ia].clients.end() &&
-            limiter::refund(it->second->entry.state, it->second->entry.shape, r.release, r.cost, r.spent);
-    } else if (req.use_bucket) {
-      any = refund_in(shards_[ia], req.bucket.name, r.release, r.cost, r.spent);
+    if (req.use_bucket) {
+      Entry* e = find(shards_[ia], req.bucket.name, req.per_client_bucket);
+      any = e != nullptr && limiter::refund(e->state, e->shape, r.release, r.cost, r.spent);
     }
-    if (req.parent)
-      any = refund_in(shards_[ib], req.parent->name, r.parent_release, r.parent_cost, r.parent_spent) || any;
+    if (req.parent) {
+      Entry* e = find(shards_[ib], req.parent->name, false);
+      any = (e != nullptr && limiter::refund(e->state, e->shape, r.parent_release, r.parent_cost, r.parent_spent)) || any;
+    }
   }
   if (req.share && r.share_release != 0) {
     // The caller left: its waiting grant no longer counts against its share (bucket locks released
     // first, so that shards are only ever taken in index order).
     Shard& shard = shards_[shard_index(req.share->key)];
     std::lock_guard lock(shard.mu);
-    if (auto it = shard.clients.find(req.share->key); it != shard.clients.end()) {
-      auto& holds = it->second->entry.holds;
-      if (auto h = std::find(holds.begin(), holds.end(), r.share_release); h != holds.end()) holds.erase(h);
+    if (Entry* e = find(shard, req.share->key, true)) {
+      if (auto h = std::find(e->holds.begin(), e->holds.end(), r.share_release); h != e->holds.end()) e->holds.erase(h);
     }
   }
   return any;

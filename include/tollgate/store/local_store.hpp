@@ -66,13 +66,15 @@ class LocalStore final : public BucketStore {
   static constexpr std::size_t kShards = 64;
 
   std::size_t shard_index(std::string_view key) const;
-  // The entry for `ref`, created full or rescaled to changed params. The shard must be locked.
-  Entry& entry(Shard& shard, const BucketRef& ref, Micros now);
+  // The bucket entry for `ref` (shared, or in the client table), created full or rescaled to
+  // changed params. The shard must be locked.
+  Entry& bucket_entry(Shard& shard, const BucketRef& ref, bool client, Micros now);
+  // The entry under `key` without touching LRU order, or null. The shard must be locked.
+  static Entry* find(Shard& shard, std::string_view key, bool client);
   static void sweep(Shard& shard, Micros now);
   void trim(Shard& shard) const;  // client table back to its cap, oldest idle first
   // The entry stored under `key`: in the shared map, or (client) in the capped LRU table.
   Entry& slot(Shard& shard, std::string_view key, bool client, Kind kind, bool& created);
-  Entry& bucket_entry(const BucketRef& ref, bool client, Micros now);
   Entry& window_entry(const QuotaRef& q, Micros now);
   StoreDecision decide_all(const AcquireRequest& req);
   bool simple(const AcquireRequest& req) const {
