@@ -18,24 +18,16 @@ long long ceil_seconds(limiter::Micros us) {
 
 using config::sf_string;
 
-std::string ratelimit_policy_header(const config::Rule& rule, double max_permits) {
-  return config::ratelimit_policy(rule.bucket, rule.rate_limit, max_permits);
+namespace {
+// One RateLimit item: "<name>";r=<whole requests left>;t=<seconds, rounded up>
+std::string rl_item(std::string_view name, double remaining, limiter::Micros t_us) {
+  const long long r = remaining >= 1 ? static_cast<long long>(std::floor(remaining)) : 0;
+  return sf_string(name) + ";r=" + std::to_string(r) + ";t=" + std::to_string(ceil_seconds(t_us));
 }
+}  // namespace
 
 std::string ratelimit_header(const config::Rule& rule, const limiter::Decision& d) {
-  const long long remaining = d.granted || d.remaining >= 1 ? static_cast<long long>(std::floor(d.remaining)) : 0;
-  const long long t = d.granted ? 0 : ceil_seconds(d.retry_after_us);
-  return sf_string(rule.bucket) + ";r=" + std::to_string(remaining) + ";t=" + std::to_string(t);
-}
-
-std::string rejection_body(const config::Rule& rule, const limiter::Decision& d) {
-  nlohmann::json j = {{"error", "rate_limited"},
-                      {"bucket", rule.bucket},
-                      {"configId", rule.config_id},
-                      {"rate_limit_per_s", rule.rate_limit},
-                      {"wait_window_ms", static_cast<long long>(rule.cache_s * 1000)},
-                      {"retry_after_ms", (d.retry_after_us + 999) / 1000}};
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return rl_item(rule.bucket, d.remaining, d.granted ? 0 : d.retry_after_us);
 }
 
 const config::Quota& quota_at(const config::Rule& rule, const config::Rule* channel, std::size_t i) {
@@ -63,13 +55,6 @@ std::string bound_policy(const config::Rule& rule, const config::Rule* channel, 
   }
   return rule.bucket;
 }
-
-namespace {
-std::string rl_item(std::string_view name, double remaining, limiter::Micros t_us) {
-  const long long r = remaining >= 1 ? static_cast<long long>(std::floor(remaining)) : 0;
-  return sf_string(name) + ";r=" + std::to_string(r) + ";t=" + std::to_string(ceil_seconds(t_us));
-}
-}  // namespace
 
 std::string ratelimit_header(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd) {
   const limiter::Decision& d = sd.decision;

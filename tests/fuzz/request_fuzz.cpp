@@ -44,11 +44,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto& req = parser.get();
   const std::string_view path = tollgate::proxy::path_of(req.target());
   const tollgate::config::Rule* rule = rules()->match(path);
-  tollgate::limiter::Decision d;
-  d.retry_after_us = static_cast<std::int64_t>(size) * 1000;
+  tollgate::store::StoreDecision sd;
+  sd.decision.retry_after_us = static_cast<std::int64_t>(size) * 1000;
   if (rule) {
-    (void)tollgate::proxy::rejection_body(*rule, d);
-    (void)tollgate::proxy::ratelimit_header(*rule, d);
+    (void)tollgate::proxy::rejection_body(*rule, nullptr, sd);
+    (void)tollgate::proxy::ratelimit_header(*rule, nullptr, sd);
   }
   static const tollgate::proxy::TrustedProxies trusted = [] {
     tollgate::proxy::TrustedProxies t;

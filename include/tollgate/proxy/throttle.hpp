@@ -17,14 +17,10 @@ std::string_view path_of(std::string_view target);
 // Whole seconds, rounded up (Retry-After); at least 1 for any positive wait.
 long long ceil_seconds(limiter::Micros us);
 
-// draft-ietf-httpapi-ratelimit-headers (structured fields):
-//   RateLimit-Policy: "<bucket>";q=<rateLimit>;w=1;burst=<maxPermits>
-//   RateLimit: "<bucket>";r=<whole permits left>;t=<seconds until the next permit is free>
-std::string ratelimit_policy_header(const config::Rule& rule, double max_permits);
+// draft-ietf-httpapi-ratelimit-headers (structured fields; RateLimit-Policy is made once per rule,
+// config::ratelimit_policy): RateLimit of one bucket: "<bucket>";r=<whole permits left>;t=<seconds
+// until the request would be admitted>
 std::string ratelimit_header(const config::Rule& rule, const limiter::Decision& d);
-
-// JSON body of a 429: {"error":"rate_limited","bucket":...,"retry_after_ms":...,...}
-std::string rejection_body(const config::Rule& rule, const limiter::Decision& d);
 
 // A request's checks are its rule's (bucket, quotas, maxShare) and its channel's (bucket, quotas);
 // the store answers quotas in that order: the rule's first, then the channel's. `channel` may be null.

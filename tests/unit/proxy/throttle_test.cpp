@@ -32,7 +32,7 @@ TEST(Throttle, RateLimitHeaders) {
   rejected.granted = false;
   rejected.retry_after_us = 100000;
   rejected.remaining = 0.4;
-  EXPECT_EQ(ratelimit_policy_header(rule(), 5), "\"/shopping/search\";q=5;w=1;burst=5");
+  EXPECT_EQ(config::ratelimit_policy(rule().bucket, rule().rate_limit, 5), "\"/shopping/search\";q=5;w=1;burst=5");
   EXPECT_EQ(ratelimit_header(rule(), rejected), "\"/shopping/search\";r=0;t=1");
   limiter::Decision ok;
   ok.granted = true;
@@ -41,9 +41,9 @@ TEST(Throttle, RateLimitHeaders) {
 }
 
 TEST(Throttle, RejectionBodyNamesTheBucket) {
-  limiter::Decision d;
-  d.retry_after_us = 100001;
-  const auto j = nlohmann::json::parse(rejection_body(rule(), d));
+  store::StoreDecision sd;  // bound by the rule's bucket
+  sd.decision.retry_after_us = 100001;
+  const auto j = nlohmann::json::parse(rejection_body(rule(), nullptr, sd));
   EXPECT_EQ(j["error"], "rate_limited");
   EXPECT_EQ(j["bucket"], "/shopping/search");
   EXPECT_EQ(j["retry_after_ms"], 101);
