@@ -220,19 +220,15 @@ struct ProxyServer::Impl {
 
   // Per-client parts of a request's checks (issue 7): keyed bucket, quotas, maxShare. Returns an
   // error detail when the request cannot be keyed (a keyBy header missing or too long): 400.
-  struct ClientKeys {
-    std::string address;  // resolved once, when a spec needs it
-    bool resolved = false;
-  };
   std::optional<std::string> add_client_checks(store::AcquireRequest& areq, std::string& bucket_key,
                                                const config::Rule& rule, const config::Rule* channel,
                                                const http::request<http::string_body>& req, std::string_view path,
                                                const std::string& peer) {
-    ClientKeys ck;
+    std::optional<std::string> address;  // the client's, resolved once when a spec needs it
     std::string key;
     auto derive = [&](const config::KeySpec& spec) -> std::optional<std::string> {
       using Kind = config::KeySpec::Kind;
-      if ((spec.kind == Kind::client_ip || spec.kind == Kind::client_ip_path) && !ck.resolved) {
+      if ((spec.kind == Kind::client_ip || spec.kind == Kind::client_ip_path) && !address) {
         std::string xff;
         if (!trusted.empty()) {
           for (auto [it, end] = req.equal_range("X-Forwarded-For"); it != end; ++it) {
@@ -240,15 +236,14 @@ struct ProxyServer::Impl {
             xff.append(it->value().data(), it->value().size());
           }
         }
-        ck.address = client_address(peer, xff, trusted);
-        ck.resolved = true;
+        address = client_address(peer, xff, trusted);
       }
       std::optional<std::string_view> header;
       if (spec.kind == Kind::header) {
         auto it = req.find(spec.header);
         if (it != req.end()) header = std::string_view(it->value().data(), it->value().size());
       }
-      switch (client_key(spec, ck.address, path, header, missing_key, key)) {
+      switch (client_key(spec, address ? std::string_view(*address) : std::string_view(), path, header, missing_key, key)) {
         case KeyResult::ok: return std::nullopt;
         case KeyResult::missing: return "header " + spec.header + " is required (it keys a rate limit)";
         case KeyResult::too_long:
