@@ -166,27 +166,25 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     if (c->sd) c->sd->release();  // hiredis closes the fd itself
   }
 
-  void arm_read() {
-    if (reading || !want_read || !sd || !ac) return;
-    reading = true;
-    sd->async_wait(net::posix::stream_descriptor::wait_read, [self = shared_from_this(), gen = generation](auto ec) {
+  // Waits for the fd to be readable (writable) while hiredis wants it, then lets hiredis read
+  // (write) and waits again. `busy` marks a wait in progress; `want` is hiredis's wish.
+  void arm(bool Connection::*busy, bool Connection::*want, net::posix::stream_descriptor::wait_type what,
+           void (*handle)(redisAsyncContext*)) {
+    if (this->*busy || !(this->*want) || !sd || !ac) return;
+    this->*busy = true;
+    sd->async_wait(what, [self = shared_from_this(), gen = generation, busy, want, what, handle](auto ec) {
       if (gen != self->generation) return;
-      self->reading = false;
+      (*self).*busy = false;
       if (ec || !self->ac) return;
-      if (self->want_read) redisAsyncHandleRead(self->ac);
-      self->arm_read();
+      if ((*self).*want) handle(self->ac);
+      self->arm(busy, want, what, handle);
     });
   }
+  void arm_read() {
+    arm(&Connection::reading, &Connection::want_read, net::posix::stream_descriptor::wait_read, redisAsyncHandleRead);
+  }
   void arm_write() {
-    if (writing || !want_write || !sd || !ac) return;
-    writing = true;
-    sd->async_wait(net::posix::stream_descriptor::wait_write, [self = shared_from_this(), gen = generation](auto ec) {
-      if (gen != self->generation) return;
-      self->writing = false;
-      if (ec || !self->ac) return;
-      if (self->want_write) redisAsyncHandleWrite(self->ac);
-      self->arm_write();
-    });
+    arm(&Connection::writing, &Connection::want_write, net::posix::stream_descriptor::wait_write, redisAsyncHandleWrite);
   }
 
   // ---- connection lifecycle ----
