@@ -51,6 +51,23 @@ struct Gateway::Impl {
   std::atomic<bool> draining{false};
   std::unique_ptr<net::signal_set> signals;  // created before "ready": no signal is lost or fatal
 
+  // Teardown in dependency order, whatever the members' order. Requests still suspended when the
+  // event loops stopped (held past the drain deadline, or a second signal) are coroutine frames
+  // owned by the io_contexts, by the store's pending calls and by the proxy's sockets; destroying
+  // them runs their destructors, which write access-log lines and touch metrics. So everything
+  // that owns such frames goes first (the store's connections and the proxy's sockets while their
+  // io_context still exists), then the io_contexts, and only then the access log.
+  ~Impl() {
+    signals.reset();
+    admin_server.reset();
+    admin_api.reset();
+    proxy.reset();
+    store.reset();
+    guards.clear();
+    contexts.clear();
+    access_log.reset();
+  }
+
   explicit Impl(config::GatewayConfig c) : cfg(std::move(c)), switch_state(cfg.limits.switch_mode, "file") {
     (void)proxy::trusted_proxies_from(cfg.proxy.trusted_proxies);  // checked here too, so --check sees it
     // The file's rules: the configuration itself (file source) or the fallback (MySQL source).

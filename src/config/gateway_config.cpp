@@ -226,7 +226,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   if (!ups.is_object() || ups.empty()) fail("upstreams", "must be an object with at least one upstream");
   for (auto it = ups.begin(); it != ups.end(); ++it) {
     const std::string path = "upstreams." + it.key();
-    check_keys(it.value(), path, {"url", "connect_timeout_ms", "response_timeout_ms"});
+    check_keys(it.value(), path, {"url", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms"});
     UpstreamConfig u;
     u.name = it.key();
     if (!it.value().contains("url")) fail(path + ".url", "is required");
@@ -235,6 +235,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     u.connect_timeout_ms = static_cast<std::uint32_t>(get_uint(it.value(), path, "connect_timeout_ms", 0, 1, 600'000));
     u.response_timeout_ms =
         static_cast<std::uint32_t>(get_uint(it.value(), path, "response_timeout_ms", 0, 1, 3'600'000));
+    u.idle_timeout_ms = static_cast<std::uint32_t>(get_uint(it.value(), path, "idle_timeout_ms", 0, 1, 3'600'000));
     c.upstreams.push_back(std::move(u));
   }
 
@@ -259,7 +260,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     const std::string path = "proxy";
     check_keys(p, path, {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms",
                          "body_timeout_ms", "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns",
-                         "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket", "trusted_proxies"});
+                         "upstream_idle_timeout_ms", "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket", "trusted_proxies"});
     auto& l = c.proxy;
     l.max_header_bytes = static_cast<std::uint32_t>(get_uint(p, path, "max_header_bytes", l.max_header_bytes, 1024, 1 << 20));
     l.max_body_bytes = get_uint(p, path, "max_body_bytes", l.max_body_bytes, 0, 1ull << 32);
@@ -272,6 +273,8 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
         static_cast<std::uint32_t>(get_uint(p, path, "response_timeout_ms", l.response_timeout_ms, 1, 3'600'000));
     l.max_idle_upstream_conns =
         static_cast<std::uint32_t>(get_uint(p, path, "max_idle_upstream_conns", l.max_idle_upstream_conns, 0, 100'000));
+    l.upstream_idle_timeout_ms = static_cast<std::uint32_t>(
+        get_uint(p, path, "upstream_idle_timeout_ms", l.upstream_idle_timeout_ms, 1, 3'600'000));
     l.drain_timeout_ms = static_cast<std::uint32_t>(get_uint(p, path, "drain_timeout_ms", l.drain_timeout_ms, 0, 3'600'000));
     l.max_connections = static_cast<std::uint32_t>(get_uint(p, path, "max_connections", l.max_connections, 1, 10'000'000));
     l.max_held = static_cast<std::uint32_t>(get_uint(p, path, "max_held", l.max_held, 0, 10'000'000));

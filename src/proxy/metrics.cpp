@@ -118,6 +118,14 @@ std::string Metrics::render() const {
          "# TYPE tollgate_held_requests gauge\ntollgate_held_requests " + std::to_string(held.load()) + "\n";
   out += "# HELP tollgate_refunds_total Reservations given back because the client left before its slot.\n"
          "# TYPE tollgate_refunds_total counter\ntollgate_refunds_total " + std::to_string(refunds.load()) + "\n";
+  out += "# HELP tollgate_upstream_conns_discarded_total Idle pooled upstream connections closed instead of reused "
+         "(data or a close arrived while idle, or idle too long).\n"
+         "# TYPE tollgate_upstream_conns_discarded_total counter\ntollgate_upstream_conns_discarded_total " +
+         std::to_string(upstream_conns_discarded.load()) + "\n";
+  out += "# HELP tollgate_upstream_retries_total Requests sent again on a fresh connection after a reused one failed "
+         "before any response byte (idempotent methods, or nothing written).\n"
+         "# TYPE tollgate_upstream_retries_total counter\ntollgate_upstream_retries_total " +
+         std::to_string(upstream_retries.load()) + "\n";
   out += "# HELP tollgate_abandoned_total Held requests whose client left before their slot (never forwarded).\n"
          "# TYPE tollgate_abandoned_total counter\ntollgate_abandoned_total " + std::to_string(abandoned.load()) + "\n";
   out += "# HELP tollgate_store_degraded_total Decisions made by the local fallback while the shared store was down.\n"

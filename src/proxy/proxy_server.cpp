@@ -97,14 +97,16 @@ void strip_hop_by_hop(Fields& f, bool keep_transfer_encoding) {
 constexpr std::size_t kReadChunk = 16 * 1024;
 constexpr std::uint64_t kBufferedBodyMax = 1024 * 1024;  // larger or unknown-length bodies stream
 
+using Deadline = std::chrono::steady_clock::time_point;
+inline Deadline deadline_after(milliseconds timeout) { return std::chrono::steady_clock::now() + timeout; }
+
 // Feeds the bytes already buffered to the parser and reads more only when it needs them, until
 // `done(parser)` holds. Parsing straight from the buffer saves an async round trip per message.
+// One deadline for the whole part, not one per read: a peer trickling a byte at a time
+// (slowloris) is cut off when the part's time is up.
 template <class Parser, class Done>
 net::awaitable<beast::error_code> parse_until(beast::tcp_stream& stream, beast::flat_buffer& buffer, Parser& p,
-                                              Done done, milliseconds timeout) {
-  // One deadline for the whole part, not one per read: a client trickling a byte at a time
-  // (slowloris) is cut off when the part's time is up.
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+                                              Done done, Deadline deadline) {
   beast::error_code ec;
   for (;;) {
     if (buffer.size() > 0) {
@@ -171,6 +173,7 @@ struct Upstream {
   std::string host_header;
   milliseconds connect_timeout;
   milliseconds response_timeout;
+  milliseconds idle_timeout;  // a pooled connection idle longer is closed, not reused
 };
 
 struct Route {
@@ -190,7 +193,29 @@ struct Pool {
   std::vector<std::unique_ptr<PooledConn>> idle;
 };
 
-constexpr auto kPoolIdleMax = 30s;  // older idle connections are closed rather than reused
+// True when nothing has arrived on an idle connection since its last response ended: no byte (an
+// unsolicited response, the surplus of a short Content-Length, a body sent to a HEAD) and no
+// close or error (the upstream's keep-alive timeout). Such bytes answer no request, so the
+// connection is closed instead of reused: reading them as the next request's response would hand
+// one client another's answer. One non-blocking peek, only when a connection is taken for reuse.
+bool quiet(tcp::socket& s) {
+  char c;
+  const ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+// Interim (1xx) responses accepted before the final one; more is an upstream failure.
+constexpr int kMaxInterimResponses = 8;
+
+// Fields a parser added after the head (a chunked body's trailer section): they were never part of
+// the request's header and must not become headers upstream (an X-Forwarded-For or a Host could be
+// smuggled in that way).
+template <class Fields>
+void drop_trailers(Fields& fields, std::size_t head_fields) {
+  auto it = fields.begin();
+  for (std::size_t i = 0; i < head_fields && it != fields.end(); ++i) ++it;
+  while (it != fields.end()) it = fields.erase(it);
+}
 
 }  // namespace
 
@@ -285,6 +310,7 @@ struct ProxyServer::Impl {
       up.host_header = u.port == 80 ? u.host : u.host + ":" + std::to_string(u.port);
       up.connect_timeout = milliseconds(u.connect_timeout_ms ? u.connect_timeout_ms : limits.connect_timeout_ms);
       up.response_timeout = milliseconds(u.response_timeout_ms ? u.response_timeout_ms : limits.response_timeout_ms);
+      up.idle_timeout = milliseconds(u.idle_timeout_ms ? u.idle_timeout_ms : limits.upstream_idle_timeout_ms);
       upstreams.push_back(std::move(up));
     }
     for (const auto& r : deps.config.routes) {
@@ -399,7 +425,7 @@ struct ProxyServer::Impl {
       parser.header_limit(limits.max_header_bytes);
       parser.body_limit(limits.max_body_bytes);
       ec = co_await parse_until(stream, buffer, parser, [](auto& p) { return p.is_header_done(); },
-                                milliseconds(limits.header_timeout_ms));
+                                deadline_after(milliseconds(limits.header_timeout_ms)));
       if (ec) {
         co_await answer_read_error(stream, ec);
         break;
@@ -411,13 +437,17 @@ struct ProxyServer::Impl {
           co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()), with(ec));
           if (ec) break;
         }
+        const bool chunked = parser.chunked();
+        std::size_t head_fields = 0;
+        if (chunked) head_fields = static_cast<std::size_t>(std::distance(parser.get().begin(), parser.get().end()));
         parser.eager(true);
         ec = co_await parse_until(stream, buffer, parser, [](auto& p) { return p.is_done(); },
-                                  milliseconds(limits.body_timeout_ms));
+                                  deadline_after(milliseconds(limits.body_timeout_ms)));
         if (ec) {
           co_await answer_read_error(stream, ec);
           break;
         }
+        if (chunked) drop_trailers(parser.get(), head_fields);
       }
       http::request<http::string_body> req = parser.release();
       const bool keep = co_await handle(w, stream, buffer, std::move(req), client_ip);
@@ -684,32 +714,68 @@ struct ProxyServer::Impl {
 
   // Before any of the response went out: 504 for a deadline, 502 for anything else, counted.
   net::awaitable<bool> upstream_failed(beast::tcp_stream& client, unsigned version, bool keep, Upstream& up,
-                                       beast::error_code ec, UpstreamError kind, AccessRecord& rec) {
+                                       beast::error_code ec, UpstreamError kind, AccessRecord& rec,
+                                       std::string_view why = {}) {
     const bool timeout = ec == beast::error::timeout;
     upstream_error(up, timeout ? UpstreamError::timeout : kind);
     rec.status = timeout ? 504 : 502;
     const char* code = timeout ? "upstream_timeout" : kind == UpstreamError::connect ? "upstream_unavailable" : "upstream_failed";
-    co_return co_await send_error(client, version, keep,
-                                  timeout ? http::status::gateway_timeout : http::status::bad_gateway, code,
-                                  "upstream '" + up.conf.name + "': " + (kind == UpstreamError::connect ? "connect: " : "") +
-                                      ec.message());
+    std::string detail = "upstream '" + up.conf.name + "': " + (kind == UpstreamError::connect ? "connect: " : "");
+    if (why.empty()) detail += ec.message();
+    else detail.append(why.data(), why.size());
+    co_return co_await send_error(client, version, keep, timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                                  code, detail);
   }
 
-  std::unique_ptr<PooledConn> take_idle(Pool& pool) {
+  // An idle connection is reused only if it is young enough and nothing arrived on it while idle.
+  std::unique_ptr<PooledConn> take_idle(Pool& pool, const Upstream& up) {
     const auto now = std::chrono::steady_clock::now();
     while (!pool.idle.empty()) {
       auto c = std::move(pool.idle.back());
       pool.idle.pop_back();
-      if (now - c->idle_since < kPoolIdleMax && c->stream.socket().is_open()) return c;
+      if (now - c->idle_since < up.idle_timeout && c->stream.socket().is_open() && quiet(c->stream.socket())) return c;
+      deps.metrics.upstream_conns_discarded.fetch_add(1, std::memory_order_relaxed);
     }
     return nullptr;
   }
 
+  // Called only when a response ended exactly at its message boundary; a byte already read past it
+  // belongs to no request, so such a connection is closed.
   void give_back(Pool& pool, std::unique_ptr<PooledConn> c) {
-    if (pool.idle.size() >= limits.max_idle_upstream_conns || c->buffer.size() != 0) return;
+    if (c->buffer.size() != 0) {
+      deps.metrics.upstream_conns_discarded.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (pool.idle.size() >= limits.max_idle_upstream_conns) return;
     c->stream.expires_never();
     c->idle_since = std::chrono::steady_clock::now();
     pool.idle.push_back(std::move(c));
+  }
+
+  // Reads response heads until the final one. Interim responses (1xx) carry no body and answer
+  // nothing the client asked the upstream for (the gateway answers `Expect: 100-continue` itself
+  // and strips `Upgrade`), so they are consumed; the final response that follows is this
+  // request's. An unrequested 101, a status outside 100-599 or too many interim responses are an
+  // upstream failure: `why` says which. One deadline for all of them.
+  net::awaitable<beast::error_code> read_final_head(PooledConn& conn, std::optional<http::response_parser<http::string_body>>& parser,
+                                                    bool head_request, Deadline deadline, bool& got_some,
+                                                    std::string_view& why) {
+    for (int interim = 0;; ++interim) {
+      parser.emplace();
+      parser->header_limit(64 * 1024);
+      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+      if (head_request) parser->skip(true);
+      beast::error_code ec = co_await parse_until(conn.stream, conn.buffer, *parser,
+                                                  [](auto& p) { return p.is_header_done(); }, deadline);
+      got_some = got_some || parser->got_some();
+      if (ec) co_return ec;
+      const unsigned status = parser->get().result_int();
+      if (status >= 200 && status <= 599) co_return ec;
+      if (status == 101) why = "unrequested 101 Switching Protocols";
+      else if (status < 100 || status > 599) why = "invalid response status";
+      else if (interim == kMaxInterimResponses) why = "too many interim (1xx) responses";
+      if (!why.empty()) co_return http::error::bad_status;
+    }
   }
 
   net::awaitable<bool> forward(Worker& w, beast::tcp_stream& client, http::request<http::string_body> req,
@@ -741,7 +807,7 @@ struct ProxyServer::Impl {
     std::chrono::steady_clock::time_point sent_at;
     for (int attempt = 0;; ++attempt) {
       beast::error_code ec;
-      conn = take_idle(pool);
+      conn = take_idle(pool, up);
       const bool reused = conn != nullptr;
       if (!reused) {
         conn = std::make_unique<PooledConn>(w.ctx->get_executor());
@@ -753,25 +819,27 @@ struct ProxyServer::Impl {
       }
       conn->stream.expires_after(up.response_timeout);
       sent_at = std::chrono::steady_clock::now();
-      co_await net::async_write(conn->stream, out, with(ec));
+      const std::size_t written = co_await net::async_write(conn->stream, out, with(ec));
       bool retry = false;
+      std::string_view why;
       if (!ec) {
-        parser.emplace();
-        parser->header_limit(64 * 1024);
-        parser->body_limit(std::numeric_limits<std::uint64_t>::max());
-        if (head_request) parser->skip(true);
-        ec = co_await parse_until(conn->stream, conn->buffer, *parser, [](auto& p) { return p.is_header_done(); },
-                                  up.response_timeout);
-        // A reused connection the upstream closed while idle: try once more on a fresh one,
-        // unless the request may not be repeated.
-        retry = ec && reused && attempt == 0 && !parser->got_some() && ec != beast::error::timeout &&
-                is_idempotent(req.method());
+        bool got_some = false;
+        ec = co_await read_final_head(*conn, parser, head_request, sent_at + up.response_timeout, got_some, why);
+        // A reused connection that failed before any response byte (the upstream closed it just
+        // as the request went out): send once more on a fresh connection if the method may be
+        // repeated. The upstream may then see the request twice on one permit, as with nginx's
+        // proxy_next_upstream; non-idempotent requests get 502 instead.
+        retry = ec && reused && attempt == 0 && !got_some && ec != beast::error::timeout && is_idempotent(req.method());
       } else {
-        retry = reused && attempt == 0 && ec != beast::error::timeout;  // nothing reached the upstream
+        // Nothing reached the upstream unless some bytes were written; then only idempotent methods.
+        retry = reused && attempt == 0 && ec != beast::error::timeout && (written == 0 || is_idempotent(req.method()));
       }
       if (!ec) break;
-      if (retry) continue;
-      co_return co_await upstream_failed(client, version, keep, up, ec, UpstreamError::reset, rec);
+      if (retry) {
+        deps.metrics.upstream_retries.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      co_return co_await upstream_failed(client, version, keep, up, ec, UpstreamError::reset, rec, why);
     }
 
     deps.metrics.upstream(up.conf.name)
@@ -780,15 +848,19 @@ struct ProxyServer::Impl {
     auto& res = parser->get();
     const int status = res.result_int();
     rec.status = rec.upstream_status = status;
-    const bool no_body = head_request || status == 204 || status == 304 || (status >= 100 && status < 200);
+    const bool no_body = head_request || status == 204 || status == 304;
+    // A 204 has no body whatever its fields say (the parser read none): a Content-Length on it
+    // would make some clients wait for bytes that never come.
+    if (status == 204) res.erase(http::field::content_length);
     const auto length = no_body ? boost::optional<std::uint64_t>(0) : parser->content_length();
-    if (length && *length <= kBufferedBodyMax) {
-      // The common case: a known, small body. Read it whole and send head and body in one write.
+    if (length && *length <= kBufferedBodyMax && conn->buffer.size() >= *length) {
+      // The common case: a small body that came with its head. Parse it from the buffer (no I/O)
+      // and send head and body in one write. A body still on its way is relayed as it arrives.
       beast::error_code ec;
       if (!parser->is_done()) {
         parser->eager(true);
         ec = co_await parse_until(conn->stream, conn->buffer, *parser, [](auto& p) { return p.is_done(); },
-                                  up.response_timeout);
+                                  deadline_after(up.response_timeout));
         if (ec) co_return co_await upstream_failed(client, version, keep, up, ec, UpstreamError::reset, rec);
       }
       const bool upstream_keep = res.keep_alive();
@@ -810,8 +882,9 @@ struct ProxyServer::Impl {
     co_return co_await relay(client, version, keep, std::move(conn), pool, up, *parser, policy_header, limit_header);
   }
 
-  // A large, chunked or close-delimited upstream body: relayed in pieces as it arrives, never
-  // buffered whole.
+  // A body that is large, chunked, delimited by the close, or still arriving: relayed piece by
+  // piece as it comes (whatever one read brings, never waiting to fill a buffer), never buffered
+  // whole. The response timeout applies to each read, so a slow but live stream goes on.
   net::awaitable<bool> relay(beast::tcp_stream& client, unsigned version, bool keep, std::unique_ptr<PooledConn> conn,
                              Pool& pool, Upstream& up, http::response_parser<http::string_body>& header_parser,
                              const std::string& policy_header, const std::string& limit_header) {
@@ -844,15 +917,19 @@ struct ProxyServer::Impl {
         res.body().data = buf;
         res.body().size = sizeof buf;
         conn->stream.expires_after(up.response_timeout);
-        co_await http::async_read(conn->stream, conn->buffer, parser, with(ec));
+        co_await http::async_read_some(conn->stream, conn->buffer, parser, with(ec));
         if (ec == http::error::need_buffer) ec = {};
         if (ec) {
           upstream_ok = false;
           upstream_error(up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::reset);
           break;  // headers already went out: all we can do is close the client connection
         }
-        res.body().size = sizeof buf - res.body().size;
-        res.body().data = buf;
+        const std::size_t got = sizeof buf - res.body().size;
+        // Nothing for the client yet (the read brought only a chunk header): read on. An empty
+        // piece must never reach the serializer: chunked, it would be the last-chunk marker.
+        if (got == 0 && !parser.is_done()) continue;
+        res.body().size = got;
+        res.body().data = got > 0 ? buf : nullptr;
         res.body().more = !parser.is_done();
       } else {
         res.body().data = nullptr;

@@ -29,6 +29,7 @@ struct UpstreamConfig {
   std::uint16_t port = 80;
   std::uint32_t connect_timeout_ms = 0;   // 0: proxy default
   std::uint32_t response_timeout_ms = 0;  // 0: proxy default
+  std::uint32_t idle_timeout_ms = 0;      // 0: proxy default (upstream_idle_timeout_ms)
 };
 
 struct RouteConfig {
@@ -45,6 +46,10 @@ struct ProxyLimits {
   std::uint32_t connect_timeout_ms = 2'000;    // upstream connect
   std::uint32_t response_timeout_ms = 30'000;  // upstream: request sent -> response header received
   std::uint32_t max_idle_upstream_conns = 64;  // per upstream, per thread
+  // A pooled upstream connection idle longer than this is closed, not reused: below the common
+  // servers' keep-alive timeouts (Node.js and Apache close after 5 s), so the gateway gives up an
+  // idle connection before the upstream does and never writes a request into a closing socket.
+  std::uint32_t upstream_idle_timeout_ms = 4'000;
   std::uint32_t drain_timeout_ms = 30'000;     // SIGTERM: how long held and in-flight requests may finish
   std::uint32_t max_connections = 50'000;      // open client connections; past it new ones are closed at once
   std::uint32_t max_held = 20'000;             // requests waiting for a permit, all buckets; past it: 429

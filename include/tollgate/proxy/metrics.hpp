@@ -68,6 +68,10 @@ struct Metrics {
   std::atomic<std::uint64_t> refunds{0};        // reservations given back by departed clients
   std::atomic<std::uint64_t> abandoned{0};      // held requests whose client left before the slot
   std::atomic<std::uint64_t> store_degraded{0}; // decisions made by the local fallback (store down)
+  // Pooled upstream connections closed instead of reused: bytes or a close arrived while idle
+  // (an unsolicited response, a surplus body, an upstream keep-alive timeout) or past the idle limit.
+  std::atomic<std::uint64_t> upstream_conns_discarded{0};
+  std::atomic<std::uint64_t> upstream_retries{0};  // requests sent again after a reused connection failed
 
   void count(Outcome o) { outcomes[static_cast<int>(o)].fetch_add(1, std::memory_order_relaxed); }
   void count(UpstreamError e) { upstream_errors[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed); }
