@@ -30,6 +30,13 @@ std::string get_string(const json& obj, const std::string& path, const char* key
   return v.get<std::string>();
 }
 
+bool get_bool(const json& obj, const std::string& path, const char* key, bool def) {
+  if (!obj.contains(key)) return def;
+  const json& v = obj.at(key);
+  if (!v.is_boolean()) fail(join(path, key), "must be true or false");
+  return v.get<bool>();
+}
+
 // A string that must be one of `choices`: `"a"`, `"b"` or `"c"`.
 std::string get_choice(const json& obj, const std::string& path, const char* key, std::string def,
                        std::initializer_list<const char*> choices) {
@@ -260,7 +267,8 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     const std::string path = "proxy";
     check_keys(p, path, {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms",
                          "body_timeout_ms", "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns",
-                         "upstream_idle_timeout_ms", "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket", "trusted_proxies"});
+                         "upstream_idle_timeout_ms", "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket", "trusted_proxies",
+                         "allow_trace"});
     auto& l = c.proxy;
     l.max_header_bytes = static_cast<std::uint32_t>(get_uint(p, path, "max_header_bytes", l.max_header_bytes, 1024, 1 << 20));
     l.max_body_bytes = get_uint(p, path, "max_body_bytes", l.max_body_bytes, 0, 1ull << 32);
@@ -280,6 +288,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     l.max_held = static_cast<std::uint32_t>(get_uint(p, path, "max_held", l.max_held, 0, 10'000'000));
     l.max_held_per_bucket =
         static_cast<std::uint32_t>(get_uint(p, path, "max_held_per_bucket", l.max_held_per_bucket, 0, 10'000'000));
+    l.allow_trace = get_bool(p, path, "allow_trace", l.allow_trace);
     if (p.contains("trusted_proxies")) {
       const json& t = p["trusted_proxies"];
       if (!t.is_array()) fail("proxy.trusted_proxies", "must be an array of addresses or networks (CIDR)");

@@ -18,6 +18,7 @@
 
 #include "tollgate/proxy/access_log.hpp"
 #include "tollgate/proxy/client_key.hpp"
+#include "tollgate/proxy/request_target.hpp"
 #include "tollgate/proxy/throttle.hpp"
 
 namespace tollgate::proxy {
@@ -492,6 +493,18 @@ struct ProxyServer::Impl {
     co_return ok && keep;
   }
 
+  net::awaitable<bool> send_not_allowed(beast::tcp_stream& stream, unsigned version, bool keep) {
+    http::response<http::string_body> res{http::status::method_not_allowed, version};
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::allow, limits.allow_trace ? "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"
+                                                   : "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS");
+    res.keep_alive(keep);
+    res.body() = error_body("method_not_allowed", "the gateway forwards neither CONNECT nor (unless proxy.allow_trace) TRACE");
+    stream.expires_after(milliseconds(limits.body_timeout_ms));
+    const bool ok = co_await write_response(stream, res);
+    co_return ok && keep;
+  }
+
   net::awaitable<bool> send_unavailable(beast::tcp_stream& stream, unsigned version, bool keep) {
     http::response<http::string_body> res{http::status::service_unavailable, version};
     res.set(http::field::content_type, "application/json");
@@ -526,12 +539,15 @@ struct ProxyServer::Impl {
                               http::request<http::string_body> req, const std::string& client_ip) {
     const unsigned version = req.version();
     const bool keep = req.keep_alive() && !w.draining;  // draining: answer, then close
-    const std::string_view path = path_of(req.target());
+    // Routes and rules see the normalised path, and the upstream gets that path: what is limited
+    // is what the upstream acts on, however the client spelled it.
+    RequestTarget target;
+    parse_target(req.target(), target);
     LogOnExit access{deps.access_log && deps.access_log->enabled() ? deps.access_log : nullptr, {}, {}, {}, {}, {}};
     if (access.log) {
       access.rec.client = client_ip;
       access.method = std::string(req.method_string());
-      access.path = std::string(path);
+      access.path = std::string(target.error == TargetError::none ? target.path : path_of(req.target()));
     }
     AccessRecord& rec = access.rec;
     if (auto te = req[http::field::transfer_encoding]; !te.empty() && !beast::iequals(te, "chunked")) {
@@ -541,8 +557,32 @@ struct ProxyServer::Impl {
       co_return co_await send_error(stream, version, false, http::status::not_implemented, "unsupported_transfer_encoding",
                                     "only Transfer-Encoding: chunked is accepted");
     }
+    if (target.error != TargetError::none) {
+      deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      rec.status = 400;
+      co_return co_await send_error(stream, version, false, http::status::bad_request, "bad_target",
+                                    target_error_detail(target.error));
+    }
+    // RFC 9112 3.2: an HTTP/1.1 request has exactly one Host; an HTTP/1.0 one at most one. Which
+    // of two would the upstream believe?
+    if (const auto hosts = req.count(http::field::host); hosts > 1 || (hosts == 0 && version >= 11)) {
+      deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      rec.status = 400;
+      co_return co_await send_error(stream, version, false, http::status::bad_request, "bad_host",
+                                    hosts > 1 ? "more than one Host header" : "an HTTP/1.1 request needs a Host header");
+    }
+    // CONNECT would ask for a tunnel the gateway does not make; TRACE echoes the request with its
+    // credentials (cross-site tracing) unless the operator allows it.
+    if (req.method() == http::verb::connect || (req.method() == http::verb::trace && !limits.allow_trace)) {
+      deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      rec.status = 405;
+      co_return co_await send_not_allowed(stream, version, keep);
+    }
+    if (target.rewritten) req.target(std::string(target.path) + std::string(target.query));
+    const std::string_view path = target.path;
+    const std::string_view match_path = target.match;
     const Route* route = route_for(path);
-    if (route == nullptr || path.empty() || path.front() != '/') {
+    if (route == nullptr) {
       deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
       rec.status = 404;
       co_return co_await send_error(stream, version, keep, http::status::not_found, "no_route",
@@ -557,7 +597,7 @@ struct ProxyServer::Impl {
       rec.outcome = "bypassed";
     } else {
       const std::shared_ptr<const config::Snapshot> snap = deps.snapshots.get();
-      const config::Rule* rule = snap ? snap->match(path) : nullptr;
+      const config::Rule* rule = snap ? snap->match(match_path) : nullptr;
       if (rule == nullptr) {
         deps.metrics.count(Outcome::unmatched);
         rec.outcome = "unmatched";
@@ -585,7 +625,7 @@ struct ProxyServer::Impl {
         std::string bucket_key;  // a keyed bucket's name; areq refers to it
         if (!rule->quotas.empty() || rule->key_by.kind != config::KeySpec::Kind::none || rule->max_share ||
             (channel && !channel->quotas.empty())) {
-          if (auto bad = add_client_checks(areq, bucket_key, *rule, channel, req, path, client_ip)) {
+          if (auto bad = add_client_checks(areq, bucket_key, *rule, channel, req, match_path, client_ip)) {
             deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
             rec.status = 400;
             co_return co_await send_error(stream, version, keep, http::status::bad_request, "missing_client_key", *bad);

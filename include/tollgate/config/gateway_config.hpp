@@ -54,6 +54,7 @@ struct ProxyLimits {
   std::uint32_t max_connections = 50'000;      // open client connections; past it new ones are closed at once
   std::uint32_t max_held = 20'000;             // requests waiting for a permit, all buckets; past it: 429
   std::uint32_t max_held_per_bucket = 5'000;   // requests waiting on one bucket; past it: 429
+  bool allow_trace = false;  // forward TRACE (405 otherwise; CONNECT is always 405)
   // Peers whose X-Forwarded-For is believed (CIDRs); empty: the client is always the socket peer.
   std::vector<std::string> trusted_proxies;
 };
