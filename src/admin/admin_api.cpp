@@ -1,5 +1,6 @@
 #include "tollgate/admin/admin_api.hpp"
 
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "tollgate/limiter/clock.hpp"
@@ -30,16 +31,30 @@ bool constant_time_equals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-std::optional<SimpleResponse> AdminApi::authorize(const SimpleRequest& req) const {
+std::optional<SimpleResponse> AdminApi::authorize(const SimpleRequest& req) {
   if (deps_.token.empty())
     return error(403, "read_only", "no admin token is configured: the admin API is read-only");
   constexpr std::string_view scheme = "Bearer ";
   const std::string_view auth = req.authorization;
-  if (auth.size() <= scheme.size() || auth.substr(0, scheme.size()) != scheme)
-    return error(401, "unauthorized", "missing 'Authorization: Bearer <token>'");
-  if (!constant_time_equals(auth.substr(scheme.size()), deps_.token))
-    return error(401, "unauthorized", "wrong token");
-  return std::nullopt;
+  const bool has_bearer = auth.size() > scheme.size() && auth.substr(0, scheme.size()) == scheme;
+  if (has_bearer && constant_time_equals(auth.substr(scheme.size()), deps_.token)) return std::nullopt;
+  SimpleResponse denied = error(401, "unauthorized", has_bearer ? "wrong token" : "missing 'Authorization: Bearer <token>'");
+  denied.delay_ms = kFailedAuthDelayMs;
+  const std::uint64_t n = auth_failures_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // Logged, but at most once per interval: a guessing run must not flood the log either.
+  const std::int64_t now = limiter::steady_now_us();
+  if (now - last_failure_log_us_ >= kFailureLogIntervalUs || last_failure_log_us_ == 0) {
+    last_failure_log_us_ = now;
+    std::cerr << "tollgate: warn: admin authentication failed from " << (req.peer.empty() ? "?" : req.peer) << " ("
+              << req.method << " " << proxy::path_of(req.target) << ", " << (has_bearer ? "wrong token" : "no bearer token")
+              << "); " << n << " failed attempts since start" << std::endl;
+  }
+  return denied;
+}
+
+bool AdminApi::runs_inline(const SimpleRequest& req) {
+  const std::string_view path = proxy::path_of(req.target);
+  return path == "/healthz" || path == "/readyz";
 }
 
 SimpleResponse AdminApi::handle(const SimpleRequest& req) {
@@ -110,11 +125,16 @@ std::string AdminApi::metrics_text() const {
       const config::Rule* channel = r.channel ? &r : snap->channel_of(r);
       auto v = deps_.store.inspect({r.bucket, r.params},
                                    channel ? std::string_view(channel->channel_type) : std::string_view(r.bucket));
-      if (!v) continue;
+      // A store that cannot answer is not asked again for the next rule: one read's timeout
+      // bounds the scrape, not one per rule.
+      if (!v) break;
       const double debt = static_cast<double>(std::max<limiter::Micros>(0, v->next_free - v->now)) / 1e6;
       body += "tollgate_bucket_debt_seconds{bucket=\"" + proxy::label_value(r.bucket) + "\"} " + std::to_string(debt) + "\n";
     }
   }
+  body += "# HELP tollgate_admin_auth_failures_total Admin requests refused for a missing or wrong token.\n"
+          "# TYPE tollgate_admin_auth_failures_total counter\ntollgate_admin_auth_failures_total " +
+          std::to_string(auth_failures_.load(std::memory_order_relaxed)) + "\n";
   body += "# HELP tollgate_switch_enabled Global limiting switch (1 enforcing, 0 off).\n"
           "# TYPE tollgate_switch_enabled gauge\ntollgate_switch_enabled " +
           std::string(deps_.switch_state.enabled() ? "1" : "0") + "\n" +

@@ -4,11 +4,14 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/detail/concurrency_hint.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <functional>
 #include <iostream>
+#include <sys/resource.h>
 #include <thread>
 
 #include "tollgate/admin/admin_api.hpp"
@@ -112,6 +115,41 @@ struct Gateway::Impl {
   }
 };
 
+namespace {
+
+bool is_loopback(const std::string& host) {
+  boost::system::error_code ec;
+  const auto addr = net::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  return !ec && addr.is_loopback();
+}
+
+// Every client connection is a descriptor, and so is every upstream connection, the listeners,
+// the log files and the store and database connections. The soft limit is raised to the hard one;
+// if proxy.max_connections still does not fit under it with room for the rest, it is lowered (and
+// said), so that the gateway answers 429 at its cap instead of failing accept() with EMFILE.
+void fit_connections_to_fd_limit(config::GatewayConfig& cfg, unsigned threads) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  if (rl.rlim_cur == RLIM_INFINITY) return;
+  // Room kept: the idle upstream pools (per thread and upstream), and 64 for listeners, epoll and
+  // event descriptors, logs, Redis and MySQL connections.
+  const std::uint64_t reserve =
+      64 + static_cast<std::uint64_t>(threads) * cfg.upstreams.size() * (cfg.proxy.max_idle_upstream_conns + 2);
+  const std::uint64_t room = rl.rlim_cur > reserve * 2 ? rl.rlim_cur - reserve : rl.rlim_cur / 2;
+  if (cfg.proxy.max_connections <= room) return;
+  std::cerr << "tollgate: warn: proxy.max_connections " << cfg.proxy.max_connections << " does not fit the open-file limit "
+            << rl.rlim_cur << " (RLIMIT_NOFILE) with " << reserve << " descriptors kept for upstreams, stores and logs; using "
+            << room << " (raise the limit, e.g. LimitNOFILE= or ulimit -n, to allow more)" << std::endl;
+  cfg.proxy.max_connections = static_cast<std::uint32_t>(room);
+}
+
+}  // namespace
+
 Gateway::Gateway(config::GatewayConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
 Gateway::~Gateway() = default;
 
@@ -126,6 +164,7 @@ void Gateway::start() {
     m.guards.push_back(net::make_work_guard(*m.contexts.back()));
     raw.push_back(m.contexts.back().get());
   }
+  fit_connections_to_fd_limit(m.cfg, n);
   m.store = m.make_store(raw);
   m.access_log = std::make_unique<proxy::AccessLog>(m.cfg.access_log);
   m.proxy = std::make_unique<proxy::ProxyServer>(
@@ -136,17 +175,26 @@ void Gateway::start() {
                                                                    m.config_manager.get(), m.mysql.get(),
                                                                    &m.draining,
                                                                    [&m](std::int64_t after_ms, std::function<void()> f) {
-                                                                     auto t = std::make_shared<net::steady_timer>(
-                                                                         m.admin_ctx, std::chrono::milliseconds(after_ms));
-                                                                     t->async_wait([t, f](auto ec) {
-                                                                       if (!ec) f();
+                                                                     // Called from the admin worker thread: the
+                                                                     // timer is made on the admin thread itself.
+                                                                     net::post(m.admin_ctx, [&m, after_ms, f] {
+                                                                       auto t = std::make_shared<net::steady_timer>(
+                                                                           m.admin_ctx, std::chrono::milliseconds(after_ms));
+                                                                       t->async_wait([t, f](auto ec) {
+                                                                         if (!ec) f();
+                                                                       });
                                                                      });
                                                                    }});
   m.admin_server = std::make_unique<proxy::SimpleServer>(
-      m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const proxy::SimpleRequest& r) { return api->handle(r); });
+      m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const proxy::SimpleRequest& r) { return api->handle(r); },
+      &admin::AdminApi::runs_inline);
   m.admin_server->start();
   m.config_manager->start();
   m.signals = std::make_unique<net::signal_set>(m.admin_ctx, SIGINT, SIGTERM, SIGHUP);
+  if (m.cfg.admin.token.empty() && !is_loopback(m.cfg.admin.listen.host))
+    std::cerr << "tollgate: warn: the admin listener " << m.cfg.admin.listen.to_string()
+              << " is reachable beyond this host and no admin token is set ($" << m.cfg.admin.token_env
+              << "): anyone who reaches it can read rules, buckets and metrics (changes stay refused)" << std::endl;
 
   const auto snap = m.snapshots.get();
   std::size_t enabled = 0;

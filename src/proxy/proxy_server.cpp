@@ -14,7 +14,9 @@
 #include <chrono>
 #include <iostream>
 #include <unordered_set>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "tollgate/proxy/access_log.hpp"
 #include "tollgate/proxy/client_key.hpp"
@@ -227,6 +229,7 @@ struct ProxyServer::Impl {
     std::vector<Pool> pools;
     std::unordered_set<beast::tcp_stream*> idle;  // connections waiting for their next request
     bool draining = false;                        // set on this worker's own thread
+    int spare_fd = -1;  // held back so that a 429 can still be sent when descriptors run out
   };
 
   ProxyDeps deps;
@@ -239,9 +242,13 @@ struct ProxyServer::Impl {
   MissingKey missing_key = MissingKey::anonymous;
 
   Impl(std::vector<net::io_context*> ctxs, ProxyDeps d) : deps(d), limits(d.config.proxy) {
-    for (auto* c : ctxs) workers.push_back(Worker{c, nullptr, {}, {}, false});
+    for (auto* c : ctxs) workers.push_back(Worker{c, nullptr, {}, {}, false, ::open("/dev/null", O_RDONLY | O_CLOEXEC)});
     trusted = trusted_proxies_from(limits.trusted_proxies);
     missing_key = d.config.limits.missing_key == "reject" ? MissingKey::reject : MissingKey::anonymous;
+  }
+  ~Impl() {
+    for (auto& w : workers)
+      if (w.spare_fd >= 0) ::close(w.spare_fd);
   }
 
   // Per-client parts of a request's checks (issue 7): keyed bucket, quotas, maxShare. Returns an
@@ -351,7 +358,9 @@ struct ProxyServer::Impl {
       tcp::socket sock = co_await w.acceptor->async_accept(with(ec));
       if (ec) {
         if (ec == net::error::operation_aborted || !w.acceptor->is_open()) co_return;
-        // EMFILE and friends: back off briefly instead of spinning.
+        // Out of file descriptors: answer the waiting clients 429 through the spare descriptor
+        // rather than leave them hanging in the backlog, then back off briefly instead of spinning.
+        if (ec == net::error::no_descriptors || ec.value() == ENFILE) refuse_with_spare(w);
         net::steady_timer t(*w.ctx, 50ms);
         co_await t.async_wait(with(ec));
         continue;
@@ -366,12 +375,30 @@ struct ProxyServer::Impl {
     }
   }
 
+  static constexpr std::string_view kBusy =
+      "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+      "Connection: close\r\nContent-Length: 69\r\n\r\n"
+      "{\"error\":\"too_many_connections\",\"detail\":\"connection limit reached\"}\n";
+
+  // At EMFILE: give up the spare descriptor, accept the waiting clients one by one, answer each
+  // the canned 429 (a few bytes: they fit the socket buffer, nothing waits) and close it, then
+  // take the spare again.
+  void refuse_with_spare(Worker& w) {
+    if (w.spare_fd < 0) return;
+    ::close(w.spare_fd);
+    w.spare_fd = -1;
+    for (int i = 0; i < 64; ++i) {
+      const int fd = ::accept4(w.acceptor->native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) break;
+      (void)!::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      ::close(fd);
+      deps.metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
+    }
+    w.spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+
   // Over proxy.max_connections: a canned 429 without reading the request, then close.
   static net::awaitable<void> refuse(tcp::socket sock) {
-    static constexpr std::string_view kBusy =
-        "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-        "Connection: close\r\nContent-Length: 69\r\n\r\n"
-        "{\"error\":\"too_many_connections\",\"detail\":\"connection limit reached\"}\n";
     beast::error_code ec;
     co_await net::async_write(sock, net::buffer(kBusy.data(), kBusy.size()), with(ec));
     sock.shutdown(tcp::socket::shutdown_both, ec);
@@ -1024,10 +1051,16 @@ struct SimpleServer::Impl {
   net::io_context& ctx;
   config::Endpoint listen;
   SimpleHandler handler;
+  SimpleInline runs_inline;
   tcp::acceptor acceptor;
+  net::thread_pool worker{1};  // one thread: handlers never run concurrently with each other
 
-  Impl(net::io_context& c, config::Endpoint l, SimpleHandler h)
-      : ctx(c), listen(std::move(l)), handler(std::move(h)), acceptor(c) {}
+  Impl(net::io_context& c, config::Endpoint l, SimpleHandler h, SimpleInline i)
+      : ctx(c), listen(std::move(l)), handler(std::move(h)), runs_inline(std::move(i)), acceptor(c) {}
+  ~Impl() {
+    worker.stop();
+    worker.join();
+  }
 
   net::awaitable<void> accept_loop() {
     for (;;) {
@@ -1035,10 +1068,39 @@ struct SimpleServer::Impl {
       tcp::socket sock = co_await acceptor.async_accept(with(ec));
       if (ec) {
         if (!acceptor.is_open()) co_return;
+        // Out of file descriptors (EMFILE, ENFILE) and the like: wait a little instead of spinning
+        // on the thread that also handles signals.
+        net::steady_timer t(ctx, 50ms);
+        co_await t.async_wait(with(ec));
         continue;
       }
       net::co_spawn(ctx, session(std::move(sock)), net::detached);
     }
+  }
+
+  SimpleResponse call(const SimpleRequest& in) {
+    try {
+      return handler(in);
+    } catch (const std::exception& e) {
+      return {500, error_body("internal", e.what())};
+    }
+  }
+
+  net::awaitable<SimpleResponse> dispatch(const SimpleRequest& in) {
+    if (runs_inline && runs_inline(in)) co_return call(in);
+    co_return co_await net::co_spawn(
+        worker.get_executor(), [this, &in]() -> net::awaitable<SimpleResponse> { co_return call(in); }, net::use_awaitable);
+  }
+
+  static net::awaitable<void> write(beast::tcp_stream& stream, unsigned version, bool keep, SimpleResponse out,
+                                    beast::error_code& ec) {
+    http::response<http::string_body> res{static_cast<http::status>(out.status), version};
+    res.set(http::field::content_type, out.content_type);
+    res.keep_alive(keep);
+    res.body() = std::move(out.body);
+    res.prepare_payload();
+    stream.expires_after(30s);
+    co_await http::async_write(stream, res, with(ec));
   }
 
   net::awaitable<void> session(tcp::socket sock) {
@@ -1057,31 +1119,42 @@ struct SimpleServer::Impl {
       parser.body_limit(64 * 1024);
       stream.expires_after(30s);
       co_await http::async_read(stream, buffer, parser, with(ec));
-      if (ec) break;
+      if (ec == http::error::body_limit || ec == http::error::header_limit) {
+        // Answered, not just closed, so the caller learns why; the rest of the message is not read.
+        const bool body = ec == http::error::body_limit;
+        co_await write(stream, 11, false,
+                       {body ? 413 : 431, error_body(body ? "body_too_large" : "headers_too_large",
+                                                     body ? "admin request bodies are limited to 64 KiB"
+                                                          : "admin request headers are limited to 16 KiB")},
+                       ec);
+        break;
+      }
+      if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
+          ec == net::error::connection_reset || ec == net::error::operation_aborted)
+        break;
+      if (ec) {
+        co_await write(stream, 11, false, {400, error_body("bad_request", ec.message())}, ec);
+        break;
+      }
       auto& req = parser.get();
       SimpleRequest in{std::string(req.method_string()), std::string(req.target()),
                        std::string(req[http::field::authorization]), std::move(req.body()), peer};
-      SimpleResponse out;
-      try {
-        out = handler(in);
-      } catch (const std::exception& e) {
-        out = {500, error_body("internal", e.what())};
+      SimpleResponse out = co_await dispatch(in);
+      if (out.delay_ms > 0) {
+        net::steady_timer t(ctx, milliseconds(out.delay_ms));
+        co_await t.async_wait(with(ec));
       }
-      http::response<http::string_body> res{static_cast<http::status>(out.status), req.version()};
-      res.set(http::field::content_type, out.content_type);
-      res.keep_alive(req.keep_alive());
-      res.body() = std::move(out.body);
-      res.prepare_payload();
-      co_await http::async_write(stream, res, with(ec));
-      if (ec || !res.keep_alive()) break;
+      const bool keep = req.keep_alive();
+      co_await write(stream, req.version(), keep, std::move(out), ec);
+      if (ec || !keep) break;
     }
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   }
 };
 
-SimpleServer::SimpleServer(net::io_context& ctx, config::Endpoint listen, SimpleHandler handler)
-    : impl_(std::make_unique<Impl>(ctx, std::move(listen), std::move(handler))) {}
+SimpleServer::SimpleServer(net::io_context& ctx, config::Endpoint listen, SimpleHandler handler, SimpleInline runs_inline)
+    : impl_(std::make_unique<Impl>(ctx, std::move(listen), std::move(handler), std::move(runs_inline))) {}
 SimpleServer::~SimpleServer() = default;
 void SimpleServer::start() {
   open_acceptor(impl_->acceptor, make_endpoint(impl_->listen), false);

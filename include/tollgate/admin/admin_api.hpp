@@ -36,10 +36,18 @@ class AdminApi {
  public:
   explicit AdminApi(AdminDeps deps) : deps_(std::move(deps)) {}
   proxy::SimpleResponse handle(const proxy::SimpleRequest& req);
+  // Health and readiness: never blocked by a store or database read, so answered on the
+  // listener's own thread (the other endpoints run on its worker thread).
+  static bool runs_inline(const proxy::SimpleRequest& req);
+
+  // A refused token is answered after this delay (a timer, no thread waits): guessing over one
+  // connection is held to a few tries a second.
+  static constexpr std::uint32_t kFailedAuthDelayMs = 250;
+  static constexpr std::int64_t kFailureLogIntervalUs = 10'000'000;
 
  private:
-  // Empty optional: authorized. Otherwise the 401/403 to send.
-  std::optional<proxy::SimpleResponse> authorize(const proxy::SimpleRequest& req) const;
+  // Empty optional: authorized. Otherwise the 401/403 to send; a 401 is counted and logged.
+  std::optional<proxy::SimpleResponse> authorize(const proxy::SimpleRequest& req);
   proxy::SimpleResponse get_rules() const;
   proxy::SimpleResponse get_switch() const;
   proxy::SimpleResponse put_switch(const proxy::SimpleRequest& req);
@@ -49,6 +57,8 @@ class AdminApi {
   std::string metrics_text() const;
 
   AdminDeps deps_;
+  std::atomic<std::uint64_t> auth_failures_{0};
+  std::int64_t last_failure_log_us_ = 0;  // written by the worker thread only
 };
 
 }  // namespace tollgate::admin

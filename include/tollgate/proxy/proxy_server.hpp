@@ -57,12 +57,18 @@ struct SimpleResponse {
   int status = 200;
   std::string body;
   std::string content_type = "application/json";
+  std::uint32_t delay_ms = 0;  // answer only after this long (on a timer): slows guessing a token
 };
 using SimpleHandler = std::function<SimpleResponse(const SimpleRequest&)>;
+// Requests whose handling never blocks (health, readiness): answered on the listener's thread.
+// Every other request runs on a worker thread of the server's own, so a slow store or database
+// read behind one endpoint never delays these answers, nor the signals handled on that thread.
+using SimpleInline = std::function<bool(const SimpleRequest&)>;
 
 class SimpleServer {
  public:
-  SimpleServer(boost::asio::io_context& ctx, config::Endpoint listen, SimpleHandler handler);
+  SimpleServer(boost::asio::io_context& ctx, config::Endpoint listen, SimpleHandler handler,
+               SimpleInline runs_inline = nullptr);
   ~SimpleServer();
   void start();
   std::uint16_t port() const;
