@@ -136,6 +136,54 @@ bool refund(BucketState& st, const Shape& s, Micros release, Micros cost_us, dou
   return true;
 }
 
+namespace {
+// Order of remembered slots: by release; at one release, a slot that took no time sorts after one
+// that did (it was granted after it, at that same next_free).
+bool slot_before(const Slot& a, const Slot& b) {
+  if (a.release != b.release) return a.release < b.release;
+  return a.cost_us != 0 && b.cost_us == 0;
+}
+}  // namespace
+
+GiveBack abandon(BucketState& st, const Shape& s, std::vector<Slot>& abandoned, const Slot& r, Micros now,
+                 std::size_t max_abandoned) {
+  GiveBack out;
+  // Released slots (release <= now) sit at the front.
+  abandoned.erase(abandoned.begin(), std::partition_point(abandoned.begin(), abandoned.end(),
+                                                          [now](const Slot& x) { return x.release <= now; }));
+  if (r.release > now && r.release < st.next_free) {
+    // Ties keep the order of abandonment: after every equal slot.
+    const auto at = std::upper_bound(abandoned.begin(), abandoned.end(), r, slot_before);
+    const bool first = at == abandoned.begin();
+    abandoned.insert(at, r);
+    out.remembered = true;
+    if (abandoned.size() > max_abandoned) {  // full: forget the earliest (possibly r itself)
+      abandoned.erase(abandoned.begin());
+      out.remembered = !first;
+    }
+  } else if (r.release > now && r.release == st.next_free) {
+    // Each one is the newest when its turn comes: the single refund's exact inverse of its grant.
+    auto give = [&](const Slot& x) { out.returned += refund(st, s, x.release, x.cost_us, x.spent) ? 1 : 0; };
+    if (r.cost_us != 0) {
+      while (!abandoned.empty() && abandoned.back().release == st.next_free && abandoned.back().cost_us == 0) {
+        give(abandoned.back());
+        abandoned.pop_back();
+      }
+    }
+    give(r);
+    while (!abandoned.empty() && abandoned.back().release == st.next_free) {
+      give(abandoned.back());
+      abandoned.pop_back();
+    }
+    // Anything still after the tail can never be the newest again.
+    while (!abandoned.empty() && abandoned.back().release > st.next_free) abandoned.pop_back();
+  }
+  // A quiet bucket holds no memory, and one that had a crowd leave gives most of it back.
+  if (abandoned.empty()) std::vector<Slot>().swap(abandoned);
+  else if (abandoned.capacity() > 64 && abandoned.size() < abandoned.capacity() / 4) abandoned.shrink_to_fit();
+  return out;
+}
+
 void rescale(BucketState& st, const Shape& old_shape, const Shape& new_shape, Micros now) {
   resync(st, old_shape, now);
   if (old_shape.max_permits > 0.0) {

@@ -723,10 +723,11 @@ struct ProxyServer::Impl {
             // (the next connection's read reuses it) and comes back on the next read.
             if (buffer.size() == 0) buffer.shrink_to_fit();
             if (!co_await hold(stream, bm, std::chrono::microseconds(sd.decision.wait_us))) {
-              // The client left before its slot: give the slot back if nobody queued behind it.
+              // The client left before its slot: its slot comes back now if nobody live queued
+              // behind it (with any abandoned ones it unblocks), or later with the ones after it.
               deps.metrics.abandoned.fetch_add(1, std::memory_order_relaxed);
-              if (co_await deps.store.refund(areq, sd.reservation))
-                deps.metrics.refunds.fetch_add(1, std::memory_order_relaxed);
+              const store::RefundResult given = co_await deps.store.refund_slots(areq, sd.reservation);
+              deps.metrics.refunds.fetch_add(given.reservations(), std::memory_order_relaxed);
               rec.outcome = "client_gone";
               co_return false;
             }

@@ -31,9 +31,9 @@ class ShardLocks {
 };
 }  // namespace
 
-LocalStore::LocalStore(const limiter::Clock& clock, std::size_t max_client_keys)
+LocalStore::LocalStore(const limiter::Clock& clock, std::size_t max_client_keys, std::size_t max_abandoned)
     // At least 8 entries per shard (a configured cap is at least 512).
-    : clock_(clock), per_shard_cap_(std::max<std::size_t>(8, max_client_keys / kShards)) {}
+    : clock_(clock), per_shard_cap_(std::max<std::size_t>(8, max_client_keys / kShards)), max_abandoned_(max_abandoned) {}
 
 std::size_t LocalStore::shard_index(std::string_view key) const { return std::hash<std::string_view>{}(key) % kShards; }
 
@@ -322,21 +322,28 @@ StoreDecision LocalStore::decide(const AcquireRequest& req) {
   return out;
 }
 
-bool LocalStore::give_back(const AcquireRequest& req, const Reservation& r) {
-  bool any = false;
+bool LocalStore::give_back(const AcquireRequest& req, const Reservation& r) { return give_back_slots(req, r).any(); }
+
+RefundResult LocalStore::give_back_slots(const AcquireRequest& req, const Reservation& r) {
+  RefundResult out;
+  const Micros now = clock_.now_us();
   {
     const std::size_t ia = shard_index(req.bucket.name);
     const std::size_t ib = req.parent ? shard_index(req.parent->name) : ia;
     ShardLocks locks(shards_[ia].mu, req.parent ? &shards_[ib].mu : nullptr, ia < ib);
     // Found as they are now: a refund never reconciles parameters (the request's may be older).
-    if (req.use_bucket) {
-      Entry* e = find(shards_[ia], req.bucket.name, req.per_client_bucket);
-      any = e != nullptr && limiter::refund(e->state, e->shape, r.release, r.cost, r.spent);
-    }
-    if (req.parent) {
-      Entry* e = find(shards_[ib], req.parent->name, false);
-      any = (e != nullptr && limiter::refund(e->state, e->shape, r.parent_release, r.parent_cost, r.parent_spent)) || any;
-    }
+    auto abandon = [&](Entry* e, const limiter::Slot& slot, std::uint32_t& returned) {
+      if (e == nullptr) return;  // no state: a full, rested bucket holds no reservation
+      if (!e->abandoned) e->abandoned = std::make_unique<std::vector<limiter::Slot>>();
+      const limiter::GiveBack g = limiter::abandon(e->state, e->shape, *e->abandoned, slot, now, max_abandoned_);
+      if (e->abandoned->empty()) e->abandoned.reset();
+      returned = g.returned;
+      out.remembered = out.remembered || g.remembered;
+    };
+    if (req.use_bucket)
+      abandon(find(shards_[ia], req.bucket.name, req.per_client_bucket), {r.release, r.cost, r.spent}, out.bucket);
+    if (req.parent)
+      abandon(find(shards_[ib], req.parent->name, false), {r.parent_release, r.parent_cost, r.parent_spent}, out.parent);
   }
   if (req.share && r.share_release != 0) {
     // The caller left: its waiting grant no longer counts against its share (bucket locks released
@@ -347,12 +354,16 @@ bool LocalStore::give_back(const AcquireRequest& req, const Reservation& r) {
       if (auto h = std::find(e->holds.begin(), e->holds.end(), r.share_release); h != e->holds.end()) e->holds.erase(h);
     }
   }
-  return any;
+  return out;
 }
 
 boost::asio::awaitable<StoreDecision> LocalStore::try_acquire(AcquireRequest req) { co_return decide(req); }
 
 boost::asio::awaitable<bool> LocalStore::refund(AcquireRequest req, Reservation r) { co_return give_back(req, r); }
+
+boost::asio::awaitable<RefundResult> LocalStore::refund_slots(AcquireRequest req, Reservation r) {
+  co_return give_back_slots(req, r);
+}
 
 std::optional<BucketSnapshot> LocalStore::inspect(const BucketRef& ref, std::string_view) {
   const std::string_view bucket = ref.name;
@@ -375,6 +386,10 @@ std::optional<BucketSnapshot> LocalStore::inspect(const BucketRef& ref, std::str
   snap.next_free = st.next_free;
   snap.max_permits = it->second.shape.max_permits;
   snap.tracked = true;
+  if (const auto& ab = it->second.abandoned) {  // released ones are only forgotten on the next give-back
+    snap.abandoned = static_cast<std::size_t>(
+        std::count_if(ab->begin(), ab->end(), [now = snap.now](const limiter::Slot& x) { return x.release > now; }));
+  }
   return snap;
 }
 

@@ -539,14 +539,20 @@ boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req
 }
 
 boost::asio::awaitable<bool> RedisStore::refund(AcquireRequest req, Reservation res) {
+  co_return (co_await refund_slots(std::move(req), res)).any();
+}
+
+boost::asio::awaitable<RefundResult> RedisStore::refund_slots(AcquireRequest req, Reservation res) {
   Connection* c = connection_for_current_thread();
-  if (c == nullptr || !c->ready) co_return false;
+  if (c == nullptr || !c->ready) co_return RefundResult{};
   std::vector<std::string> args{"EVALSHA", c->refund_sha};
   for (auto& a : refund_call(req, options_.key_prefix, res)) args.push_back(std::move(a));
   Reply r = co_await c->async_call(std::move(args), scripts::kRefund, net::use_awaitable);
-  const bool done = r.ok && r.integer > 0;
-  if (done) refunds_.fetch_add(1, std::memory_order_relaxed);
-  co_return done;
+  std::optional<RefundResult> out;
+  if (r.ok) out = parse_refund_reply(req, r.items);
+  if (!out) co_return RefundResult{};
+  refunds_.fetch_add(out->reservations(), std::memory_order_relaxed);
+  co_return *out;
 }
 
 namespace {
@@ -618,6 +624,10 @@ std::optional<BucketSnapshot> RedisStore::inspect(const BucketRef& ref, std::str
     snap.stored = st.stored;
     snap.next_free = st.next_free;
     snap.tracked = true;
+    // Released slots stay in the set until the next give-back: count those still ahead.
+    auto n = c.cmd({"ZCOUNT", abandoned_key(options_.key_prefix, hash_tag, ref.name), "(" + std::to_string(snap.now),
+                    "+inf"});
+    if (n && n->type == REDIS_REPLY_INTEGER) snap.abandoned = static_cast<std::size_t>(n->integer);
   } else {
     snap.stored = shape.max_permits;
     snap.next_free = snap.now;
@@ -720,15 +730,26 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
   return out;
 }
 
-std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res) {
+std::string abandoned_key(const std::string& prefix, std::string_view tag, std::string_view name) {
+  // "a:" is no bucket name's beginning (interface URLs start with '/', the others with "channel:",
+  // "c:", "q:" or "s:").
+  return redis_key(prefix, tag.empty() ? name : tag, "a:" + std::string(name));
+}
+
+std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res,
+                                     std::string_view now_override, std::size_t max_abandoned) {
   const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
   const int buckets = (req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0);
   const bool share = req.share && res.share_release != 0;
-  std::vector<std::string> out{std::to_string(buckets + (share ? 1 : 0))};
+  std::vector<std::string> out{std::to_string(2 * buckets + (share ? 1 : 0))};
   if (req.use_bucket) out.push_back(redis_key(prefix, tag, req.bucket.name));
   if (req.parent) out.push_back(redis_key(prefix, tag, req.parent->name));
+  if (req.use_bucket) out.push_back(abandoned_key(prefix, tag, req.bucket.name));
+  if (req.parent) out.push_back(abandoned_key(prefix, tag, req.parent->name));
   if (share) out.push_back(redis_key(prefix, tag, req.share->key));
   out.push_back(std::to_string(buckets));
+  out.emplace_back(now_override);
+  out.push_back(std::to_string(max_abandoned));
   auto add = [&out](Micros release, Micros cost, double spent) {
     out.push_back(num(static_cast<double>(release)));
     out.push_back(num(static_cast<double>(cost)));
@@ -737,6 +758,25 @@ std::vector<std::string> refund_call(const AcquireRequest& req, const std::strin
   if (req.use_bucket) add(res.release, res.cost, res.spent);
   if (req.parent) add(res.parent_release, res.parent_cost, res.parent_spent);
   if (share) out.push_back(num(static_cast<double>(res.share_release)));
+  return out;
+}
+
+std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const std::vector<std::string>& items) {
+  const std::size_t buckets = (req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0);
+  if (items.size() != 2 * buckets) return std::nullopt;
+  RefundResult out;
+  try {
+    std::size_t i = 0;
+    auto bucket = [&](std::uint32_t& returned) {
+      returned = static_cast<std::uint32_t>(std::stoul(items[i]));
+      out.remembered = out.remembered || items[i + 1] == "1";
+      i += 2;
+    };
+    if (req.use_bucket) bucket(out.bucket);
+    if (req.parent) bucket(out.parent);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
   return out;
 }
 

@@ -1,6 +1,7 @@
 // The Redis script against the in-process store: one random sequence of decisions (rate changes,
-// channel pairs, warm-up, fractions, refunds) replayed against both must give the same answers,
-// double for double. Redis gets each step's time as the script's `now` override.
+// channel pairs, warm-up, fractions, refunds of departed callers in any order) replayed against both
+// must give the same answers, double for double. Redis gets each step's time as the scripts' `now`
+// override.
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
 
 #include <gtest/gtest.h>
@@ -9,6 +10,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <random>
 
@@ -64,6 +67,12 @@ void expect_same(const StoreDecision& l, const StoreDecision& r) {
   ASSERT_EQ(l.reservation.share_release, r.reservation.share_release);
 }
 
+void expect_same_refund(const RefundResult& l, const RefundResult& r) {
+  ASSERT_EQ(l.bucket, r.bucket);
+  ASSERT_EQ(l.parent, r.parent);
+  ASSERT_EQ(l.remembered, r.remembered);
+}
+
 class RedisScript : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -87,13 +96,37 @@ class RedisScript : public ::testing::Test {
     if (r) freeReplyObject(r);
     return d.value_or(StoreDecision{});
   }
-  bool give_back(const AcquireRequest& req, const Reservation& res) {
+  RefundResult give_back(const AcquireRequest& req, const Reservation& res, Micros now,
+                         std::size_t max_abandoned = limiter::kMaxAbandoned) {
     std::vector<std::string> args{"EVAL", refund_script()};
-    for (auto& a : refund_call(req, "t:", res)) args.push_back(a);
+    for (auto& a : refund_call(req, "t:", res, std::to_string(now), max_abandoned)) args.push_back(a);
     redisReply* r = redis->cmd(args);
-    const bool done = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
+    auto out = parse_refund_reply(req, items(r));
+    EXPECT_TRUE(out.has_value()) << "malformed reply";
     if (r) freeReplyObject(r);
-    return done;
+    return out.value_or(RefundResult{});
+  }
+  // The bucket's state in Redis as the in-process store's inspect shows it: resynced to `now` with
+  // the shape it was saved with, and the abandoned slots still ahead.
+  BucketSnapshot snapshot(std::string_view tag, std::string_view name, Micros now) {
+    BucketSnapshot out;
+    redisReply* h = redis->cmd({"HMGET", redis_key("t:", tag, name), "s", "n", "m", "c"});
+    if (h && h->type == REDIS_REPLY_ARRAY && h->element[0]->type == REDIS_REPLY_STRING) {
+      limiter::BucketState st{std::stod(str(h->element[0])), static_cast<Micros>(std::stod(str(h->element[1])))};
+      limiter::Shape shape;
+      shape.max_permits = std::stod(str(h->element[2]));
+      shape.cool_down_us = std::stod(str(h->element[3]));
+      limiter::resync(st, shape, now);
+      out.stored = st.stored;
+      out.next_free = st.next_free;
+      out.tracked = true;
+    }
+    if (h) freeReplyObject(h);
+    redisReply* n = redis->cmd({"ZCOUNT", abandoned_key("t:", tag, name), "(" + std::to_string(now), "+inf"});
+    if (n && n->type == REDIS_REPLY_INTEGER) out.abandoned = static_cast<std::size_t>(n->integer);
+    if (n) freeReplyObject(n);
+    return out;
   }
   std::unique_ptr<Sync> redis;
 };
@@ -140,14 +173,89 @@ TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
     if (!held.empty() && rng() % 7 == 0) {  // a held caller leaves
       auto [hreq, res] = held.back();
       held.pop_back();
-      const bool lb = local.give_back(hreq, res);
-      ASSERT_EQ(lb, give_back(hreq, res));
-      refunded += lb;
+      const RefundResult lb = local.give_back_slots(hreq, res);
+      ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(hreq, res, clock.now_us())));
+      refunded += lb.any();
     }
   }
   EXPECT_GT(granted, 500);
   EXPECT_GT(rejected, 500);
   EXPECT_GT(refunded, 10);
+}
+
+// Held requests whose callers leave in random order, one by one or in crowds, some after their
+// slot: the script remembers and gives back exactly what the in-process store does, and both leave
+// every bucket in the same state (stored permits, next_free, remembered slots), with the default
+// bound and with a bound small enough to be reached all the time.
+TEST_F(RedisScript, ReplaysAbandonedSlotsTheSameAsTheLocalStore) {
+  for (const std::size_t cap : {limiter::kMaxAbandoned, std::size_t{3}}) {
+    SCOPED_TRACE("bound " + std::to_string(cap));
+    RedisServer::shared().flush();
+    ManualClock clock(1'700'000'000'000'000);
+    LocalStore local(clock, LocalStore::kDefaultMaxClientKeys, cap);
+    std::mt19937_64 rng(cap);
+    std::vector<BucketParams> params(4);
+    params[0].rate = 5;
+    params[1].rate = 3;
+    params[1].burst = 2;
+    params[2].rate = 2;
+    params[2].warmup_us = 3'000'000;
+    params[3].rate = 4;  // the channel of /a and /b
+    const char* names[] = {"/a", "/b", "/w"};
+    int remembered = 0, collapses = 0, given = 0, late = 0;
+    std::vector<std::pair<AcquireRequest, Reservation>> held;
+    for (int step = 0; step < 6000; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      clock.advance(static_cast<Micros>(rng() % 60'000));
+      if (rng() % 400 == 0) params[rng() % 4].rate = 1 + static_cast<double>(rng() % 9);  // an operator edit
+      if (rng() % 5 < 3) {
+        const int b = static_cast<int>(rng() % 3);
+        AcquireRequest req{{names[b], params[b]}, {}, b < 2 ? "X" : names[b], 1.0,
+                           static_cast<Micros>(rng() % 8'000'000)};
+        if (b < 2 && rng() % 2) req.parent = BucketRef{"channel:X", params[3]};
+        switch (rng() % 8) {
+          case 0: req.permits = 0.5 + static_cast<double>(rng() % 3); break;
+          case 1: req.permits = 1e-7; break;  // takes no time: shares the release before it
+          default: break;
+        }
+        const StoreDecision l = local.decide(req);
+        const StoreDecision r = acquire(req, clock.now_us());
+        ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
+        if (l.decision.granted && l.decision.wait_us > 0) held.push_back({req, l.reservation});
+        continue;
+      }
+      // Callers leave: one, or a crowd (oldest first, newest first, or any order).
+      const std::size_t crowd = rng() % 4 == 0 ? 1 + rng() % 12 : 1;
+      const int how = static_cast<int>(rng() % 3);
+      for (std::size_t k = 0; k < crowd && !held.empty(); ++k) {
+        const std::size_t pick = how == 0 ? 0 : how == 1 ? held.size() - 1 : rng() % held.size();
+        auto [hreq, res] = held[pick];
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(pick));
+        late += std::max(res.release, res.parent_release) <= clock.now_us();
+        const RefundResult l = local.give_back_slots(hreq, res);
+        ASSERT_NO_FATAL_FAILURE(expect_same_refund(l, give_back(hreq, res, clock.now_us(), cap)));
+        remembered += l.remembered;
+        collapses += l.bucket > 1 || l.parent > 1;
+        given += static_cast<int>(l.bucket + l.parent);
+      }
+      // Every bucket the same in both stores, remembered slots included.
+      for (const auto& [tag, ref] : {std::pair<std::string_view, BucketRef>{"X", {"/a", params[0]}},
+                                     {"X", {"/b", params[1]}}, {"/w", {"/w", params[2]}},
+                                     {"X", {"channel:X", params[3]}}}) {
+        const auto l = local.inspect(ref, tag);
+        const BucketSnapshot r = snapshot(tag, ref.name, clock.now_us());
+        if (!r.tracked) continue;  // not used yet (the in-process store may have swept nothing)
+        ASSERT_EQ(l->stored, r.stored) << ref.name;
+        ASSERT_EQ(l->next_free, r.next_free) << ref.name;
+        ASSERT_EQ(l->abandoned, r.abandoned) << ref.name;
+      }
+    }
+    std::printf("bound %zu: remembered %d, collapses %d, slots given back %d, left after their slot %d\n", cap,
+                remembered, collapses, given, late);
+    EXPECT_GT(remembered, 300);
+    EXPECT_GT(collapses, 50);
+    EXPECT_GT(late, 50);
+  }
 }
 
 // Issue 7: the same replay with everything a request can carry: per-client buckets, quota-only
@@ -200,9 +308,9 @@ TEST_F(RedisScript, ReplaysQuotasSharesAndClientBucketsTheSameAsTheLocalStore) {
         const std::size_t pick = rng() % 2 ? held.size() - 1 : rng() % held.size();
         auto [hreq, res] = held[pick];
         held.erase(held.begin() + static_cast<std::ptrdiff_t>(pick));
-        const bool lb = local.give_back(hreq, res);
-        ASSERT_EQ(lb, give_back(hreq, res));
-        refunded += lb;
+        const RefundResult lb = local.give_back_slots(hreq, res);
+        ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(hreq, res, clock.now_us())));
+        refunded += lb.any();
       }
     } else {
       ASSERT_EQ(l.bound_quota, r.bound_quota);
@@ -269,6 +377,55 @@ TEST_F(RedisScript, UsesRedisTimeWithoutOverride) {
                                                  .count());
   EXPECT_NEAR(release, unix_us, 5e6);
   freeReplyObject(r);
+}
+
+// Through the store itself (EVALSHA, Redis TIME, the reply parsed): callers held 1, 2 and 3 s leave
+// in the order 1, 3, 2; the last departure brings back both remaining slots and the bucket has no debt.
+TEST(RedisStoreAbandon, SlotsComeBackThroughTheStore) {
+  if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+  RedisServer::shared().flush();
+  limiter::SteadyClock clock;
+  RedisOptions o;
+  o.port = static_cast<std::uint16_t>(RedisServer::shared().port());
+  o.key_prefix = "live:";
+  o.decision_timeout_ms = 2000;
+  boost::asio::io_context ctx;
+  RedisStore store(o, {&ctx}, clock);
+  store.start();
+  BucketParams p;
+  p.rate = 1;
+  const AcquireRequest req{{"/live", p}, {}, {}, 1.0, 10'000'000};
+  std::vector<StoreDecision> d;
+  std::vector<RefundResult> r;
+  std::optional<BucketSnapshot> after;
+  boost::asio::co_spawn(
+      ctx,
+      [&]() -> boost::asio::awaitable<void> {
+        boost::asio::steady_timer t(ctx);
+        for (int i = 0; i < 200 && !store.stats().up; ++i) {
+          t.expires_after(std::chrono::milliseconds(10));
+          co_await t.async_wait(boost::asio::use_awaitable);
+        }
+        for (int i = 0; i < 4; ++i) d.push_back(co_await store.try_acquire(req));
+        for (int i : {1, 3, 2}) r.push_back(co_await store.refund_slots(req, d[static_cast<std::size_t>(i)].reservation));
+        store.stop();
+      },
+      boost::asio::detached);
+  ctx.run();
+  after = store.inspect(req.bucket, "");
+  ASSERT_EQ(d.size(), 4u);
+  for (const StoreDecision& x : d) ASSERT_FALSE(x.degraded) << x.error;
+  EXPECT_EQ(d[0].decision.wait_us, 0);
+  EXPECT_GT(d[3].decision.wait_us, 2'900'000);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].bucket, 0u);
+  EXPECT_TRUE(r[0].remembered);
+  EXPECT_EQ(r[1].bucket, 1u);
+  EXPECT_EQ(r[2].bucket, 2u);
+  EXPECT_EQ(store.stats().refunds, 3u);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_LE(after->next_free, after->now);  // no debt left
+  EXPECT_EQ(after->abandoned, 0u);
 }
 
 // The `local` failure policy shares quotas like buckets: limitCount / N per instance.

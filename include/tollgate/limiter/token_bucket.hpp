@@ -2,9 +2,11 @@
 // No I/O, no clock reads, no locks. Times are whole microseconds on the caller's clock.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <vector>
 
 namespace tollgate::limiter {
 
@@ -55,7 +57,7 @@ struct Decision {
   Micros retry_after_us = 0;  // rejected: earliest moment (from now) the same request would fit
   double remaining = 0;       // stored permits after the decision
   Micros next_free = 0;       // the bucket's next free slot after the decision
-  // What a grant took, so that it can be given back (refund) while it is the newest reservation.
+  // What a grant took, so that it can be given back (refund, abandon) when its caller leaves.
   Micros cost_us = 0;         // added to next_free
   double spent = 0;           // stored permits taken
 };
@@ -86,6 +88,39 @@ PairDecision try_acquire_pair(BucketState& a, const Shape& sa, BucketState& b, c
 // Gives a grant back if it is still the bucket's newest reservation (next_free == its release);
 // returns whether it did. Used when a held request's client leaves before its slot.
 bool refund(BucketState& st, const Shape& s, Micros release, Micros cost_us, double spent);
+
+// One grant as it can be given back: the bucket's next_free right after it (its release, us), what
+// it added to next_free (us) and the stored permits it took (Decision::next_free, cost_us, spent).
+struct Slot {
+  Micros release = 0;
+  Micros cost_us = 0;
+  double spent = 0;
+};
+
+// At most this many abandoned slots are remembered per bucket (24 bytes each, 384 KiB at most;
+// more than the held requests of a bucket at 270 permits/s with the longest wait window, 60 s).
+// Beyond it the one with the earliest release is forgotten: its slot stays taken as a live one's
+// would, so a give-back stops there. The bucket never admits more for it, it only gives back less.
+inline constexpr std::size_t kMaxAbandoned = 16384;
+
+struct GiveBack {
+  std::uint32_t returned = 0;  // reservations given back now: this one and the abandoned ones it unblocked
+  bool remembered = false;     // this one waits in `abandoned` for the live ones after it
+};
+
+// A held request's caller left before its slot `r`. `abandoned` holds this bucket's earlier abandoned
+// slots that a live reservation still followed (sorted by release; at one release those that took no
+// time after those that did, then in the order they were abandoned), and nothing else touches it.
+//  1. Slots already released (release <= now) are not refundable: they are forgotten.
+//  2. r released, or not behind next_free (a state that no longer holds it): nothing happens.
+//  3. r.release < next_free: a live reservation follows r; r is remembered (at most max_abandoned).
+//  4. r.release == next_free: r is the newest. It is given back as refund() does (next_free -= cost,
+//     stored = min(max, stored + spent)), and so is every remembered slot whose release is then the
+//     new next_free, newest first, until a live (or released, or forgotten) one is at the tail.
+//     Remembered zero-cost slots at r's release were granted after r: they go back before it.
+// Once every caller of a run of held grants has left, the bucket is as if they had never been granted.
+GiveBack abandon(BucketState& st, const Shape& s, std::vector<Slot>& abandoned, const Slot& r, Micros now,
+                 std::size_t max_abandoned = kMaxAbandoned);
 
 // Guava's setRate: resync with the old shape, then rescale stored permits to the new maximum.
 void rescale(BucketState& st, const Shape& old_shape, const Shape& new_shape, Micros now);

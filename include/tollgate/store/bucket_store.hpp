@@ -16,9 +16,18 @@ class BucketStore {
  public:
   virtual ~BucketStore() = default;
   virtual boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) = 0;
-  // Gives back a grant whose caller left before its slot, if it is still the newest reservation
-  // of its bucket(s). Returns whether anything was given back.
+  // Gives back a grant whose caller left before its slot (see refund_slots). Returns whether
+  // anything was given back now.
   virtual boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) = 0;
+  // The same, saying what came back: in each bucket, the grant if it is the newest reservation,
+  // together with every earlier abandoned one that is then at the tail; otherwise the grant is
+  // remembered and comes back when the reservations after it are gone too (limiter::abandon).
+  // A store that cannot say more answers with its refund().
+  virtual boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) {
+    RefundResult out;
+    if (co_await refund(std::move(req), r)) out.bucket = 1;
+    co_return out;
+  }
   // Read-only view of one bucket for the admin API (nullopt: the store cannot answer now).
   virtual std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) = 0;
   virtual std::string name() const = 0;

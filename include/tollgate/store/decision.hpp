@@ -64,6 +64,18 @@ struct Reservation {
   Micros share_release = 0;  // maxShare: the waiting grant recorded for the caller (0: none)
 };
 
+// What giving a departed caller's reservation back did, per bucket of the request: how many
+// reservations came back (its own and every earlier abandoned one that no live reservation follows
+// any more), and whether its own had to be remembered for later because a live one follows it.
+struct RefundResult {
+  std::uint32_t bucket = 0;  // in the request's own bucket
+  std::uint32_t parent = 0;  // in its channel bucket
+  bool remembered = false;   // kept in at least one bucket, to come back with the ones after it
+  bool any() const { return bucket + parent > 0; }
+  // Reservations given back, counting a request that holds slots in two buckets once.
+  std::uint32_t reservations() const { return bucket > parent ? bucket : parent; }
+};
+
 // ok: a decision (from the store, or from a local fallback: see `degraded`). unavailable_*: the
 // store failed and the configured policy says forward unlimited (open) or refuse with 503 (closed).
 enum class StoreStatus { ok, unavailable_open, unavailable_closed };
@@ -87,6 +99,7 @@ struct BucketSnapshot {
   Micros now = 0;
   double max_permits = 0;
   bool tracked = false;  // false: no state held (a full, rested bucket)
+  std::size_t abandoned = 0;  // slots of departed callers waiting for the live ones after them
 };
 
 }  // namespace tollgate::store

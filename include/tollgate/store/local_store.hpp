@@ -21,10 +21,13 @@ namespace tollgate::store {
 class LocalStore final : public BucketStore {
  public:
   static constexpr std::size_t kDefaultMaxClientKeys = 100'000;
-  explicit LocalStore(const limiter::Clock& clock, std::size_t max_client_keys = kDefaultMaxClientKeys);
+  // max_abandoned: departed callers' slots remembered per bucket (limiter::abandon).
+  explicit LocalStore(const limiter::Clock& clock, std::size_t max_client_keys = kDefaultMaxClientKeys,
+                      std::size_t max_abandoned = limiter::kMaxAbandoned);
 
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
+  boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
   std::string name() const override { return "local"; }
   std::string metrics_text() const override;
@@ -32,7 +35,8 @@ class LocalStore final : public BucketStore {
   // The synchronous operations the coroutines wrap; also what benchmarks, tests and the Redis
   // store's `local` failure policy call.
   StoreDecision decide(const AcquireRequest& req);
-  bool give_back(const AcquireRequest& req, const Reservation& r);
+  bool give_back(const AcquireRequest& req, const Reservation& r);  // give_back_slots(...).any()
+  RefundResult give_back_slots(const AcquireRequest& req, const Reservation& r);
   std::size_t size() const;         // entries of every kind
   std::size_t client_keys() const;  // entries of the capped per-client table
   std::size_t max_client_keys() const { return per_shard_cap_ * kShards; }
@@ -47,6 +51,9 @@ class LocalStore final : public BucketStore {
     limiter::WindowState window;
     limiter::WindowParams window_params;
     std::vector<Micros> holds;  // share: release times of grants still waiting
+    // bucket: departed callers' slots behind live ones; allocated on the first one and released when
+    // none is left, so that a bucket nobody left costs one pointer
+    std::unique_ptr<std::vector<limiter::Slot>> abandoned;
   };
   struct ClientSlot {
     std::string key;
@@ -83,6 +90,7 @@ class LocalStore final : public BucketStore {
 
   const limiter::Clock& clock_;
   std::size_t per_shard_cap_;
+  std::size_t max_abandoned_;
   std::array<Shard, kShards> shards_;
 };
 

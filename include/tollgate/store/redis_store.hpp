@@ -40,7 +40,7 @@ struct RedisOptions {
 struct RedisStats {
   bool up = false;
   std::uint64_t failures = 0;       // decisions affected by a Redis failure (any policy)
-  std::uint64_t refunds = 0;        // reservations given back
+  std::uint64_t refunds = 0;        // reservations given back (RefundResult::reservations)
   std::uint64_t incidents = 0;
   unsigned live_instances = 1;
   std::string last_error;
@@ -55,8 +55,16 @@ std::string redis_key(const std::string& prefix, std::string_view tag, std::stri
 std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
                                       std::string_view now_override);
 std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas);
-// numkeys, KEYS and ARGV of the refund script.
-std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res);
+// The key of a bucket's set of abandoned slots (limiter::abandon), in the bucket's slot: tag "" means
+// the bucket's name, as in refund_call.
+std::string abandoned_key(const std::string& prefix, std::string_view tag, std::string_view name);
+// numkeys, KEYS and ARGV of the refund script; now_override and max_abandoned as in acquire_call and
+// LocalStore (a value only for replays/tests).
+std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res,
+                                     std::string_view now_override = {},
+                                     std::size_t max_abandoned = limiter::kMaxAbandoned);
+// The refund script's reply as a result (nullopt when malformed).
+std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const std::vector<std::string>& items);
 const char* acquire_script();
 const char* refund_script();
 
@@ -70,6 +78,7 @@ class RedisStore final : public BucketStore {
 
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
+  boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
   std::string name() const override { return "redis"; }
   std::string metrics_text() const override;

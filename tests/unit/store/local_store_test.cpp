@@ -88,7 +88,7 @@ TEST(LocalStore, ChannelAndInterfaceAreAllOrNothing) {
   EXPECT_EQ(w.decision.wait_us, 333333);
 }
 
-TEST(LocalStore, RefundGivesBackTheNewestReservationOnly) {
+TEST(LocalStore, RefundGivesBackOnlyWhatNoLiveReservationFollows) {
   ManualClock clock;
   LocalStore s(clock);
   AcquireRequest req{{"/r", rate(1)}, {}, {}, 1, 5'000'000};
@@ -100,8 +100,109 @@ TEST(LocalStore, RefundGivesBackTheNewestReservationOnly) {
   const StoreDecision d = s.decide(req);                   // 2 s
   const StoreDecision e = s.decide(req);                   // 3 s, now the newest
   EXPECT_FALSE(s.give_back(req, d.reservation));           // not the newest: e keeps its place
-  EXPECT_TRUE(s.give_back(req, e.reservation));
-  EXPECT_EQ(s.decide(req).decision.wait_us, 3'000'000);
+  EXPECT_EQ(s.inspect(req.bucket, "")->next_free - clock.now_us(), 3'000'000);  // and d's stays taken
+  EXPECT_TRUE(s.give_back(req, e.reservation));            // e goes, and d (remembered) with it
+  EXPECT_EQ(s.decide(req).decision.wait_us, 2'000'000);   // behind the live caller held 1 s
+}
+
+TEST(LocalStore, RefundSlotsSaysWhatCameBack) {
+  ManualClock clock;
+  LocalStore s(clock);
+  AcquireRequest req{{"/r", rate(1)}, {}, {}, 1, 10'000'000};
+  s.decide(req);
+  std::vector<Reservation> res;
+  for (int i = 0; i < 4; ++i) res.push_back(s.decide(req).reservation);
+  RefundResult r = s.give_back_slots(req, res[1]);
+  EXPECT_EQ(r.bucket, 0u);
+  EXPECT_TRUE(r.remembered);
+  r = s.give_back_slots(req, res[2]);
+  EXPECT_TRUE(r.remembered);
+  EXPECT_EQ(s.inspect(req.bucket, "")->abandoned, 2u);
+  r = s.give_back_slots(req, res[3]);  // the newest: it, 3 and 2 come back; 1 is live
+  EXPECT_EQ(r.bucket, 3u);
+  EXPECT_EQ(r.parent, 0u);
+  EXPECT_FALSE(r.remembered);
+  EXPECT_EQ(r.reservations(), 3u);
+  EXPECT_EQ(s.inspect(req.bucket, "")->abandoned, 0u);
+  // A pair: counted per bucket.
+  const BucketRef channel{"channel:X", rate(1)};
+  AcquireRequest pair{{"/p", rate(1)}, channel, "X", 1, 10'000'000};
+  s.decide(pair);
+  const Reservation p1 = s.decide(pair).reservation, p2 = s.decide(pair).reservation;
+  EXPECT_TRUE(s.give_back_slots(pair, p1).remembered);
+  r = s.give_back_slots(pair, p2);
+  EXPECT_EQ(r.bucket, 2u);
+  EXPECT_EQ(r.parent, 2u);
+  EXPECT_EQ(r.reservations(), 2u);
+}
+
+// At the bound the slot with the earliest release is forgotten: it stays taken, and a give-back
+// from the tail stops at it as at a live reservation. The bucket never admits more for the bound.
+TEST(LocalStore, AbandonedSlotsAreBoundedPerBucket) {
+  ManualClock clock;
+  LocalStore s(clock, LocalStore::kDefaultMaxClientKeys, 3);
+  AcquireRequest req{{"/r", rate(1)}, {}, {}, 1, 10'000'000};
+  s.decide(req);
+  const Micros t0 = clock.now_us();
+  std::vector<Reservation> res;
+  for (int i = 0; i < 6; ++i) res.push_back(s.decide(req).reservation);  // slots at 1..6 s
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(s.give_back_slots(req, res[static_cast<std::size_t>(i)]).remembered);
+  EXPECT_EQ(s.inspect(req.bucket, "")->abandoned, 3u);  // 1 s and 2 s were forgotten
+  const RefundResult r = s.give_back_slots(req, res[5]);
+  EXPECT_EQ(r.bucket, 4u);  // 6, 5, 4, 3
+  EXPECT_EQ(s.inspect(req.bucket, "")->next_free, t0 + 2'000'000);
+
+  // Full, and the newcomer is the earliest: it is the one forgotten.
+  LocalStore t(clock, LocalStore::kDefaultMaxClientKeys, 2);
+  t.decide(req);
+  std::vector<Reservation> more;
+  for (int i = 0; i < 4; ++i) more.push_back(t.decide(req).reservation);
+  EXPECT_TRUE(t.give_back_slots(req, more[2]).remembered);
+  EXPECT_TRUE(t.give_back_slots(req, more[1]).remembered);
+  EXPECT_FALSE(t.give_back_slots(req, more[0]).remembered);
+  EXPECT_EQ(t.give_back_slots(req, more[3]).bucket, 3u);
+  EXPECT_EQ(t.inspect(req.bucket, "")->next_free, clock.now_us() + 1'000'000);
+}
+
+// A reservation that takes no time (a tiny permit) shares its release with the held one before it.
+// Plain bucket: in any order of leaving, all come back. Warm-up bucket (stored permits cost time, a
+// tiny one costs nothing but takes 1e-7 stored permits): whatever order the three sharing one
+// release leave in before the newest, every stored permit comes back, the zero-cost ones first.
+TEST(LocalStore, ZeroCostSlotsComeBackWithTheSlotTheyShare) {
+  BucketParams warm = rate(1);
+  warm.warmup_us = 2'000'000;  // 2 stored permits, the one above the threshold costs 2 s
+  for (const BucketParams& p : {rate(1), warm}) {
+    std::vector<int> order{0, 1, 2, 3};
+    do {
+      if (p.warmup_us > 0 && order[3] != 3) continue;
+      ManualClock clock;
+      LocalStore s(clock), never(clock);
+      AcquireRequest req{{"/z", p}, {}, {}, 1, 10'000'000};
+      AcquireRequest tiny = req;
+      tiny.permits = 1e-7;  // 0.1 us of fresh permits (or 0.1 us of stored ones): costs nothing
+      if (p.warmup_us == 0) {
+        s.decide(req);
+        never.decide(req);
+      }
+      const Reservation g1 = s.decide(req).reservation;
+      const Reservation z1 = s.decide(tiny).reservation, z2 = s.decide(tiny).reservation;
+      const Reservation g2 = s.decide(req).reservation;
+      ASSERT_GT(g1.release, clock.now_us());
+      ASSERT_EQ(z1.cost, 0);
+      ASSERT_EQ(z2.release, g1.release);
+      ASSERT_GT(g2.cost, 0);
+      if (p.warmup_us > 0) {
+        ASSERT_GT(z1.spent, 0);
+      }
+      const std::pair<const AcquireRequest*, Reservation> all[] = {{&req, g1}, {&tiny, z1}, {&tiny, z2}, {&req, g2}};
+      for (int i : order) s.give_back(*all[i].first, all[i].second);
+      const auto got = s.inspect(req.bucket, ""), want = never.inspect(req.bucket, "");
+      SCOPED_TRACE(std::to_string(order[0]) + std::to_string(order[1]) + std::to_string(order[2]));
+      EXPECT_EQ(got->next_free, want->next_free);
+      EXPECT_NEAR(got->stored, want->stored, 1e-12);  // what a 1e-7 slot left behind would show
+      EXPECT_EQ(got->abandoned, 0u);
+    } while (std::next_permutation(order.begin(), order.end()));
+  }
 }
 
 TEST(LocalStore, InspectShowsDebt) {
