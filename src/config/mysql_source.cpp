@@ -173,8 +173,7 @@ LoadResult MysqlSource::load() {
         rows[it->second].quotas.push_back(std::move(q));
       }
     }
-    out.rules = validate_rows(rows);
-    out.rules.rejected.insert(out.rules.rejected.end(), orphans.begin(), orphans.end());
+    out.rules = validate_rows(rows, std::move(orphans));
 
     std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
         "SELECT state, changedBy, CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED), "

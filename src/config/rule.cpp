@@ -1,21 +1,62 @@
 #include "tollgate/config/rule.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
 #include <map>
-#include <sstream>
 
 namespace tollgate::config {
 
+namespace {
+
+bool ascii_alnum(unsigned char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+bool ascii_hex(unsigned char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f'); }
+// c != 0 because strchr finds the terminating NUL too.
+bool one_of(unsigned char c, const char* set) { return c != 0 && std::strchr(set, c) != nullptr; }
+
+// RFC 9110 tchar: what a header name or a token may contain.
+bool tchar(unsigned char c) { return ascii_alnum(c) || one_of(c, "!#$%&'*+-.^_`|~"); }
+// RFC 3986 pchar and '/', without '%' (checked with its two hex digits) and without ';' (request
+// paths are matched with their ';' segment parameters cut off).
+bool path_char(unsigned char c) { return ascii_alnum(c) || one_of(c, "-._~!$&'()*+,=:@/"); }
+
+// A byte named for a message in visible ASCII, whatever it is, with its 1-based position.
+std::string describe_byte(unsigned char c, std::size_t index) {
+  char buf[64];
+  if (c > 0x20 && c < 0x7f) std::snprintf(buf, sizeof buf, "'%c'", c);
+  else if (c == ' ') std::snprintf(buf, sizeof buf, "a space");
+  else if (c < 0x20 || c == 0x7f) std::snprintf(buf, sizeof buf, "control character 0x%02X", c);
+  else std::snprintf(buf, sizeof buf, "non-ASCII byte 0x%02X", c);
+  return std::string(buf) + " (character " + std::to_string(index + 1) + ")";
+}
+
+// Messages are written to logs line by line: a byte that is not visible ASCII (a field name from
+// a JSON key can hold anything) is written as \xHH so that one message stays one line.
+void append_visible(std::string& out, std::string_view s) {
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    }
+  }
+}
+
+}  // namespace
+
 std::string RejectedRow::message() const {
-  std::ostringstream o;
-  o << (origin.empty() ? std::string("row") : origin) << "." << field << ": " << reason;
-  if (config_id && origin.find("configId") == std::string::npos) o << " (configId " << *config_id << ")";
-  if (kept_previous) o << "; its last valid version stays in force";
-  return o.str();
+  std::string o;
+  append_visible(o, origin.empty() ? std::string_view("row") : std::string_view(origin));
+  o += ".";
+  append_visible(o, field);
+  o += ": ";
+  append_visible(o, reason);
+  if (config_id && origin.find("configId") == std::string::npos) o += " (configId " + std::to_string(*config_id) + ")";
+  if (kept_previous) o += "; its last valid version stays in force";
+  return o;
 }
 
 std::string check_interface_url(const std::string& url) {
@@ -24,10 +65,55 @@ std::string check_interface_url(const std::string& url) {
   if (url.size() == 1) return "must name at least one path segment, e.g. /shopping/search";
   if (url.back() == '/') return "must not end with '/'";
   if (url.find("//") != std::string::npos) return "must not contain an empty segment ('//')";
-  for (unsigned char c : url) {
-    if (c <= 0x20 || c == 0x7f || c == '?' || c == '#') return "must be a path without spaces, '?' or '#'";
+  if (url.size() > kMaxUrlLength) return "must be at most 128 characters";
+  // Request paths are matched in their normal form (RFC 3986 6.2.2, see proxy/request_target):
+  // a URL in another spelling (an escaped letter, lower-case hex, a ';' parameter, a dot segment)
+  // would never match anything, so it is refused rather than silently limiting nothing.
+  for (std::size_t i = 0; i < url.size(); ++i) {
+    const auto c = static_cast<unsigned char>(url[i]);
+    auto at = [i] { return " (character " + std::to_string(i + 1) + ")"; };
+    if (c == '%') {
+      if (i + 2 >= url.size() || !ascii_hex(static_cast<unsigned char>(url[i + 1])) ||
+          !ascii_hex(static_cast<unsigned char>(url[i + 2])))
+        return "must write '%' only as %XX with two hex digits" + at();
+      auto value = [](char h) { return h <= '9' ? h - '0' : h >= 'a' ? h - 'a' + 10 : h - 'A' + 10; };
+      if ((url[i + 1] >= 'a' && url[i + 1] <= 'f') || (url[i + 2] >= 'a' && url[i + 2] <= 'f'))
+        return "must write an escape with upper-case hex digits, as requests are matched" + at();
+      const auto byte = static_cast<unsigned char>(value(url[i + 1]) * 16 + value(url[i + 2]));
+      if (byte == '/' || byte == '\\') return "must not contain an encoded '/' or '\\' (such requests are refused)" + at();
+      if (ascii_alnum(byte) || one_of(byte, "-._~"))
+        return "must not escape a letter, digit or -._~ (requests are matched with it decoded)" + at();
+      i += 2;
+      continue;
+    }
+    if (!path_char(c))
+      return "must be a URL path of letters, digits, '/' and -._~!$&'()*+,=:@ or %XX; found " + describe_byte(c, i);
   }
-  if (url.size() > 128) return "must be at most 128 characters";
+  for (std::size_t at = 1; at <= url.size();) {
+    const std::size_t end = std::min(url.find('/', at), url.size());
+    const std::string_view seg(url.data() + at, end - at);
+    if (seg == "." || seg == "..") return "must not contain a '.' or '..' segment (requests are matched with them resolved)";
+    at = end + 1;
+  }
+  return {};
+}
+
+std::string check_channel_type(const std::string& type) {
+  if (type.empty()) return "must not be empty";
+  if (type.size() > kMaxChannelTypeLength) return "must be at most 24 characters";
+  for (std::size_t i = 0; i < type.size(); ++i) {
+    const auto c = static_cast<unsigned char>(type[i]);
+    if (!tchar(c)) return "must be a token of letters, digits and !#$%&'*+-.^_`|~; found " + describe_byte(c, i);
+  }
+  return {};
+}
+
+std::string check_interface_no(const std::string& no) {
+  if (no.size() > kMaxInterfaceNoBytes) return "must be at most 96 bytes";
+  for (std::size_t i = 0; i < no.size(); ++i) {
+    const auto c = static_cast<unsigned char>(no[i]);
+    if (c < 0x20 || c == 0x7f) return "must not contain control characters; found " + describe_byte(c, i);
+  }
   return {};
 }
 
@@ -56,9 +142,7 @@ std::optional<KeySpec> parse_key_by(const std::string& text, std::string& why) {
     k.kind = KeySpec::Kind::header;
     k.header = text.substr(7);
     const bool token = !k.header.empty() && k.header.size() <= 64 &&
-                       std::all_of(k.header.begin(), k.header.end(), [](unsigned char c) {
-                         return std::isalnum(c) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
-                       });
+                       std::all_of(k.header.begin(), k.header.end(), [](unsigned char c) { return tchar(c); });
     if (token) return k;
     why = "header:<Name> needs a header name (letters, digits, '-', at most 64)";
     return std::nullopt;
@@ -124,10 +208,17 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   }
   if (rule.channel) {
     if (!row.channel_type || row.channel_type->empty()) return reject("channelType", "is required for a channel limit");
-    if (row.channel_type->size() > 24) return reject("channelType", "must be at most 24 characters");
   } else {
     if (!row.interface_url) return reject("interfaceUrl", "is required");
     if (auto why = check_interface_url(*row.interface_url); !why.empty()) return reject("interfaceUrl", why);
+  }
+  // An interface row's channelType names the channel limit it draws from, so it is held to the
+  // same rule as a channel row's (which makes the bucket "channel:<channelType>"); empty: none.
+  if (row.channel_type && !row.channel_type->empty()) {
+    if (auto why = check_channel_type(*row.channel_type); !why.empty()) return reject("channelType", why);
+  }
+  if (row.interface_no) {
+    if (auto why = check_interface_no(*row.interface_no); !why.empty()) return reject("interfaceNo", why);
   }
   const std::int64_t status = row.status.value_or(0);  // NOT NULL DEFAULT 0 in the table
   if (status != 0 && status != 1) return reject("status", "must be 0 or 1");
@@ -139,7 +230,10 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   const double cache = row.cache.value_or(kDefaultCache);
   if (!std::isfinite(cache) || cache < 0 || cache > kMaxCache) return reject("cache", "must be within [0, 60] seconds");
   if (row.burst) {
-    if (!std::isfinite(*row.burst) || *row.burst < 1) return reject("burst", "must be >= 1");
+    // Bounded so that the bucket's size stays a valid sf-integer in RateLimit-Policy (at most 15
+    // digits) and its permits a whole number the request path can hold.
+    if (!std::isfinite(*row.burst) || *row.burst < 1 || *row.burst > kMaxBurst)
+      return reject("burst", "must be within [1, 1000000000]");
   }
   if (row.warmup_seconds) {
     if (!std::isfinite(*row.warmup_seconds) || *row.warmup_seconds < 0 || *row.warmup_seconds > 3600)
@@ -214,10 +308,16 @@ void name_quota(Quota& q, const std::string& bucket) {
 }
 
 std::string sf_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out.push_back('"');
+  for (unsigned char c : s) {
+    if (c < 0x20 || c > 0x7e) {
+      out.push_back('?');  // no escape exists for it in an sf-string, and a CR or LF would end the header
+      continue;
+    }
     if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
+    out.push_back(static_cast<char>(c));
   }
   out.push_back('"');
   return out;
@@ -233,33 +333,119 @@ std::string ratelimit_policy(const std::string& bucket, double rate, double max_
   return sf_string(bucket) + ";q=" + number(rate) + ";w=1;burst=" + number(std::floor(max_permits));
 }
 
-ValidatedRules validate_rows(const std::vector<RawRow>& rows) {
-  ValidatedRules out;
-  std::map<std::string, std::int64_t> enabled_urls;  // url -> configId of the row that holds it
-  std::map<std::int64_t, bool> ids;
+namespace {
+
+std::optional<std::int64_t> id_of(const CheckedRow& c) {
+  if (c.rule) return c.rule->config_id;
+  return c.failure ? c.failure->config_id : std::nullopt;
+}
+
+// A placed rule whose quota row was rejected keeps that quota's last valid version.
+void keep_quotas(Rule& now, const Rule& old, std::vector<RejectedRow>& failures) {
+  for (RejectedRow& bad : failures) {
+    if (!bad.quota_id) continue;
+    const std::int64_t qid = *bad.quota_id;
+    auto has = [qid](const Quota& q) { return q.quota_id == qid; };
+    if (std::any_of(now.quotas.begin(), now.quotas.end(), has)) continue;
+    auto oq = std::find_if(old.quotas.begin(), old.quotas.end(), has);
+    if (oq == old.quotas.end()) continue;
+    Quota q = *oq;
+    name_quota(q, now.bucket);
+    now.policy_header += (now.policy_header.empty() ? "" : ", ") + q.policy;
+    now.quotas.push_back(std::move(q));
+    bad.kept_previous = true;
+  }
+}
+
+}  // namespace
+
+ValidatedRules validate_rows(const std::vector<RawRow>& rows, std::vector<RejectedRow> unattached) {
+  std::vector<CheckedRow> checked;
+  checked.reserve(rows.size() + unattached.size());
   std::map<std::int64_t, std::string> quota_ids;
   for (const RawRow& row : rows) {
+    CheckedRow c;
+    c.origin = row.origin;
     Rule rule;
     if (auto bad = check(row, rule)) {
-      out.rejected.push_back(std::move(*bad));
-      continue;
+      c.failure = std::move(*bad);
+    } else {
+      check_quotas(row, rule, quota_ids, c.quota_failures);
+      c.rule = std::move(rule);
     }
-    check_quotas(row, rule, quota_ids, out.rejected);
-    if (!ids.emplace(rule.config_id, true).second) {
-      out.rejected.push_back({row.config_id, row.origin, "configId", "duplicate configId"});
-      continue;
-    }
-    if (rule.enabled) {
-      auto [it, fresh] = enabled_urls.emplace(rule.bucket, rule.config_id);
-      if (!fresh) {
-        out.rejected.push_back({row.config_id, row.origin, rule.channel ? "channelType" : "interfaceUrl",
-                                "another enabled row (configId " + std::to_string(it->second) + ") already limits " +
-                                    (rule.channel ? "channel " + rule.channel_type : rule.interface_url)});
-        continue;
+    checked.push_back(std::move(c));
+  }
+  for (RejectedRow& r : unattached) {
+    CheckedRow c;
+    c.origin = r.origin;
+    c.failure = std::move(r);
+    checked.push_back(std::move(c));
+  }
+  return settle_rows(std::move(checked), nullptr);
+}
+
+ValidatedRules settle_rows(std::vector<CheckedRow> checked, const std::vector<Rule>* in_force) {
+  ValidatedRules out;
+  std::map<std::int64_t, const Rule*> in_force_by_id;
+  if (in_force != nullptr)
+    for (const Rule& r : *in_force) in_force_by_id.emplace(r.config_id, &r);
+  auto old_version = [&in_force_by_id](std::optional<std::int64_t> id) -> const Rule* {
+    auto it = id ? in_force_by_id.find(*id) : in_force_by_id.end();
+    return it == in_force_by_id.end() ? nullptr : it->second;
+  };
+  // How many rows passed their own checks with each configId: a rejected row keeps its last valid
+  // version only when no other row with its configId passed.
+  std::map<std::int64_t, int> passed;
+  for (const CheckedRow& c : checked)
+    if (c.rule) ++passed[c.rule->config_id];
+  struct Holder {
+    std::int64_t config_id;
+    bool kept;  // a rejected row's last valid version
+  };
+  std::map<std::string, Holder> holders;  // enabled bucket -> the row that limits it
+  std::map<std::int64_t, bool> ids;
+  // Claims a rule's URL (channel) for it; returns the earlier row that holds it instead, if any.
+  auto claim = [&holders](const Rule& rule, bool kept) -> const Holder* {
+    if (!rule.enabled) return nullptr;
+    auto [it, fresh] = holders.emplace(rule.bucket, Holder{rule.config_id, kept});
+    return fresh ? nullptr : &it->second;
+  };
+
+  for (const CheckedRow& c : checked) {
+    const std::optional<std::int64_t> id = id_of(c);
+    const Rule* old = c.failure && c.failure->quota_id ? nullptr : old_version(id);
+    std::vector<RejectedRow> quota_failures = c.quota_failures;
+    std::optional<RejectedRow> failure = c.failure;
+    // Whether this row may fall back to its last valid version: not when another row with its
+    // configId passed (or was already given that version).
+    bool may_keep = failure && id && passed.count(*id) == 0 && !ids.count(*id);
+    if (c.rule) {
+      Rule rule = *c.rule;
+      if (!ids.emplace(rule.config_id, true).second) {
+        failure = RejectedRow{rule.config_id, c.origin, "configId", "duplicate configId"};
+      } else if (const Holder* h = claim(rule, false)) {
+        failure = RejectedRow{rule.config_id, c.origin, rule.channel ? "channelType" : "interfaceUrl",
+                              "another enabled row (configId " + std::to_string(h->config_id) + ") already limits " +
+                                  (rule.channel ? "channel " + rule.channel_type : rule.interface_url) +
+                                  (h->kept ? " (its last valid version, in force while its edit is rejected)" : "")};
+        may_keep = passed[rule.config_id] == 1;  // only this row has its configId
+      } else {
+        if (old) keep_quotas(rule, *old, quota_failures);
+        out.rules.push_back(std::move(rule));
       }
     }
-    out.rules.push_back(std::move(rule));
+    out.rejected.insert(out.rejected.end(), quota_failures.begin(), quota_failures.end());
+    if (!failure) continue;
+    // Rejected: the row's last valid version stays in force in its place, if it has one and no
+    // earlier row holds that version's URL.
+    if (may_keep && old != nullptr && claim(*old, true) == nullptr) {
+      ids.emplace(old->config_id, true);
+      out.rules.push_back(*old);
+      failure->kept_previous = true;
+    }
+    out.rejected.push_back(std::move(*failure));
   }
+  out.checked = std::move(checked);
   return out;
 }
 

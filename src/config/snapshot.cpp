@@ -2,8 +2,6 @@
 
 #include "tollgate/limiter/clock.hpp"
 
-#include <algorithm>
-
 namespace tollgate::config {
 
 const Rule* Snapshot::match(std::string_view path) const {
@@ -28,36 +26,9 @@ const Rule* Snapshot::find_bucket(std::string_view url) const {
 }
 
 void keep_last_good(ValidatedRules& next, const Snapshot& prev) {
-  auto by_id = [](auto& rules, std::int64_t id) {
-    return std::find_if(rules.begin(), rules.end(), [id](const Rule& r) { return r.config_id == id; });
-  };
-  for (RejectedRow& bad : next.rejected) {
-    if (!bad.config_id) continue;
-    auto old = by_id(prev.rules, *bad.config_id);
-    if (old == prev.rules.end()) continue;
-    auto now = by_id(next.rules, *bad.config_id);
-    if (!bad.quota_id) {  // a rule row
-      if (now != next.rules.end()) continue;  // another row with this configId passed
-      const bool taken = old->enabled && std::any_of(next.rules.begin(), next.rules.end(), [&](const Rule& r) {
-                           return r.enabled && r.bucket == old->bucket;
-                         });
-      if (taken) continue;  // its URL belongs to another enabled row now
-      next.rules.push_back(*old);
-      bad.kept_previous = true;
-      continue;
-    }
-    if (now == next.rules.end()) continue;  // a quota row: its rule must still be there
-    const std::int64_t qid = *bad.quota_id;
-    auto has = [qid](const Quota& q) { return q.quota_id == qid; };
-    if (std::any_of(now->quotas.begin(), now->quotas.end(), has)) continue;
-    auto oq = std::find_if(old->quotas.begin(), old->quotas.end(), has);
-    if (oq == old->quotas.end()) continue;
-    Quota q = *oq;
-    name_quota(q, now->bucket);
-    now->policy_header += (now->policy_header.empty() ? "" : ", ") + q.policy;
-    now->quotas.push_back(std::move(q));
-    bad.kept_previous = true;
-  }
+  // The duplicates are settled again with the kept versions in their rows' places, so a kept
+  // version holds its URL against later rows exactly as it did before the bad edit.
+  next = settle_rows(std::move(next.checked), &prev.rules);
 }
 
 std::shared_ptr<const Snapshot> make_snapshot(ValidatedRules validated, std::uint64_t version, std::string source) {

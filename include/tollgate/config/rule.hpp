@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tollgate/config/switch_state.hpp"
@@ -104,31 +105,71 @@ struct RejectedRow {
   std::string message() const;  // "limits.rules[2].rateLimit: must be > 0 (configId 7)"
 };
 
+// One input row after its own checks, before the checks across rows (duplicate configId or URL).
+struct CheckedRow {
+  std::string origin;                       // the row's, for messages
+  std::optional<Rule> rule;                 // it passed its own checks
+  std::optional<RejectedRow> failure;       // or why not (a quota row that names no rule comes alone as one)
+  std::vector<RejectedRow> quota_failures;  // its quota rows that did not pass (the rule keeps the others)
+};
+
 struct ValidatedRules {
   std::vector<Rule> rules;            // enabled and disabled rows that passed
   std::vector<RejectedRow> rejected;  // rule rows and quota rows that did not
+  // The rows in input order as their own checks left them: keep_last_good settles the duplicates
+  // again from these once a rejected row's last valid version takes its place.
+  std::vector<CheckedRow> checked;
 };
 
 inline constexpr std::int64_t kMaxQuotaPeriod = 86'400;       // one day
 inline constexpr std::int64_t kMaxQuotaLimit = 1'000'000'000;
 inline constexpr std::size_t kMaxQuotasPerRule = 16;
 
+// Rule strings end up in response headers (RateLimit-Policy, RateLimit), in headers to the
+// upstream (X-Tollgate-Shadow), in problem bodies, logs, metric labels and Redis keys, so they are
+// held to character sets that are safe in all of them (see check_interface_url, check_channel_type).
+inline constexpr std::size_t kMaxUrlLength = 128;         // t_ratelimite_conf.interfaceUrl VARCHAR(128)
+inline constexpr std::size_t kMaxChannelTypeLength = 24;  // t_ratelimite_conf.channelType VARCHAR(24)
+inline constexpr std::size_t kMaxInterfaceNoBytes = 96;   // VARCHAR(24) of utf8mb4: up to 4 bytes a character
+
 inline constexpr double kDefaultCache = 0.5;
 inline constexpr double kMaxCache = 60.0;
 inline constexpr double kMaxRate = 1e6;  // a permit must cost at least one whole microsecond
+inline constexpr double kMaxBurst = 1e9;
 
 // Names a quota after its rule's bucket ("<bucket>#q<quotaId>") and makes its RateLimit-Policy item.
 void name_quota(Quota& q, const std::string& bucket);
 
-// Returns the first problem with an interfaceUrl, or empty when it is acceptable.
+// Returns the first problem with an interfaceUrl, or empty when it is acceptable: '/' and then
+// segments of RFC 3986 path characters only (letters, digits, -._~!$&'()*+,=:@ and %XX), in the
+// normal form request paths are matched in (no ';', no '.' or '..' segment, escapes upper-case and
+// only for what must be escaped, never %2F or %5C), no empty segment, no trailing '/', at most 128
+// characters.
 std::string check_interface_url(const std::string& url);
+// The same for a channelType: an HTTP token (RFC 9110 tchar: letters, digits, !#$%&'*+-.^_`|~),
+// 1 to 24 characters.
+std::string check_channel_type(const std::string& type);
+// The same for an interfaceNo (informational, only listed by the admin API): no control
+// characters, at most 96 bytes.
+std::string check_interface_no(const std::string& no);
 
-ValidatedRules validate_rows(const std::vector<RawRow>& rows);
+// Validates rows read from a file or a table. `unattached`: rejections the reader found that belong
+// to no row (a quota row naming no rule); they are listed after the rows' own.
+ValidatedRules validate_rows(const std::vector<RawRow>& rows, std::vector<RejectedRow> unattached = {});
+
+// Settles the checks across rows (duplicate configId, one enabled row per interfaceUrl or channel)
+// in input order. With `in_force` (the rules of the active snapshot), a row that was rejected and
+// whose configId has a valid version there keeps that version in its place: that version still
+// holds its URL, so a later row claiming the same URL is the duplicate, exactly as if the bad edit
+// had not been made. A quota row that was rejected likewise keeps its last valid version.
+ValidatedRules settle_rows(std::vector<CheckedRow> checked, const std::vector<Rule>* in_force);
 
 // The RateLimit-Policy field of a bucket (draft-ietf-httpapi-ratelimit-headers, structured field):
 // "<bucket>";q=<rate>;w=1;burst=<max permits>
 std::string ratelimit_policy(const std::string& bucket, double rate, double max_permits);
-// A structured-field string: quoted, '"' and '\' escaped.
+// An RFC 8941 sf-string: quoted, '"' and '\' escaped with a backslash. Only 0x20-0x7E may appear
+// in one; any other byte is written as '?' so that a header stays one well-formed line whatever it
+// is given (validated rule names never contain such bytes).
 std::string sf_string(std::string_view s);
 
 }  // namespace tollgate::config

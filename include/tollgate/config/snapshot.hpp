@@ -32,7 +32,9 @@ struct Snapshot {
 
 // "Bad input is explained, never applied": a rejected row (or quota row) whose configId (quotaId)
 // had a valid version in `prev` keeps that version in force, and its rejection says so. A new bad
-// row has nothing to keep and limits nothing.
+// row has nothing to keep and limits nothing. A kept version still holds its interfaceUrl (or
+// channel): a later row claiming it is rejected as its duplicate, as if the bad edit had not been
+// made (see settle_rows). `next` must come from validate_rows.
 void keep_last_good(ValidatedRules& next, const Snapshot& prev);
 
 std::shared_ptr<const Snapshot> make_snapshot(ValidatedRules validated, std::uint64_t version, std::string source);
