@@ -690,14 +690,14 @@ struct ProxyServer::Impl {
             if (!sd.decision.granted) {
               count(Outcome::shadow_rejected);
               const bool by_bucket = sd.bound == store::Bound::bucket || sd.bound == store::Bound::parent;
-              req.set("X-Tollgate-Shadow", std::string(by_bucket ? "would-reject; bucket=\"" : "would-reject; policy=\"") +
-                                               bound_policy(*rule, channel, sd) +
-                                               "\"; retry-after-ms=" + std::to_string((sd.decision.retry_after_us + 999) / 1000));
+              req.set("X-Tollgate-Shadow", std::string(by_bucket ? "would-reject; bucket=" : "would-reject; policy=") +
+                                               config::sf_string(bound_policy(*rule, channel, sd)) +
+                                               "; retry-after-ms=" + std::to_string((sd.decision.retry_after_us + 999) / 1000));
             } else {
               count(Outcome::forwarded);
               if (sd.decision.wait_us > 0)
-                req.set("X-Tollgate-Shadow", "would-delay; bucket=\"" + (sd.parent_bound && channel ? channel : rule)->bucket +
-                                                 "\"; wait-ms=" + std::to_string((sd.decision.wait_us + 999) / 1000));
+                req.set("X-Tollgate-Shadow", "would-delay; bucket=" + config::sf_string((sd.parent_bound && channel ? channel : rule)->bucket) +
+                                                 "; wait-ms=" + std::to_string((sd.decision.wait_us + 999) / 1000));
             }
             co_return co_await forward(w, stream, std::move(req), client_ip, upstreams[route->upstream],
                                        w.pools[route->upstream], policy_header, limit_header, rec);
