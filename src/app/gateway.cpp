@@ -9,7 +9,9 @@
 #include <boost/asio/detail/concurrency_hint.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <iostream>
 #include <sys/resource.h>
 #include <thread>
@@ -240,6 +242,17 @@ int Gateway::run() {
       const config::ReloadResult r = m.config_manager->reload();
       if (r.ok) std::cout << "tollgate: SIGHUP: config v" << r.version << " loaded" << std::endl;
       else std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << ": " << r.error << std::endl;
+      if (std::ifstream in{m.cfg.path}) {
+        const std::string now{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+        const std::vector<std::string> fields = config::fields_needing_restart(m.cfg.text, now);
+        if (!fields.empty()) {
+          std::string list;
+          for (const auto& f : fields) list += (list.empty() ? "" : ", ") + f;
+          std::cout << "tollgate: SIGHUP: " << m.cfg.path << " changes " << list
+                    << ": read only at start, so not applied; running with the values it started with until a restart"
+                    << std::endl;
+        }
+      }
       signals.async_wait(on_signal);
       return;
     }

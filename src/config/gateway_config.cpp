@@ -375,7 +375,48 @@ GatewayConfig load_gateway_config(const std::string& path) {
   ss << in.rdbuf();
   GatewayConfig c = parse_gateway_config(ss.str(), path);
   c.path = path;
+  c.text = ss.str();
   return c;
+}
+
+namespace {
+// Appends the paths under `path` where `a` and `b` differ (a leaf, or a key only one side has).
+void diff_paths(const json& a, const json& b, const std::string& path, std::vector<std::string>& out) {
+  if (a.is_object() && b.is_object()) {
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      const std::string p = join(path, it.key().c_str());
+      if (b.contains(it.key())) diff_paths(it.value(), b.at(it.key()), p, out);
+      else out.push_back(p);
+    }
+    for (auto it = b.begin(); it != b.end(); ++it)
+      if (!a.contains(it.key())) out.push_back(join(path, it.key().c_str()));
+    return;
+  }
+  if (a != b) out.push_back(path.empty() ? "(whole file)" : path);
+}
+}  // namespace
+
+std::vector<std::string> fields_needing_restart(const std::string& running_text, const std::string& new_text) {
+  std::vector<std::string> out;
+  json a, b;
+  try {
+    a = json::parse(running_text);
+    b = json::parse(new_text);
+  } catch (const json::exception&) {
+    return out;  // the reload itself reports the parse error
+  }
+  // A reload applies the rules and the switch of a file source; everything else is read at start.
+  auto applied = [](json& doc) {
+    if (!doc.is_object() || !doc.contains("limits") || !doc["limits"].is_object()) return;
+    json& l = doc["limits"];
+    if (l.value("source", std::string("file")) != "file") return;
+    l.erase("rules");
+    l.erase("switch");
+  };
+  applied(a);
+  applied(b);
+  diff_paths(a, b, "", out);
+  return out;
 }
 
 }  // namespace tollgate::config

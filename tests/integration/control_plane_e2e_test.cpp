@@ -159,3 +159,27 @@ TEST(ControlPlane, AStalledStoreDelaysNeitherHealthNorShutdown) {
 
 }  // namespace
 }  // namespace tollgate::testing
+
+namespace tollgate::testing {
+namespace {
+
+TEST(ControlPlane, SighupSaysWhichChangedFieldsNeedARestart) {
+  MockUpstream up;
+  json c = base_config(up.port);
+  GatewayProcess gw(c);
+  ASSERT_GT(gw.port, 0);
+  c["listen"] = "127.0.0.1:1";
+  c["proxy"]["max_body_bytes"] = 4096;
+  c["limits"]["rules"][0]["rateLimit"] = 7;
+  write_file(gw.dir + "/gateway.json", c.dump());
+  gw.proc->signal(SIGHUP);
+  ASSERT_TRUE(gw.proc->wait_for_line("SIGHUP: config v2 loaded", 5s)) << gw.proc->output();
+  const auto line = gw.proc->wait_for_line("not applied", 5s);
+  ASSERT_TRUE(line) << gw.proc->output();
+  EXPECT_NE(line->find("changes listen, proxy.max_body_bytes:"), std::string::npos) << *line;
+  EXPECT_EQ(gw.admin_json("/admin/rules")["rules"][0]["rateLimit"], 7.0);  // the rules were applied
+  EXPECT_EQ(http_get(gw.port, "/ibe/x").status, 200);                       // still on the old port
+}
+
+}  // namespace
+}  // namespace tollgate::testing

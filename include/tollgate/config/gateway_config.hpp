@@ -106,6 +106,7 @@ struct LimitsConfig {
 
 struct GatewayConfig {
   std::string path;  // the file it came from
+  std::string text;  // its text as loaded (load_gateway_config), to tell what a reload cannot apply
   Endpoint listen{"0.0.0.0", 8080};
   unsigned threads = 0;  // 0: one per core
   std::string access_log = "off";  // "off", "stdout" or a file path: one JSON line per request
@@ -124,5 +125,10 @@ GatewayConfig load_gateway_config(const std::string& path);
 std::vector<RawRow> parse_rule_rows(const std::string& json_array_text, const std::string& origin_prefix);
 
 Endpoint parse_endpoint(const std::string& text, const std::string& field);
+
+// The fields (JSON paths, e.g. "listen", "proxy.max_body_bytes") that differ between the running
+// file and a new version of it and that a reload does not apply: all but a file source's
+// limits.rules and limits.switch. Empty when either text is not JSON (the reload says why).
+std::vector<std::string> fields_needing_restart(const std::string& running_text, const std::string& new_text);
 
 }  // namespace tollgate::config
