@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "support/config_text.hpp"
 #include "tollgate/config/config_source.hpp"
 #include "tollgate/config/gateway_config.hpp"
 #include "tollgate/config/snapshot.hpp"
@@ -7,24 +8,8 @@
 namespace tollgate::config {
 namespace {
 
-const char* kMinimal = R"({"upstreams":{"ibe":{"url":"http://127.0.0.1:9000"}},
-  "routes":[{"prefix":"/","upstream":"ibe"}], "limits":{"rules":RULES}})";
-
-std::string with_rules(const std::string& rules) {
-  std::string s = kMinimal;
-  s.replace(s.find("RULES"), 5, rules);
-  return s;
-}
-
-std::string error_of(const std::string& text) {
-  try {
-    const GatewayConfig c = parse_gateway_config(text);
-    FileSource::from_rows(c.limits.rows, c.limits.switch_mode);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
+using testing::with_rules;
 
 TEST(GatewayConfig, ShippedDefaultIsValid) {
   const GatewayConfig c = load_gateway_config(TOLLGATE_SOURCE_DIR "/conf/gateway.json");

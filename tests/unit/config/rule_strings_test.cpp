@@ -11,6 +11,7 @@
 #include "support/fake_source.hpp"
 #include "tollgate/app/gateway.hpp"
 #include "tollgate/config/config_manager.hpp"
+#include "support/config_text.hpp"
 #include "tollgate/config/config_source.hpp"
 #include "tollgate/config/gateway_config.hpp"
 #include "tollgate/config/snapshot.hpp"
@@ -21,25 +22,8 @@ namespace {
 
 using testing::FakeSource;
 
-const char* kMinimal = R"({"upstreams":{"ibe":{"url":"http://127.0.0.1:9000"}},
-  "routes":[{"prefix":"/","upstream":"ibe"}], "limits":{"rules":RULES}})";
-
-std::string with_rules(const std::string& rules) {
-  std::string s = kMinimal;
-  s.replace(s.find("RULES"), 5, rules);
-  return s;
-}
-
-// The error a file's rules give (what a start or --check prints), or "".
-std::string error_of(const std::string& text) {
-  try {
-    const GatewayConfig c = parse_gateway_config(text);
-    FileSource::from_rows(c.limits.rows, c.limits.switch_mode);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
+using testing::with_rules;
 
 bool visible_ascii(const std::string& s) {
   for (unsigned char c : s)
