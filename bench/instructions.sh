@@ -1,0 +1,378 @@
+#!/usr/bin/env bash
+# Instructions per proxied request, counted by callgrind: a cost figure that does not depend on
+# what else the machine is doing (wall-clock benchmarks on this shared 2-core VM move by 15-25%
+# from run to run, and perf counters are not available here). Each case runs twice, with N_LO and
+# N_HI keep-alive requests, each time in a fresh process; Ir/request = (Ir(N_HI) - Ir(N_LO)) /
+# (N_HI - N_LO), so that start-up and shutdown cancel. What still varies from run to run is small:
+# how 8 connections interleave (event-loop wake-ups, malloc's free lists) and, in Redis, the hash
+# seed it picks at start (command and key lookups walk different chains); see docs/BENCHMARKS.md.
+#
+#   bench/instructions.sh                                  # N0 N1 T0 T1 T2 R0, 2000/6000 requests
+#   CASES="T0 T1" bench/instructions.sh                    # a subset (PROFILES="T1 T2": profiles kept)
+#   QUICK=1 bench/instructions.sh                          # 500/1500 requests (noisier slope)
+#   TOLLGATE_BIN=/path/to/tollgate bench/instructions.sh   # measure another build (no build here)
+#
+# Cases (one nginx `return 200` upstream, started plainly, serves them all):
+#   N0 nginx proxy, no limit            N1 nginx proxy + limit_req that never binds
+#   T0 Tollgate, no matching rule       T1 Tollgate, never-binding rule, in-process store
+#   T2 Tollgate, never-binding rule, Redis store (gateway under callgrind, Redis not)
+#   R0 redis-server under callgrind: RT per Tollgate decision (T2 traffic, gateway not under
+#      callgrind), RS per EVALSHA of Tollgate's script, RM per EVALSHA of a minimal token bucket,
+#      RP per PING (the last three with redis-benchmark -c 1).
+# Writes bench/results/instructions-<time>.txt (the table, the T1 and T2 profiles) and keeps every
+# callgrind file in bench/results/instructions-<time>/ for callgrind_annotate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+CASES=${CASES:-"N0 N1 T0 T1 T2 R0"}
+if [[ ${QUICK:-0} == 1 ]]; then N_LO=${N_LO:-500}; N_HI=${N_HI:-1500}; else N_LO=${N_LO:-2000}; N_HI=${N_HI:-6000}; fi
+CONC=${CONC:-8}
+PROFILES=${PROFILES:-"T1 T2"}  # whose profiles (top functions, each as a slope) go in the results file
+
+# --- what it needs, installed only if missing (as scripts/deps.sh does) -------------------------
+missing=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have valgrind || missing+=(valgrind)
+have nginx || missing+=(nginx-light)
+have ab || missing+=(apache2-utils)
+have python3 || missing+=(python3)
+if [[ " $CASES " == *" T2 "* || " $CASES " == *" R0 "* ]]; then
+  have redis-server || missing+=(redis-server)
+  { have redis-cli && have redis-benchmark; } || missing+=(redis-tools)
+fi
+if ((${#missing[@]})); then
+  echo "instructions: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- the gateway under test -----------------------------------------------------------------------
+if [[ -z ${TOLLGATE_BIN:-} ]]; then
+  scripts/deps.sh build
+  # Its own build directory, Release, no tests: what is measured is the shipped binary.
+  cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DTOLLGATE_BUILD_TESTS=OFF >/dev/null
+  cmake --build build-bench -j"$(nproc)" --target tollgate tollgate-sim >/dev/null
+  TOLLGATE_BIN=$ROOT/build-bench/tollgate
+  # Others may be editing the tree: say which sources differed from HEAD when this was built.
+  changed=$(git status --porcelain -- src include CMakeLists.txt 2>/dev/null | awk '{print $2}' | tr '\n' ' ')
+  DESCRIBE="$(git rev-parse --short HEAD 2>/dev/null || echo '?') work tree, build-bench; sources changed from HEAD: ${changed:-none}"
+else
+  DESCRIBE="TOLLGATE_BIN"
+fi
+[[ -x $TOLLGATE_BIN ]] || { echo "instructions: $TOLLGATE_BIN is not an executable" >&2; exit 1; }
+# The acquire script for RS comes from the same build's tollgate-sim, if there is one.
+TOLLGATE_SIM=${TOLLGATE_SIM:-$(dirname "$TOLLGATE_BIN")/tollgate-sim}
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=$ROOT/bench/results/instructions-$STAMP
+mkdir -p "$OUT"
+W=$(mktemp -d /tmp/tollgate-instr-XXXXXX)
+RUNS=$W/runs.tsv
+: >"$RUNS"
+
+# --- processes: every one started here is remembered and stopped here -----------------------------
+PIDS=()
+forget() { local p keep=(); for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done; PIDS=("${keep[@]}"); }
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for _ in $(seq 1 50); do
+    local alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.2
+  done
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$W"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+fail() { echo "instructions: $*" >&2; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+start() { # start NAME CMD...: in the background, output to $W/NAME.log; sets LAST_PID
+  local name=$1; shift
+  "$@" >"$W/$name.log" 2>&1 &
+  LAST_PID=$!
+  PIDS+=("$LAST_PID")
+}
+# Waits for a listening socket by reading /proc/net/tcp: connecting to find out would itself be
+# work for the process under callgrind, and a number of probes that depends on timing.
+wait_listen() { # PORT PID NAME
+  local hex
+  hex=$(printf '0100007F:%04X' "$1")
+  for _ in $(seq 1 1200); do
+    kill -0 "$2" 2>/dev/null || { cat "$W/$3.log" >&2; fail "$3 exited during start-up"; }
+    awk -v a="$hex" '$2 == a && $4 == "0A" {found=1} END {exit !found}' /proc/net/tcp && return 0
+    sleep 0.25
+  done
+  fail "$3 never listened on port $1"
+}
+wait_log() { # NAME PID TEXT: a line its log prints once ready
+  for _ in $(seq 1 1200); do
+    grep -q "$3" "$W/$1.log" 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || { cat "$W/$1.log" >&2; fail "$1 exited during start-up"; }
+    sleep 0.25
+  done
+  fail "$1 never printed '$3'"
+}
+# SIGTERM, then wait: callgrind writes its file when the process exits (Tollgate drains first,
+# nginx with master_process off exits on SIGTERM, Redis on SIGTERM without saving: --save '').
+stop() { # PID NAME
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 1 1200); do
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$1" 2>/dev/null; then kill -KILL "$1" 2>/dev/null || true; fi
+  wait "$1" 2>/dev/null || true
+  forget "$1"
+}
+CG=(valgrind --tool=callgrind -q)
+record() { # CASE N FILE NOTE: the run's total goes into the table
+  local ir
+  ir=$(python3 bench/instructions.py total "$3") || fail "$1 N=$2: no total in $3"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$ir" "$3" "$4" >>"$RUNS"
+  printf 'instructions: %-3s N=%-5s %15s Ir\n' "$1" "$2" "$ir"
+}
+# ab -k -q -n N -c CONC URL, and fail loudly unless every request completed with a 2xx on a
+# kept-alive connection (a refused or reconnected request would be a different cost).
+load() { # N URL LOGNAME
+  local out=$W/$3.ab
+  ab -k -q -n "$1" -c "$CONC" "$2" >"$out" 2>&1 || { cat "$out" >&2; fail "ab failed for $2"; }
+  local complete failed non2xx keepalive
+  complete=$(awk '/^Complete requests:/ {print $3}' "$out")
+  failed=$(awk '/^Failed requests:/ {print $3}' "$out")
+  non2xx=$(awk '/^Non-2xx responses:/ {print $3}' "$out")
+  keepalive=$(awk '/^Keep-Alive requests:/ {print $3}' "$out")
+  [[ $complete == "$1" && $failed == 0 && -z $non2xx ]] ||
+    { cat "$out" >&2; fail "$2: complete $complete of $1, failed $failed, non-2xx ${non2xx:-0}"; }
+  [[ $keepalive == "$1" ]] || { cat "$out" >&2; fail "$2: only $keepalive of $1 requests were kept alive"; }
+}
+
+# --- the upstream: nginx `return 200`, not measured --------------------------------------------------
+mkdir -p "$W/tmp"
+UP=$(free_port)
+nginx_common() { # NAME: the lines every nginx here shares (one process, foreground, files in $W)
+  cat <<NGX
+worker_processes 1; master_process off; daemon off;
+error_log $W/$1.err warn; pid $W/$1.pid;
+events { worker_connections 1024; }
+NGX
+}
+{
+  nginx_common upstream
+  cat <<NGX
+http { access_log off; keepalive_requests 100000000; keepalive_timeout 600s;
+  client_body_temp_path $W/tmp/upstream-body; proxy_temp_path $W/tmp/upstream-proxy;
+  server { listen 127.0.0.1:$UP; location / { default_type text/plain; return 200 "ok"; } } }
+NGX
+} >"$W/upstream.conf"
+start upstream nginx -c "$W/upstream.conf" -p "$W"
+UP_PID=$LAST_PID
+wait_listen "$UP" "$UP_PID" upstream
+
+# --- nginx as the proxy (N0, N1) ---------------------------------------------------------------------
+nginx_proxy_conf() { # NAME PORT LIMIT(0|1)
+  nginx_common "$1"
+  local limit_zone="" limit=""
+  if [[ $3 == 1 ]]; then
+    # One zone keyed by a constant and a rate nothing here reaches: the limit_req code runs for
+    # every request (lookup, accounting) and never delays or rejects one.
+    limit_zone='limit_req_zone "all" zone=never:1m rate=1000000r/s;'
+    limit='limit_req zone=never burst=1000000 nodelay;'
+  fi
+  cat <<NGX
+http { access_log off; keepalive_requests 100000000; keepalive_timeout 600s;
+  client_body_temp_path $W/tmp/$1-body; proxy_temp_path $W/tmp/$1-proxy;
+  $limit_zone
+  upstream up { server 127.0.0.1:$UP; keepalive 64; keepalive_requests 100000000; }
+  server { listen 127.0.0.1:$2;
+    location / { $limit proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://up; } } }
+NGX
+}
+run_nginx() { # CASE LIMIT N
+  local port name=$1-$3 file=$OUT/$1.$3.callgrind
+  port=$(free_port)
+  nginx_proxy_conf "$name" "$port" "$2" >"$W/$name.conf"
+  start "$name" "${CG[@]}" --callgrind-out-file="$file" nginx -c "$W/$name.conf" -p "$W"
+  local pid=$LAST_PID
+  wait_listen "$port" "$pid" "$name"
+  load "$3" "http://127.0.0.1:$port/ibe/shopping/search" "$name"
+  stop "$pid" "$name"
+  record "$1" "$3" "$file" ""
+}
+
+# --- Tollgate (T0, T1, T2) -----------------------------------------------------------------------------
+REDIS_PORT=6379  # replaced by the private Redis's port when one runs
+tollgate_conf() { # PORT STORE
+  # threads 1 (nginx has one worker); no access log (nginx's is off); admin on a port of its own
+  # choosing. The rule never binds: a million permits a second with no wait (cache 0).
+  # heartbeat_ms at its maximum: the heartbeat is a timer, work per second and not per request,
+  # and a run under callgrind lasts longer with more requests, so it would leak into the slope.
+  # decision_timeout_ms generous and fail_closed: a slow decision (Redis under callgrind) must
+  # not turn into a local fallback that Redis never counts; if one fails, ab sees a non-2xx.
+  cat <<JSON
+{"listen": "127.0.0.1:$1", "threads": 1, "access_log": "off", "admin": {"listen": "127.0.0.1:0"},
+ "upstreams": {"up": {"url": "http://127.0.0.1:$UP"}}, "routes": [{"prefix": "/", "upstream": "up"}],
+ "limits": {"source": "file", "store": "$2",
+   "redis": {"host": "127.0.0.1", "port": $REDIS_PORT, "decision_timeout_ms": 10000, "connect_timeout_ms": 10000,
+             "failure_policy": "fail_closed", "heartbeat_ms": 60000},
+   "rules": [{"configId": 1, "interfaceUrl": "/nobind", "rateLimit": 1000000, "cache": 0, "status": 1}]}}
+JSON
+}
+redis_cli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
+# Redis store: Tollgate is ready for decisions once it has loaded its scripts; its first heartbeat
+# follows at once and leaves the instances key, which says so (the key is flushed before each start).
+wait_store() { # NAME PID
+  for _ in $(seq 1 1200); do
+    [[ $(redis_cli EXISTS 'tollgate:{instances}' 2>/dev/null) == 1 ]] && return 0
+    kill -0 "$2" 2>/dev/null || { cat "$W/$1.log" >&2; fail "$1 exited during start-up"; }
+    sleep 0.25
+  done
+  fail "$1 never connected to Redis"
+}
+run_tollgate() { # CASE STORE PATH N
+  local port name=$1-$4 file=$OUT/$1.$4.callgrind
+  port=$(free_port)
+  tollgate_conf "$port" "$2" >"$W/$name.json"
+  [[ $2 == redis ]] && redis_cli FLUSHALL >/dev/null
+  start "$name" "${CG[@]}" --callgrind-out-file="$file" "$TOLLGATE_BIN" --config "$W/$name.json"
+  local pid=$LAST_PID
+  wait_log "$name" "$pid" "tollgate: ready"
+  [[ $2 == redis ]] && wait_store "$name" "$pid"
+  load "$4" "http://127.0.0.1:$port$3" "$name"
+  stop "$pid" "$name"
+  record "$1" "$4" "$file" ""
+}
+
+# --- Redis under callgrind (R0) -------------------------------------------------------------------------
+# serverCron runs 10 times a second whatever the load (memory statistics through jemalloc's mallctl:
+# ~1.2M Ir a second idle under callgrind) and a longer run has more of it: it is left out of the
+# count with --toggle-collect (which must precede --collect-atstart=yes, or collection starts off).
+CG_REDIS=(valgrind --tool=callgrind -q --toggle-collect=serverCron --collect-atstart=yes)
+start_redis_cg() { # NAME FILE: sets REDIS_PORT, LAST_PID
+  REDIS_PORT=$(free_port)
+  mkdir -p "$W/$1.dir"
+  start "$1" "${CG_REDIS[@]}" --callgrind-out-file="$2" \
+    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$W/$1.dir"
+  wait_listen "$REDIS_PORT" "$LAST_PID" "$1"
+}
+# The minimal token bucket a Redis limiter needs: clock, read the state, refill and take one,
+# write it back, expire it when it would be full again. No rule changes, warm-up or quotas.
+MINIMAL_LUA='local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local rate, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
+local h = redis.call("HMGET", KEYS[1], "tokens", "ts")
+local tokens, ts = tonumber(h[1]) or cap, tonumber(h[2]) or now
+tokens = math.min(cap, tokens + (now - ts) * rate / 1000000)
+local ok = 0
+if tokens >= 1 then tokens = tokens - 1; ok = 1 end
+redis.call("HSET", KEYS[1], "tokens", tostring(tokens), "ts", tostring(now))
+redis.call("PEXPIRE", KEYS[1], math.ceil((cap - tokens) / rate * 1000) + 1000)
+return ok'
+# With Redis under callgrind, probing Redis would count; the gateway is not measured here, so its
+# metrics say when its scripts are loaded (store up), and its first heartbeat is already sent.
+wait_store_metric() { # NAME PID
+  local admin
+  admin=$(sed -n 's/^tollgate: admin listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$W/$1.log" | head -1)
+  [[ -n $admin ]] || fail "$1: no admin port in its log"
+  for _ in $(seq 1 1200); do
+    python3 -c 'import sys, urllib.request as u
+sys.exit(0 if "tollgate_store_up 1" in u.urlopen(sys.argv[1], timeout=5).read().decode() else 1)' \
+      "http://127.0.0.1:$admin/metrics" 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || { cat "$W/$1.log" >&2; fail "$1 exited during start-up"; }
+    sleep 0.25
+  done
+  fail "$1 never connected to Redis"
+}
+run_redis_gateway() { # N: RT, Tollgate (not under callgrind) making N decisions
+  local file=$OUT/RT.$1.callgrind
+  start_redis_cg "redis-rt-$1" "$file"
+  local rpid=$LAST_PID port name=tollgate-rt-$1
+  port=$(free_port)
+  tollgate_conf "$port" redis >"$W/$name.json"
+  start "$name" "$TOLLGATE_BIN" --config "$W/$name.json"
+  local gpid=$LAST_PID
+  wait_log "$name" "$gpid" "tollgate: ready"
+  wait_store_metric "$name" "$gpid"
+  load "$1" "http://127.0.0.1:$port/ibe/nobind" "$name"
+  stop "$gpid" "$name"
+  stop "$rpid" "redis-rt-$1"
+  record RT "$1" "$file" "gateway native, ab -c $CONC"
+}
+run_redis_bench() { # CASE N ARGS...: redis-benchmark -c 1 (one call per read: no batching to vary)
+  local case=$1 n=$2; shift 2
+  local file=$OUT/$case.$n.callgrind
+  start_redis_cg "redis-$case-$n" "$file"
+  local rpid=$LAST_PID sha
+  case $case in
+    RS) sha=$(redis_cli SCRIPT LOAD "$("$TOLLGATE_SIM" --redis-script)") ;;
+    RM) sha=$(redis_cli SCRIPT LOAD "$MINIMAL_LUA") ;;
+  esac
+  local cmd=()
+  case $case in
+    # permits 1, timeout 0.5 s, pay now, Redis TIME, one bucket, no parent, no quota, no maxShare,
+    # then the bucket: 1 µs interval, a bucket that never empties, not warm (bench/run.sh's shape).
+    RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 1 1000000000000 1 0 0 0 0) ;;
+    RM) cmd=(EVALSHA "$sha" 1 "bench:{bucket}" 1000000 1000000) ;;
+    RP) cmd=(PING) ;;
+  esac
+  redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c 1 -n "$n" -q "${cmd[@]}" >"$W/redis-$case-$n.bench" 2>&1 ||
+    { cat "$W/redis-$case-$n.bench" >&2; fail "redis-benchmark $case failed"; }
+  if grep -qi 'error' "$W/redis-$case-$n.bench"; then cat "$W/redis-$case-$n.bench" >&2; fail "redis-benchmark $case: errors"; fi
+  # Every call must have succeeded: the script's reply is checked once by hand.
+  local check
+  check=$(redis_cli "${cmd[@]}" 2>&1 | head -1)
+  [[ $check != *ERR* && $check != *rror* ]] || fail "$case: ${cmd[*]} answered $check"
+  stop "$rpid" "redis-$case-$n"
+  record "$case" "$n" "$file" "redis-benchmark -c 1"
+}
+
+# --- the cases --------------------------------------------------------------------------------------------
+echo "instructions: $TOLLGATE_BIN ($DESCRIBE); N=$N_LO and $N_HI, ab -k -c $CONC; cases: $CASES"
+for c in $CASES; do
+  for n in "$N_LO" "$N_HI"; do
+    case $c in
+      N0) run_nginx N0 0 "$n" ;;
+      N1) run_nginx N1 1 "$n" ;;
+      T0) run_tollgate T0 local /ibe/shopping/search "$n" ;;
+      T1) run_tollgate T1 local /ibe/nobind "$n" ;;
+      T2)
+        if [[ -z ${T2_REDIS_PID:-} ]]; then  # Redis for T2 is not measured: plain, one for both runs
+          REDIS_PORT=$(free_port)
+          mkdir -p "$W/redis-t2.dir"
+          start redis-t2 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$W/redis-t2.dir"
+          T2_REDIS_PID=$LAST_PID T2_REDIS_PORT=$REDIS_PORT
+          wait_listen "$REDIS_PORT" "$T2_REDIS_PID" redis-t2
+        fi
+        REDIS_PORT=$T2_REDIS_PORT
+        run_tollgate T2 redis /ibe/nobind "$n" ;;
+      R0)
+        run_redis_gateway "$n"
+        if [[ -x $TOLLGATE_SIM ]]; then run_redis_bench RS "$n"; else echo "instructions: no $TOLLGATE_SIM: RS skipped"; fi
+        run_redis_bench RM "$n"
+        run_redis_bench RP "$n" ;;
+      *) fail "unknown case $c (N0 N1 T0 T1 T2 R0)" ;;
+    esac
+  done
+done
+if [[ -n ${T2_REDIS_PID:-} ]]; then stop "$T2_REDIS_PID" redis-t2; fi
+stop "$UP_PID" upstream
+
+# --- the table, the profile, where the files are -------------------------------------------------------------
+HEADER="Instructions per request (callgrind), $(date -u '+%Y-%m-%d %H:%M UTC'); Tollgate: $TOLLGATE_BIN ($DESCRIBE)
+ab -k -c $CONC, N=$N_LO and N=$N_HI requests, one process start each; Ir/request = (Ir(N=$N_HI) - Ir(N=$N_LO)) / $((N_HI - N_LO)).
+$(valgrind --version), $(nginx -v 2>&1 | sed 's/^nginx version: //'), $(redis-server --version 2>/dev/null | awk '{print "Redis " $3}' | sed 's/v=//')"
+RESULT=$ROOT/bench/results/instructions-$STAMP.txt
+python3 bench/instructions.py report "$RUNS" "$RESULT" "$HEADER"
+for p in $PROFILES; do
+  if [[ -f $OUT/$p.$N_HI.callgrind && -f $OUT/$p.$N_LO.callgrind ]]; then
+    { echo; echo "=== $p profile"; python3 bench/instructions.py profile "$OUT/$p.$N_LO.callgrind" "$OUT/$p.$N_HI.callgrind" "$N_LO" "$N_HI" 25; } >>"$RESULT"
+  fi
+done
+echo
+echo "instructions: table and profiles ($PROFILES) in $RESULT"
+echo "instructions: callgrind files in $OUT (e.g. callgrind_annotate --inclusive=no $OUT/T1.$N_HI.callgrind)"
