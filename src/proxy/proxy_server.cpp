@@ -67,34 +67,37 @@ bool is_idempotent(http::verb v) {
 }
 
 // Hop-by-hop headers (RFC 9110 7.6.1) plus any header the Connection field names. One pass over
-// the fields finds what is there; most messages carry none of them, and then nothing is erased.
+// the fields erases what is there by its position (no lookup by name); most messages carry only
+// `Connection: keep-alive`, and then nothing else is looked up.
 template <class Fields>
 void strip_hop_by_hop(Fields& f, bool keep_transfer_encoding) {
-  bool found = false;
-  for (const auto& field : f) {
-    switch (field.name()) {
-      case http::field::connection: case http::field::keep_alive: case http::field::proxy_connection:
-      case http::field::te: case http::field::trailer: case http::field::upgrade:
-      case http::field::proxy_authorization: case http::field::proxy_authenticate:
-        found = true;
+  std::string named;  // the Connection fields' values: the other fields they name go too
+  for (auto it = f.begin(); it != f.end();) {
+    bool hop = false;
+    switch (it->name()) {
+      case http::field::connection:
+        named.append(it->value().data(), it->value().size()).push_back(',');
+        hop = true;
+        break;
+      case http::field::keep_alive: case http::field::proxy_connection: case http::field::te:
+      case http::field::trailer: case http::field::upgrade: case http::field::proxy_authorization:
+      case http::field::proxy_authenticate:
+        hop = true;
         break;
       case http::field::transfer_encoding:
-        found = found || !keep_transfer_encoding;
+        hop = !keep_transfer_encoding;
         break;
       default:
         break;
     }
-    if (found) break;
+    it = hop ? f.erase(it) : std::next(it);
   }
-  if (!found) return;
-  std::vector<std::string> named;
-  for (auto const& token : http::token_list{f[http::field::connection]}) named.emplace_back(token);
-  for (const auto& n : named) f.erase(n);
-  for (auto name : {http::field::connection, http::field::keep_alive, http::field::proxy_connection, http::field::te,
-                    http::field::trailer, http::field::upgrade, http::field::proxy_authorization,
-                    http::field::proxy_authenticate})
-    f.erase(name);
-  if (!keep_transfer_encoding) f.erase(http::field::transfer_encoding);
+  if (named.empty()) return;
+  for (auto const& token : http::token_list{named}) {
+    // "close" names no field, and "keep-alive" one that is gone already.
+    if (beast::iequals(token, "close") || beast::iequals(token, "keep-alive")) continue;
+    f.erase(token);
+  }
 }
 
 constexpr std::size_t kReadChunk = 16 * 1024;
