@@ -1123,21 +1123,19 @@ struct SimpleServer::Impl {
       parser.body_limit(64 * 1024);
       stream.expires_after(30s);
       co_await http::async_read(stream, buffer, parser, with(ec));
-      if (ec == http::error::body_limit || ec == http::error::header_limit) {
-        // Answered, not just closed, so the caller learns why; the rest of the message is not read.
-        const bool body = ec == http::error::body_limit;
-        co_await write(stream, 11, false,
-                       {body ? 413 : 431, error_body(body ? "body_too_large" : "headers_too_large",
-                                                     body ? "admin request bodies are limited to 64 KiB"
-                                                          : "admin request headers are limited to 16 KiB")},
-                       ec);
-        break;
-      }
       if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
           ec == net::error::connection_reset || ec == net::error::operation_aborted)
         break;
       if (ec) {
-        co_await write(stream, 11, false, {400, error_body("bad_request", ec.message())}, ec);
+        // Answered, not just closed, so the caller learns why; the rest of the message is not read.
+        // A named value, not a braced temporary, goes into the coroutine call: g++ 12 destroys
+        // such a temporary twice when it is a by-value argument of a co_await'ed coroutine.
+        const bool body = ec == http::error::body_limit, head = ec == http::error::header_limit;
+        SimpleResponse refusal{body ? 413 : head ? 431 : 400,
+                               body   ? error_body("body_too_large", "admin request bodies are limited to 64 KiB")
+                               : head ? error_body("headers_too_large", "admin request headers are limited to 16 KiB")
+                                      : error_body("bad_request", ec.message())};
+        co_await write(stream, 11, false, std::move(refusal), ec);
         break;
       }
       auto& req = parser.get();
