@@ -4,13 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include "tollgate/limiter/clock.hpp"
+#include "tollgate/proxy/rate_headers.hpp"
 #include "tollgate/proxy/throttle.hpp"
 
 namespace tollgate::admin {
 
 using nlohmann::json;
-using proxy::SimpleRequest;
-using proxy::SimpleResponse;
 
 namespace {
 SimpleResponse ok_json(const json& j) { return {200, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n"}; }
@@ -200,7 +199,8 @@ SimpleResponse AdminApi::get_rules() const {
                       {"keyBy", q.key_by.text()}});
       j["quotas"] = std::move(qs);
     }
-    if (!r.all_policies.empty()) j["policies"] = r.all_policies;
+    if (const std::string policies = proxy::request_policies(r, r.enabled ? snap->channel_of(r) : nullptr); !policies.empty())
+      j["policies"] = policies;
     if (r.params.warmup_us > 0) j["warmupSeconds"] = static_cast<double>(r.params.warmup_us) / 1e6;
     j["scope"] = r.channel ? "channel" : "interface";
     j["bucket"] = r.bucket;

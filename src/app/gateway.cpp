@@ -25,6 +25,7 @@
 #include "tollgate/limiter/clock.hpp"
 #include "tollgate/proxy/access_log.hpp"
 #include "tollgate/proxy/client_key.hpp"
+#include "tollgate/admin/admin_server.hpp"
 #include "tollgate/proxy/proxy_server.hpp"
 #include "tollgate/store/local_store.hpp"
 #include "tollgate/store/redis_store.hpp"
@@ -51,7 +52,7 @@ struct Gateway::Impl {
   Guard admin_guard{net::make_work_guard(admin_ctx)};
   std::unique_ptr<proxy::ProxyServer> proxy;
   std::unique_ptr<admin::AdminApi> admin_api;
-  std::unique_ptr<proxy::SimpleServer> admin_server;
+  std::unique_ptr<admin::AdminServer> admin_server;
   std::unique_ptr<proxy::AccessLog> access_log;
   std::atomic<bool> draining{false};
   std::unique_ptr<net::signal_set> signals;  // created before "ready": no signal is lost or fatal
@@ -187,8 +188,8 @@ void Gateway::start() {
                                                                        });
                                                                      });
                                                                    }});
-  m.admin_server = std::make_unique<proxy::SimpleServer>(
-      m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const proxy::SimpleRequest& r) { return api->handle(r); },
+  m.admin_server = std::make_unique<admin::AdminServer>(
+      m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const admin::SimpleRequest& r) { return api->handle(r); },
       &admin::AdminApi::runs_inline);
   m.admin_server->start();
   m.config_manager->start();

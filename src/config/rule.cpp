@@ -272,8 +272,6 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   rule.params.burst = row.burst;
   rule.params.warmup_us = static_cast<limiter::Micros>(row.warmup_seconds.value_or(0) * 1e6);
   rule.params.mode = limiter::Mode::pay_now;
-  rule.policy_header =
-      rule.has_bucket ? ratelimit_policy(rule.bucket, rule.rate_limit, limiter::shape_of(rule.params).max_permits) : "";
   return std::nullopt;
 }
 
@@ -295,7 +293,6 @@ void check_quotas(const RawRow& row, Rule& rule, std::map<std::int64_t, std::str
       rejected.push_back({rule.config_id, raw.origin, "quotaId", "a rule has at most 16 enabled quotas", q.quota_id});
       continue;
     }
-    rule.policy_header += (rule.policy_header.empty() ? "" : ", ") + q.policy;
     rule.quotas.push_back(std::move(q));
   }
 }
@@ -304,33 +301,6 @@ void check_quotas(const RawRow& row, Rule& rule, std::map<std::int64_t, std::str
 
 void name_quota(Quota& q, const std::string& bucket) {
   q.name = bucket + "#q" + std::to_string(q.quota_id);
-  q.policy = sf_string(q.name) + ";q=" + std::to_string(q.limit) + ";w=" + std::to_string(q.period_s);
-}
-
-std::string sf_string(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('"');
-  for (unsigned char c : s) {
-    if (c < 0x20 || c > 0x7e) {
-      out.push_back('?');  // no escape exists for it in an sf-string, and a CR or LF would end the header
-      continue;
-    }
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(static_cast<char>(c));
-  }
-  out.push_back('"');
-  return out;
-}
-
-std::string ratelimit_policy(const std::string& bucket, double rate, double max_permits) {
-  auto number = [](double v) {
-    if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3f", v);
-    return std::string(buf);
-  };
-  return sf_string(bucket) + ";q=" + number(rate) + ";w=1;burst=" + number(std::floor(max_permits));
 }
 
 namespace {
@@ -351,7 +321,6 @@ void keep_quotas(Rule& now, const Rule& old, std::vector<RejectedRow>& failures)
     if (oq == old.quotas.end()) continue;
     Quota q = *oq;
     name_quota(q, now.bucket);
-    now.policy_header += (now.policy_header.empty() ? "" : ", ") + q.policy;
     now.quotas.push_back(std::move(q));
     bad.kept_previous = true;
   }

@@ -41,11 +41,6 @@ std::shared_ptr<const Snapshot> make_snapshot(ValidatedRules validated, std::uin
     if (r.channel) s->channels.emplace(r.channel_type, i);
     else s->index.add(r.interface_url, i);
   }
-  for (Rule& r : s->rules) {
-    r.all_policies = r.policy_header;
-    if (const Rule* c = r.enabled ? s->channel_of(r) : nullptr; c && !c->policy_header.empty())
-      r.all_policies += (r.all_policies.empty() ? "" : ", ") + c->policy_header;
-  }
   s->version = version;
   s->loaded_at_us = limiter::steady_now_us();
   s->source = std::move(source);

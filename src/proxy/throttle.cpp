@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "tollgate/proxy/rate_headers.hpp"
 
 namespace tollgate::proxy {
 
@@ -16,7 +17,6 @@ long long ceil_seconds(limiter::Micros us) {
   return (us + 999'999) / 1'000'000;
 }
 
-using config::sf_string;
 
 namespace {
 // One RateLimit item: "<name>";r=<whole requests left>;t=<seconds, rounded up>

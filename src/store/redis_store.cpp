@@ -31,11 +31,6 @@ const char* failure_policy_name(FailurePolicy p) {
 const char* acquire_script() { return scripts::kAcquire; }
 const char* refund_script() { return scripts::kRefund; }
 
-std::string redis_key(const std::string& prefix, std::string_view tag, std::string_view name) {
-  if (tag.empty() || tag == name) return prefix + "{" + std::string(name) + "}";
-  return prefix + "{" + std::string(tag) + "}" + std::string(name);
-}
-
 namespace {
 
 std::string num(double v) {
@@ -595,15 +590,6 @@ class BlockingConnection {
   bool ok_ = false;
 };
 
-// A glob matching nothing but `text` itself.
-std::string glob_escape(std::string_view text) {
-  std::string out;
-  for (char ch : text) {
-    if (ch == '*' || ch == '?' || ch == '[' || ch == ']' || ch == '\\') out.push_back('\\');
-    out.push_back(ch);
-  }
-  return out;
-}
 }  // namespace
 
 std::optional<BucketSnapshot> RedisStore::inspect(const BucketRef& ref, std::string_view hash_tag) {
@@ -643,9 +629,7 @@ std::optional<std::uint64_t> RedisStore::client_keys() const {
   client_keys_.reset();
   BlockingConnection c(options_);
   if (!c.ok()) return client_keys_;
-  // Per-client keys: <prefix>{<tag>}c:<configId>:<client>, q:<quotaId>:<client>, s:<configId>:<client>
-  // (a shared quota, "q:<quotaId>:", has nothing after its last ':').
-  const std::string pattern = glob_escape(options_.key_prefix) + "{*}[cqs]:*:?*";
+  const std::string pattern = client_keys_pattern(options_.key_prefix);
   std::string cursor = "0";
   std::uint64_t n = 0;
   for (int round = 0; round < 10'000; ++round) {
@@ -728,12 +712,6 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
     out.push_back(q.params.algorithm == limiter::WindowAlgorithm::sliding ? "1" : "0");
   }
   return out;
-}
-
-std::string abandoned_key(const std::string& prefix, std::string_view tag, std::string_view name) {
-  // "a:" is no bucket name's beginning (interface URLs start with '/', the others with "channel:",
-  // "c:", "q:" or "s:").
-  return redis_key(prefix, tag.empty() ? name : tag, "a:" + std::string(name));
 }
 
 std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res,

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tollgate/proxy/rate_headers.hpp"
 #include "tollgate/config/gateway_config.hpp"
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/proxy/throttle.hpp"
@@ -124,7 +125,7 @@ void check_rule(const config::Snapshot& snap, const Rule& r) {
     if (q.key_by.kind == config::KeySpec::Kind::header) require(!q.key_by.header.empty() && visible(q.key_by.header));
     own.push_back(q.name);
   }
-  if (!r.policy_header.empty()) check_field(r.policy_header, own);
+  if (const std::string p = proxy::rule_policies(r); !p.empty()) check_field(p, own);
   else require(own.empty());
   const Rule* channel = r.enabled ? snap.channel_of(r) : nullptr;
   std::vector<std::string> all = own;
@@ -132,7 +133,7 @@ void check_rule(const config::Snapshot& snap, const Rule& r) {
     if (channel->has_bucket) all.push_back(channel->bucket);
     for (const config::Quota& q : channel->quotas) all.push_back(q.name);
   }
-  if (!r.all_policies.empty()) check_field(r.all_policies, all);
+  if (const std::string p = proxy::request_policies(r, channel); !p.empty()) check_field(p, all);
 
   // RateLimit and the problem body for each check that can bind a request of this rule.
   store::StoreDecision sd;

@@ -1,16 +1,16 @@
 // The admin API as a pure function from request to response (DESIGN.md section 5). The listener
-// lives in proxy/; this file knows nothing about sockets.
+// is admin_server.hpp; this file knows nothing about sockets.
 #pragma once
 
 #include <functional>
 #include <string>
 
+#include "tollgate/admin/admin_server.hpp"
 #include "tollgate/config/config_manager.hpp"
 #include "tollgate/config/config_source.hpp"
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/proxy/metrics.hpp"
-#include "tollgate/proxy/proxy_server.hpp"
 #include "tollgate/store/bucket_store.hpp"
 
 namespace tollgate::admin {
@@ -35,10 +35,10 @@ bool constant_time_equals(std::string_view a, std::string_view b);
 class AdminApi {
  public:
   explicit AdminApi(AdminDeps deps) : deps_(std::move(deps)) {}
-  proxy::SimpleResponse handle(const proxy::SimpleRequest& req);
+  SimpleResponse handle(const SimpleRequest& req);
   // Health and readiness: never blocked by a store or database read, so answered on the
   // listener's own thread (the other endpoints run on its worker thread).
-  static bool runs_inline(const proxy::SimpleRequest& req);
+  static bool runs_inline(const SimpleRequest& req);
 
   // A refused token is answered after this delay (a timer, no thread waits): guessing over one
   // connection is held to a few tries a second.
@@ -47,13 +47,13 @@ class AdminApi {
 
  private:
   // Empty optional: authorized. Otherwise the 401/403 to send; a 401 is counted and logged.
-  std::optional<proxy::SimpleResponse> authorize(const proxy::SimpleRequest& req);
-  proxy::SimpleResponse get_rules() const;
-  proxy::SimpleResponse get_switch() const;
-  proxy::SimpleResponse put_switch(const proxy::SimpleRequest& req);
-  proxy::SimpleResponse post_reload();
-  proxy::SimpleResponse get_bucket(std::string_view name) const;
-  proxy::SimpleResponse readyz() const;
+  std::optional<SimpleResponse> authorize(const SimpleRequest& req);
+  SimpleResponse get_rules() const;
+  SimpleResponse get_switch() const;
+  SimpleResponse put_switch(const SimpleRequest& req);
+  SimpleResponse post_reload();
+  SimpleResponse get_bucket(std::string_view name) const;
+  SimpleResponse readyz() const;
   std::string metrics_text() const;
 
   AdminDeps deps_;

@@ -46,7 +46,6 @@ struct Quota {
   limiter::WindowAlgorithm algorithm = limiter::WindowAlgorithm::fixed;
   KeySpec key_by;
   std::string name;    // policy name: "<bucket>#q<quotaId>"
-  std::string policy;  // its RateLimit-Policy item: "<name>";q=<limit>;w=<period>
   limiter::WindowParams params() const { return {period_s * 1'000'000, limit, algorithm}; }
 };
 
@@ -89,8 +88,6 @@ struct Rule {
   KeySpec share_key;
   std::int64_t max_held_per_client = 0;  // maxShare * rateLimit * cache, at least 1
   std::vector<Quota> quotas;  // its enabled, valid quotas
-  std::string policy_header;  // RateLimit-Policy value, made once per snapshot (it never changes)
-  std::string all_policies;   // with its channel's policies: what a request it governs is told
   bool limits_anything() const { return has_bucket || !quotas.empty(); }
   limiter::Micros timeout_us() const { return static_cast<limiter::Micros>(cache_s * 1e6 + 0.5); }
 };
@@ -137,7 +134,7 @@ inline constexpr double kMaxCache = 60.0;
 inline constexpr double kMaxRate = 1e6;  // a permit must cost at least one whole microsecond
 inline constexpr double kMaxBurst = 1e9;
 
-// Names a quota after its rule's bucket ("<bucket>#q<quotaId>") and makes its RateLimit-Policy item.
+// Names a quota after its rule's bucket: "<bucket>#q<quotaId>".
 void name_quota(Quota& q, const std::string& bucket);
 
 // Returns the first problem with an interfaceUrl, or empty when it is acceptable: '/' and then
@@ -163,13 +160,5 @@ ValidatedRules validate_rows(const std::vector<RawRow>& rows, std::vector<Reject
 // holds its URL, so a later row claiming the same URL is the duplicate, exactly as if the bad edit
 // had not been made. A quota row that was rejected likewise keeps its last valid version.
 ValidatedRules settle_rows(std::vector<CheckedRow> checked, const std::vector<Rule>* in_force);
-
-// The RateLimit-Policy field of a bucket (draft-ietf-httpapi-ratelimit-headers, structured field):
-// "<bucket>";q=<rate>;w=1;burst=<max permits>
-std::string ratelimit_policy(const std::string& bucket, double rate, double max_permits);
-// An RFC 8941 sf-string: quoted, '"' and '\' escaped with a backslash. Only 0x20-0x7E may appear
-// in one; any other byte is written as '?' so that a header stays one well-formed line whatever it
-// is given (validated rule names never contain such bytes).
-std::string sf_string(std::string_view s);
 
 }  // namespace tollgate::config

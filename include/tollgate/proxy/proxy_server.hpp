@@ -1,8 +1,7 @@
 // The HTTP front end: the proxy listener (one acceptor and one io_context per thread, sharing the
-// port through SO_REUSEPORT) and a small listener for the admin API. Beast lives in the .cpp only.
+// port through SO_REUSEPORT). Beast lives in the .cpp files only.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,40 +38,6 @@ class ProxyServer {
   std::uint16_t port() const;
   void stop();   // stops accepting
   void drain();  // stops accepting and closes connections as soon as they have no request in flight
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
-// A plain request/response pair for small JSON endpoints (the admin API).
-struct SimpleRequest {
-  std::string method;
-  std::string target;
-  std::string authorization;
-  std::string body;
-  std::string peer;  // client address
-};
-struct SimpleResponse {
-  int status = 200;
-  std::string body;
-  std::string content_type = "application/json";
-  std::uint32_t delay_ms = 0;  // answer only after this long (on a timer): slows guessing a token
-};
-using SimpleHandler = std::function<SimpleResponse(const SimpleRequest&)>;
-// Requests whose handling never blocks (health, readiness): answered on the listener's thread.
-// Every other request runs on a worker thread of the server's own, so a slow store or database
-// read behind one endpoint never delays these answers, nor the signals handled on that thread.
-using SimpleInline = std::function<bool(const SimpleRequest&)>;
-
-class SimpleServer {
- public:
-  SimpleServer(boost::asio::io_context& ctx, config::Endpoint listen, SimpleHandler handler,
-               SimpleInline runs_inline = nullptr);
-  ~SimpleServer();
-  void start();
-  std::uint16_t port() const;
-  void stop();
 
  private:
   struct Impl;

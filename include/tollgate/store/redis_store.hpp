@@ -12,6 +12,7 @@
 
 #include "tollgate/limiter/clock.hpp"
 #include "tollgate/store/bucket_store.hpp"
+#include "tollgate/store/key_schema.hpp"
 #include "tollgate/store/local_store.hpp"
 
 namespace boost::asio {
@@ -46,18 +47,12 @@ struct RedisStats {
   std::string last_error;
 };
 
-// Builds the key of a bucket: <prefix>{<tag>}<name>, or <prefix>{<name>} when tag is empty or
-// equal to the name. Keys of one request share the tag, hence one Redis Cluster slot.
-std::string redis_key(const std::string& prefix, std::string_view tag, std::string_view name);
 
 // numkeys, KEYS and ARGV of the acquire script for a request (what follows "EVALSHA <sha>"), and
 // its reply as a decision (nullopt when malformed). Exposed for the replay tests.
 std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
                                       std::string_view now_override);
 std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas);
-// The key of a bucket's set of abandoned slots (limiter::abandon), in the bucket's slot: tag "" means
-// the bucket's name, as in refund_call.
-std::string abandoned_key(const std::string& prefix, std::string_view tag, std::string_view name);
 // numkeys, KEYS and ARGV of the refund script; now_override and max_abandoned as in acquire_call and
 // LocalStore (a value only for replays/tests).
 std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res,

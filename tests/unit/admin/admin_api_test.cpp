@@ -10,7 +10,7 @@ namespace tollgate::admin {
 namespace {
 
 using nlohmann::json;
-using proxy::SimpleRequest;
+using admin::SimpleRequest;
 
 struct Fixture {
   testing::ManualClock clock;

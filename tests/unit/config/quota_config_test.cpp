@@ -1,6 +1,7 @@
 // Issue 7 configuration: quotas under a rule, keyBy, maxShare, and keeping a row's last valid version.
 #include <gtest/gtest.h>
 
+#include "tollgate/proxy/rate_headers.hpp"
 #include "tollgate/config/config_source.hpp"
 #include "tollgate/config/gateway_config.hpp"
 #include "tollgate/config/snapshot.hpp"
@@ -29,7 +30,7 @@ TEST(QuotaConfig, ARuleWithQuotasOnly) {
   EXPECT_EQ(r.quotas[1].algorithm, limiter::WindowAlgorithm::sliding);
   EXPECT_EQ(r.quotas[1].key_by.header, "X-Api-Key");
   EXPECT_EQ(r.quotas[1].params().period_us, 60'000'000);
-  EXPECT_EQ(r.policy_header, "\"/login#q3\";q=2;w=1, \"/login#q4\";q=5;w=60");
+  EXPECT_EQ(proxy::rule_policies(r), "\"/login#q3\";q=2;w=1, \"/login#q4\";q=5;w=60");
 }
 
 TEST(QuotaConfig, BucketAndQuotasTogether) {
@@ -41,7 +42,7 @@ TEST(QuotaConfig, BucketAndQuotasTogether) {
   EXPECT_EQ(r.key_by.kind, KeySpec::Kind::client_ip);
   EXPECT_EQ(r.max_held_per_client, 2);  // 0.25 of a 2 s window at 5/s = 10 permits
   EXPECT_EQ(r.share_key.kind, KeySpec::Kind::client_ip);
-  EXPECT_EQ(r.policy_header, "\"/s\";q=5;w=1;burst=5, \"/s#q1\";q=100;w=60");
+  EXPECT_EQ(proxy::rule_policies(r), "\"/s\";q=5;w=1;burst=5, \"/s#q1\";q=100;w=60");
 }
 
 TEST(QuotaConfig, ErrorsNameTheQuotaAndField) {
@@ -114,7 +115,7 @@ TEST(KeepLastGood, ABadEditKeepsTheRowAndQuotaInForce) {
   ASSERT_EQ(s->quotas.size(), 2u);
   EXPECT_EQ(s->quotas[0].limit, 3);   // quota 2: the new valid edit
   EXPECT_EQ(s->quotas[1].limit, 10);  // quota 1: its last valid version
-  EXPECT_NE(s->policy_header.find("\"/s#q1\";q=10;w=60"), std::string::npos);
+  EXPECT_NE(proxy::rule_policies(*s).find("\"/s#q1\";q=10;w=60"), std::string::npos);
   ASSERT_NE(snap->match("/t"), nullptr);
   EXPECT_DOUBLE_EQ(snap->match("/t")->rate_limit, 3);  // rule 2: its last valid version
   EXPECT_EQ(snap->match("/u"), nullptr);                // rule 3: nothing to keep

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "support/fake_source.hpp"
+#include "tollgate/proxy/rate_headers.hpp"
 #include "tollgate/app/gateway.hpp"
 #include "tollgate/config/config_manager.hpp"
 #include "support/config_text.hpp"
@@ -120,7 +121,7 @@ TEST(RuleStrings, QuotaNamesAndKeyHeadersCarryNothingButVisibleAscii) {
   const LoadResult r = FileSource::from_rows(c.limits.rows, c.limits.switch_mode);
   ASSERT_EQ(r.rules.rules.size(), 1u);
   EXPECT_EQ(r.rules.rules[0].quotas.at(0).name, "channel:IBE+#q1");
-  EXPECT_EQ(r.rules.rules[0].policy_header, "\"channel:IBE+\";q=4;w=1;burst=4, \"channel:IBE+#q1\";q=5;w=60");
+  EXPECT_EQ(proxy::rule_policies(r.rules.rules[0]), "\"channel:IBE+\";q=4;w=1;burst=4, \"channel:IBE+#q1\";q=5;w=60");
 }
 
 TEST(RuleStrings, InterfaceNoHasNoControlCharacters) {
@@ -198,16 +199,19 @@ TEST(RuleStrings, ATableRowIsHeldToTheSameRulesAndKeepsItsLastGoodVersion) {
   EXPECT_EQ(pricing->interface_url, "/pricing");
   ASSERT_NE(snap->channel_of(*pricing), nullptr);
   EXPECT_EQ(snap->channel_of(*pricing)->channel_type, "IBE+");
-  EXPECT_EQ(pricing->all_policies, "\"/pricing\";q=5;w=1;burst=5, \"channel:IBE+\";q=12;w=1;burst=12");
+  EXPECT_EQ(proxy::request_policies(*pricing, snap->channel_of(*pricing)), "\"/pricing\";q=5;w=1;burst=5, \"channel:IBE+\";q=12;w=1;burst=12");
   for (const Rule& r : snap->rules) {
     EXPECT_TRUE(visible_ascii(r.bucket)) << r.bucket;
     EXPECT_TRUE(visible_ascii(r.channel_type)) << r.channel_type;
-    EXPECT_TRUE(visible_ascii(r.all_policies)) << r.all_policies;
+    const std::string policies = proxy::request_policies(r, r.enabled ? snap->channel_of(r) : nullptr);
+    EXPECT_TRUE(visible_ascii(policies)) << policies;
   }
   for (const RejectedRow& r : snap->rejected) EXPECT_TRUE(visible_ascii(r.message())) << r.message();
 }
 
 TEST(SfString, EscapesQuoteAndBackslashAndNeverEmitsAControlCharacter) {
+  using proxy::ratelimit_policy;
+  using proxy::sf_string;
   EXPECT_EQ(sf_string("/a\"b\\c"), "\"/a\\\"b\\\\c\"");
   EXPECT_EQ(sf_string(""), "\"\"");
   EXPECT_EQ(sf_string(" ~"), "\" ~\"");

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tollgate/proxy/rate_headers.hpp"
 #include "tollgate/proxy/metrics.hpp"
 #include "tollgate/proxy/throttle.hpp"
 
@@ -32,7 +33,7 @@ TEST(Throttle, RateLimitHeaders) {
   rejected.granted = false;
   rejected.retry_after_us = 100000;
   rejected.remaining = 0.4;
-  EXPECT_EQ(config::ratelimit_policy(rule().bucket, rule().rate_limit, 5), "\"/shopping/search\";q=5;w=1;burst=5");
+  EXPECT_EQ(ratelimit_policy(rule().bucket, rule().rate_limit, 5), "\"/shopping/search\";q=5;w=1;burst=5");
   EXPECT_EQ(ratelimit_header(rule(), rejected), "\"/shopping/search\";r=0;t=1");
   limiter::Decision ok;
   ok.granted = true;

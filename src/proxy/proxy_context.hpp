@@ -1,0 +1,55 @@
+// Internal to the proxy: what every part of a worker's request path shares. One Worker per thread
+// (io_context): its acceptor, its upstream pools and its idle connections, touched only on that
+// thread, so without locks.
+#pragma once
+
+#include <memory>
+#include <unordered_set>
+#include <vector>
+
+#include "http_io.hpp"
+#include "route_table.hpp"
+#include "tollgate/proxy/client_key.hpp"
+#include "tollgate/proxy/proxy_server.hpp"
+#include "tollgate/proxy/request_policy.hpp"
+
+namespace tollgate::proxy {
+
+struct PooledConn {
+  explicit PooledConn(net::any_io_executor ex) : stream(ex) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::chrono::steady_clock::time_point idle_since;
+};
+
+// Idle keep-alive connections to one upstream.
+struct Pool {
+  std::vector<std::unique_ptr<PooledConn>> idle;
+};
+
+struct Worker {
+  net::io_context* ctx;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  std::vector<Pool> pools;                      // one per upstream
+  std::unordered_set<beast::tcp_stream*> idle;  // connections waiting for their next request
+  bool draining = false;                        // set on this worker's own thread
+  int spare_fd = -1;  // held back so that a 429 can still be sent when descriptors run out
+  std::shared_ptr<const RuleViews> rules;  // of the snapshot this worker saw last
+};
+
+struct ProxyContext {
+  ProxyContext(ProxyDeps d)
+      : deps(d), limits(d.config.proxy), trusted(trusted_proxies_from(limits.trusted_proxies)) {
+    settings.max_held = limits.max_held;
+    settings.max_held_per_bucket = limits.max_held_per_bucket;
+    settings.trusted = &trusted;
+    settings.missing_key = d.config.limits.missing_key == "reject" ? MissingKey::reject : MissingKey::anonymous;
+  }
+  ProxyDeps deps;
+  const config::ProxyLimits& limits;
+  RouteTable routes;
+  TrustedProxies trusted;
+  PolicySettings settings;
+};
+
+}  // namespace tollgate::proxy

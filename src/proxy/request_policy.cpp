@@ -1,0 +1,178 @@
+#include "tollgate/proxy/request_policy.hpp"
+
+#include "tollgate/config/rule.hpp"
+#include "tollgate/store/key_schema.hpp"
+#include "tollgate/proxy/rate_headers.hpp"
+#include "tollgate/proxy/throttle.hpp"
+
+namespace tollgate::proxy {
+
+namespace {
+
+using Kind = config::KeySpec::Kind;
+
+// The client key a spec derives, into `key`; the client's address is resolved once, on first need.
+// Returns the reason when the request cannot be keyed.
+class KeyDeriver {
+ public:
+  KeyDeriver(const RequestFacts& facts, const PolicySettings& settings) : facts_(facts), settings_(settings) {}
+
+  std::optional<std::string> derive(const config::KeySpec& spec, std::string& key) {
+    if ((spec.kind == Kind::client_ip || spec.kind == Kind::client_ip_path) && !address_) {
+      const TrustedProxies& trusted = *settings_.trusted;
+      const std::string xff = trusted.empty() ? std::string() : facts_.headers.joined("X-Forwarded-For");
+      address_ = client_address(facts_.peer, xff, trusted);
+    }
+    std::optional<std::string_view> header;
+    if (spec.kind == Kind::header) header = facts_.headers.find(spec.header);
+    switch (client_key(spec, address_ ? std::string_view(*address_) : std::string_view(), facts_.match_path, header,
+                       settings_.missing_key, key)) {
+      case KeyResult::ok: return std::nullopt;
+      case KeyResult::missing: return "header " + spec.header + " is required (it keys a rate limit)";
+      case KeyResult::too_long:
+        return "header " + spec.header + " is longer than " + std::to_string(kMaxHeaderKey) + " bytes";
+    }
+    return std::nullopt;
+  }
+
+ private:
+  const RequestFacts& facts_;
+  const PolicySettings& settings_;
+  std::optional<std::string> address_;
+};
+
+bool needs_client_key(const config::Rule& rule, const config::Rule* channel) {
+  return !rule.quotas.empty() || rule.key_by.kind != Kind::none || rule.max_share ||
+         (channel && !channel->quotas.empty());
+}
+
+// Per-client parts of a request's checks: keyed bucket, quotas, maxShare (issue 7).
+std::optional<std::string> add_client_checks(const RequestFacts& facts, const PolicySettings& settings, Plan& plan) {
+  const config::Rule& rule = *plan.rule;
+  KeyDeriver keys(facts, settings);
+  std::string key;
+  if (rule.has_bucket && rule.key_by.kind != Kind::none) {
+    if (auto bad = keys.derive(rule.key_by, key)) return bad;
+    plan.keyed_bucket = store::keyed_bucket_name(rule.config_id, key);
+    plan.request.bucket.name = plan.keyed_bucket;
+    plan.request.per_client_bucket = true;
+  }
+  for (const config::Rule* r : {&rule, plan.channel}) {
+    if (r == nullptr) continue;
+    for (const config::Quota& q : r->quotas) {
+      if (auto bad = keys.derive(q.key_by, key)) return bad;
+      plan.request.quotas.push_back({store::quota_key(q.quota_id, key), q.params(), q.key_by.kind == Kind::none});
+    }
+  }
+  if (rule.has_bucket && rule.max_share) {
+    if (auto bad = keys.derive(rule.share_key, key)) return bad;
+    plan.request.share = store::ShareRef{store::share_key(rule.config_id, key), rule.max_held_per_client};
+  }
+  return std::nullopt;
+}
+
+std::string millis_up(std::int64_t us) { return std::to_string((us + 999) / 1000); }
+
+}  // namespace
+
+void plan_request(const RequestFacts& facts, const RuleViews* rules, config::SwitchMode global,
+                  const PolicySettings& settings, Plan& out) {
+  if (global == config::SwitchMode::off) {
+    out.step = Step::bypass;
+    out.outcome = Outcome::bypassed;
+    return;
+  }
+  const config::Snapshot* snapshot = rules ? &rules->snapshot() : nullptr;
+  out.rule = snapshot ? snapshot->match(facts.match_path) : nullptr;
+  if (out.rule == nullptr) {
+    out.step = Step::unmatched;
+    out.outcome = Outcome::unmatched;
+    return;
+  }
+  const config::Rule& rule = *out.rule;
+  out.view = &rules->of(rule);
+  if ((global == config::SwitchMode::shadow ? global : rule.mode) == config::SwitchMode::off) {
+    out.step = Step::bypass;  // this rule is switched off by itself
+    out.outcome = Outcome::bypassed;
+    return;
+  }
+  out.shadow = global == config::SwitchMode::shadow || rule.mode == config::SwitchMode::shadow;
+  out.channel = snapshot->channel_of(rule);
+  // Too many requests already wait (globally or on this bucket): only an immediate permit will
+  // do, so nothing is reserved for a request that could not be held.
+  out.capped = facts.held >= static_cast<std::int64_t>(settings.max_held) ||
+               rules->metrics_of(rule).held.load(std::memory_order_relaxed) >=
+                   static_cast<std::int64_t>(settings.max_held_per_bucket);
+  store::AcquireRequest& req = out.request;
+  req.bucket = {rule.bucket, rule.params};
+  if (out.channel && out.channel->has_bucket) req.parent = store::BucketRef{out.channel->bucket, out.channel->params};
+  req.hash_tag = out.channel ? std::string_view(out.channel->channel_type) : std::string_view(rule.bucket);
+  req.permits = 1.0;
+  req.timeout_us = out.capped ? 0 : rule.timeout_us();
+  req.use_bucket = rule.has_bucket;
+  if (needs_client_key(rule, out.channel)) {
+    if (auto bad = add_client_checks(facts, settings, out)) {
+      out.step = Step::bad_key;
+      out.detail = std::move(*bad);
+      return;
+    }
+  }
+  if (!req.use_bucket && !req.parent && req.quotas.empty()) {
+    out.step = Step::forward;  // a quota-only rule whose quotas are all disabled: nothing to decide
+    out.outcome = Outcome::forwarded;
+    return;
+  }
+  out.step = Step::decide;
+}
+
+Verdict verdict_for(const Plan& plan, const store::StoreDecision& sd) {
+  Verdict v;
+  const config::Rule& rule = *plan.rule;
+  const config::Rule* channel = plan.channel;
+  if (sd.status == store::StoreStatus::unavailable_open ||
+      (plan.shadow && sd.status == store::StoreStatus::unavailable_closed)) {
+    v.outcome = Outcome::store_error;  // policy fail_open (or shadow mode): forward unlimited
+    return v;
+  }
+  if (sd.status == store::StoreStatus::unavailable_closed) {
+    v.action = Action::unavailable;  // policy fail_closed: refuse
+    v.outcome = Outcome::store_error;
+    v.retry_after_s = 1;
+    v.body = error_body("limiter_unavailable", "the shared rate-limit store is unavailable and the policy is fail_closed");
+    return v;
+  }
+  const limiter::Decision& d = sd.decision;
+  if (plan.shadow) {
+    // Decided and counted, never enforced: the upstream is told what would have happened.
+    if (!d.granted) {
+      v.outcome = Outcome::shadow_rejected;
+      const bool by_bucket = sd.bound == store::Bound::bucket || sd.bound == store::Bound::parent;
+      v.shadow_header = std::string(by_bucket ? "would-reject; bucket=" : "would-reject; policy=") +
+                        sf_string(bound_policy(rule, channel, sd)) + "; retry-after-ms=" + millis_up(d.retry_after_us);
+    } else if (d.wait_us > 0) {
+      v.shadow_header = "would-delay; bucket=" + sf_string((sd.parent_bound && channel ? channel : &rule)->bucket) +
+                        "; wait-ms=" + millis_up(d.wait_us);
+    }
+    return v;
+  }
+  v.policy_header = plan.view->policies;
+  v.limit_header = ratelimit_header(rule, channel, sd);
+  if (!d.granted) {
+    v.action = Action::reject;
+    v.outcome = Outcome::rejected;
+    v.retry_after_s = ceil_seconds(d.retry_after_us);
+    v.cap_rejection = plan.capped && (sd.bound == store::Bound::bucket || sd.bound == store::Bound::parent);
+    v.bound = bound_policy(rule, channel, sd);
+    v.body = rejection_body(rule, channel, sd);
+    return v;
+  }
+  v.counts_wait = true;
+  v.wait_us = d.wait_us;
+  if (d.wait_us > 0) {
+    v.action = Action::hold;
+    v.outcome = Outcome::delayed;
+  }
+  return v;
+}
+
+}  // namespace tollgate::proxy

@@ -1,0 +1,29 @@
+// Internal to the proxy: the one writer of the answers the gateway gives itself (4xx, 429, 502,
+// 503, 504): a JSON body and the few fields each needs, in one write.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "http_io.hpp"
+
+namespace tollgate::proxy {
+
+struct OwnAnswer {
+  http::status status = http::status::ok;
+  std::string body;                  // JSON (error_body, rejection_body)
+  long long retry_after_s = 0;       // > 0: Retry-After
+  std::string_view allow;            // non-empty: Allow (405)
+  std::string_view policy_header;    // non-empty: RateLimit-Policy and RateLimit (429)
+  std::string_view limit_header;
+};
+
+// Writes `a` within `timeout`; returns whether the connection can serve another request (written,
+// and `keep`). Pass a named OwnAnswer: g++ 12 mishandles temporaries bound into coroutine frames.
+net::awaitable<bool> send_answer(beast::tcp_stream& stream, unsigned version, bool keep, const OwnAnswer& a,
+                                 milliseconds timeout);
+
+// The common case: {"error":code,"detail":detail} with `status`.
+OwnAnswer error_answer(http::status status, std::string_view code, std::string_view detail);
+
+}  // namespace tollgate::proxy
