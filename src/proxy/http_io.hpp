@@ -74,9 +74,9 @@ void strip_hop_by_hop(Fields& f, bool keep_transfer_encoding) {
 // `done(parser)` holds. Parsing straight from the buffer saves an async round trip per message.
 // One deadline for the whole part, not one per read: a peer trickling a byte at a time
 // (slowloris) is cut off when the part's time is up.
-template <class Parser, class Done>
-net::awaitable<beast::error_code> parse_until(beast::tcp_stream& stream, beast::flat_buffer& buffer, Parser& p,
-                                              Done done, Deadline deadline) {
+template <class Stream, class Parser, class Done>
+net::awaitable<beast::error_code> parse_until(Stream& stream, beast::flat_buffer& buffer, Parser& p, Done done,
+                                              Deadline deadline) {
   beast::error_code ec;
   for (;;) {
     if (buffer.size() > 0) {
@@ -87,8 +87,10 @@ net::awaitable<beast::error_code> parse_until(beast::tcp_stream& stream, beast::
       if (done(p)) co_return ec;
       if (used > 0 && buffer.size() > 0) continue;
     }
-    stream.expires_at(deadline);
+    if (stream.timed_out()) co_return beast::error::timeout;
+    stream.start(deadline);
     const std::size_t n = co_await stream.async_read_some(buffer.prepare(kReadChunk), with(ec));
+    stream.end(ec);
     if (ec == net::error::eof && p.got_some()) {
       p.put_eof(ec);  // a body delimited by the peer closing; otherwise partial_message
       if (!ec && done(p)) co_return ec;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "http_io.hpp"
+#include "timed_socket.hpp"
 #include "route_table.hpp"
 #include "tollgate/proxy/client_key.hpp"
 #include "tollgate/proxy/proxy_server.hpp"
@@ -16,8 +17,8 @@
 namespace tollgate::proxy {
 
 struct PooledConn {
-  explicit PooledConn(net::any_io_executor ex) : stream(ex) {}
-  beast::tcp_stream stream;
+  PooledConn(const net::any_io_executor& ex, Timeouts& t) : stream(ex, t) {}
+  TimedSocket stream;
   beast::flat_buffer buffer;
   std::chrono::steady_clock::time_point idle_since;
 };
@@ -29,9 +30,10 @@ struct Pool {
 
 struct Worker {
   net::io_context* ctx;
+  Timeouts timeouts;  // of this worker's connections, client and upstream
   std::unique_ptr<tcp::acceptor> acceptor;
   std::vector<Pool> pools;                      // one per upstream
-  std::unordered_set<beast::tcp_stream*> idle;  // connections waiting for their next request
+  std::unordered_set<TimedSocket*> idle;        // connections waiting for their next request
   bool draining = false;                        // set on this worker's own thread
   int spare_fd = -1;  // held back so that a 429 can still be sent when descriptors run out
   std::shared_ptr<const RuleViews> rules;  // of the snapshot this worker saw last

@@ -64,6 +64,7 @@ struct ProxyServer::Impl {
         ep.port(bound_port);  // port 0: the others join the port the first one got
       }
       net::co_spawn(*w.ctx, accept_loop(w), net::detached);
+      net::co_spawn(*w.ctx, w.timeouts.run(), net::detached);
     }
   }
 

@@ -4,7 +4,7 @@
 
 namespace tollgate::proxy {
 
-net::awaitable<bool> send_answer(beast::tcp_stream& stream, unsigned version, bool keep, const OwnAnswer& a,
+net::awaitable<bool> send_answer(TimedSocket& stream, unsigned version, bool keep, const OwnAnswer& a,
                                  milliseconds timeout) {
   http::response<http::string_body> res{a.status, version};
   res.set(http::field::content_type, "application/json");
@@ -17,9 +17,10 @@ net::awaitable<bool> send_answer(beast::tcp_stream& stream, unsigned version, bo
   res.keep_alive(keep);
   res.body() = a.body;
   res.prepare_payload();
-  stream.expires_after(timeout);
   beast::error_code ec;
+  stream.start(deadline_after(timeout));
   co_await http::async_write(stream, res, with(ec));
+  stream.end(ec);
   co_return !ec && keep;
 }
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "http_io.hpp"
+#include "timed_socket.hpp"
 
 namespace tollgate::proxy {
 
@@ -20,7 +20,7 @@ struct OwnAnswer {
 
 // Writes `a` within `timeout`; returns whether the connection can serve another request (written,
 // and `keep`). Pass a named OwnAnswer: g++ 12 mishandles temporaries bound into coroutine frames.
-net::awaitable<bool> send_answer(beast::tcp_stream& stream, unsigned version, bool keep, const OwnAnswer& a,
+net::awaitable<bool> send_answer(TimedSocket& stream, unsigned version, bool keep, const OwnAnswer& a,
                                  milliseconds timeout);
 
 // The common case: {"error":code,"detail":detail} with `status`.

@@ -69,10 +69,10 @@ class Session {
       w_.rules = std::make_shared<const RuleViews>(std::move(snap), px_.deps.metrics);
     return w_.rules;
   }
-  net::awaitable<void> answer_read_error(beast::tcp_stream& stream, beast::error_code ec);
-  net::awaitable<bool> handle(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  net::awaitable<void> answer_read_error(TimedSocket& stream, beast::error_code ec);
+  net::awaitable<bool> handle(TimedSocket& stream, beast::flat_buffer& buffer,
                               http::request<http::string_body> req);
-  net::awaitable<bool> hold(beast::tcp_stream& stream, BucketMetrics& bm, std::chrono::microseconds wait);
+  net::awaitable<bool> hold(TimedSocket& stream, BucketMetrics& bm, std::chrono::microseconds wait);
 
   ProxyContext& px_;
   Worker& w_;
@@ -88,7 +88,7 @@ net::awaitable<void> Session::run(tcp::socket sock) {
     auto ep = sock.remote_endpoint(ec);
     if (!ec) client_ip_ = ep.address().to_string();
   }
-  beast::tcp_stream stream(std::move(sock));
+  TimedSocket stream(std::move(sock), w_.timeouts);
   beast::flat_buffer buffer;
   for (;;) {
     beast::error_code ec;
@@ -97,10 +97,11 @@ net::awaitable<void> Session::run(tcp::socket sock) {
       // Keep-alive idle: wait for the first byte of the next request. 1 KiB, as nginx's
       // client_header_buffer_size: most requests fit, and an idle or held connection keeps
       // no more than that (larger requests continue in bigger reads).
-      stream.expires_after(milliseconds(limits_.idle_timeout_ms));
+      stream.start(deadline_after(milliseconds(limits_.idle_timeout_ms)));
       w_.idle.insert(&stream);
       const std::size_t n = co_await stream.async_read_some(buffer.prepare(1024), with(ec));
       w_.idle.erase(&stream);
+      stream.end(ec);
       if (ec) break;
       buffer.commit(n);
     }
@@ -116,8 +117,9 @@ net::awaitable<void> Session::run(tcp::socket sock) {
     if (!parser.is_done()) {
       if (parser.get()[http::field::expect] == "100-continue" && buffer.size() == 0) {
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-        stream.expires_after(write_timeout());
+        stream.start(deadline_after(write_timeout()));
         co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()), with(ec));
+        stream.end(ec);
         if (ec) break;
       }
       const bool chunked = parser.chunked();
@@ -141,12 +143,12 @@ net::awaitable<void> Session::run(tcp::socket sock) {
   metrics.connections.fetch_sub(1, std::memory_order_relaxed);
 }
 
-net::awaitable<void> Session::answer_read_error(beast::tcp_stream& stream, beast::error_code ec) {
+net::awaitable<void> Session::answer_read_error(TimedSocket& stream, beast::error_code ec) {
   if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
       ec == net::error::operation_aborted)
     co_return;  // the client went away: nothing to answer
   px_.deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
-  if (ec == beast::error::timeout) co_return;  // the stream closed the socket at the deadline: no answer
+  if (ec == beast::error::timeout) co_return;  // cut off at the deadline: a slow client gets no answer
   OwnAnswer answer;
   if (ec == http::error::header_limit) {
     answer = error_answer(http::status::request_header_fields_too_large, "headers_too_large",
@@ -160,7 +162,7 @@ net::awaitable<void> Session::answer_read_error(beast::tcp_stream& stream, beast
   co_await send_answer(stream, 11, false, answer, write_timeout());
 }
 
-net::awaitable<bool> Session::handle(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+net::awaitable<bool> Session::handle(TimedSocket& stream, beast::flat_buffer& buffer,
                                      http::request<http::string_body> req) {
   const ProxyDeps& deps = px_.deps;
   const unsigned version = req.version();
@@ -277,7 +279,7 @@ net::awaitable<bool> Session::handle(beast::tcp_stream& stream, beast::flat_buff
 
 // Holds a request until its slot on a timer (never a thread), watching the client meanwhile.
 // Returns false if the client closed its connection before the slot.
-net::awaitable<bool> Session::hold(beast::tcp_stream& stream, BucketMetrics& bm, std::chrono::microseconds wait) {
+net::awaitable<bool> Session::hold(TimedSocket& stream, BucketMetrics& bm, std::chrono::microseconds wait) {
   struct Hold {
     explicit Hold(net::any_io_executor ex) : timer(std::move(ex)) {}
     net::steady_timer timer;

@@ -33,7 +33,7 @@ void upstream_error(ProxyContext& px, Upstream& up, UpstreamError e) {
 }
 
 // Before any of the response went out: 504 for a deadline, 502 for anything else, counted.
-net::awaitable<bool> upstream_failed(ProxyContext& px, beast::tcp_stream& client, unsigned version, bool keep, Upstream& up,
+net::awaitable<bool> upstream_failed(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
                                      beast::error_code ec, UpstreamError kind, AccessRecord& rec,
                                      std::string_view why = {}) {
   const bool timeout = ec == beast::error::timeout;
@@ -67,7 +67,6 @@ void give_back(ProxyContext& px, Pool& pool, std::unique_ptr<PooledConn> c) {
     return;
   }
   if (pool.idle.size() >= px.limits.max_idle_upstream_conns) return;
-  c->stream.expires_never();
   c->idle_since = std::chrono::steady_clock::now();
   pool.idle.push_back(std::move(c));
 }
@@ -98,13 +97,13 @@ net::awaitable<beast::error_code> read_final_head(PooledConn& conn, std::optiona
   }
 }
 
-net::awaitable<bool> relay(ProxyContext& px, beast::tcp_stream& client, unsigned version, bool keep,
+net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned version, bool keep,
                            std::unique_ptr<PooledConn> conn, Pool& pool, Upstream& up,
                            http::response_parser<http::string_body>& header_parser, RateLimitFields fields);
 
 }  // namespace
 
-net::awaitable<bool> forward(ProxyContext& px, Worker& w, beast::tcp_stream& client,
+net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client,
                              http::request<http::string_body> req, const std::string& client_ip, std::size_t upstream,
                              RateLimitFields fields, AccessRecord& rec) {
   Upstream& up = px.routes.upstreams()[upstream];
@@ -138,16 +137,18 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, beast::tcp_stream& cli
     conn = take_idle(px, pool, up);
     const bool reused = conn != nullptr;
     if (!reused) {
-      conn = std::make_unique<PooledConn>(w.ctx->get_executor());
-      conn->stream.expires_after(up.connect_timeout);
-      co_await conn->stream.async_connect(up.endpoints, with(ec));
+      conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
+      conn->stream.start(deadline_after(up.connect_timeout));
+      co_await net::async_connect(conn->stream.socket(), up.endpoints, with(ec));
+      conn->stream.end(ec);
       if (ec) co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec);
       conn->stream.socket().set_option(tcp::no_delay(true), ec);
       ec = {};
     }
-    conn->stream.expires_after(up.response_timeout);
     sent_at = std::chrono::steady_clock::now();
+    conn->stream.start(sent_at + up.response_timeout);
     const std::size_t written = co_await net::async_write(conn->stream, out, with(ec));
+    conn->stream.end(ec);
     bool retry = false;
     std::string_view why;
     if (!ec) {
@@ -203,8 +204,9 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, beast::tcp_stream& cli
     const std::array<net::const_buffer, 2> rout{net::buffer(rhead),
                                                 no_body ? net::const_buffer() : net::buffer(res.body())};
     if (upstream_keep) give_back(px, pool, std::move(conn));
-    client.expires_after(milliseconds(px.limits.body_timeout_ms));
+    client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
     co_await net::async_write(client, rout, with(ec));
+    client.end(ec);
     co_return !ec && keep;
   }
   co_return co_await relay(px, client, version, keep, std::move(conn), pool, up, *parser, fields);
@@ -215,7 +217,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, beast::tcp_stream& cli
 // whole. The response timeout applies to each read, so a slow but live stream goes on.
 namespace {
 
-net::awaitable<bool> relay(ProxyContext& px, beast::tcp_stream& client, unsigned version, bool keep,
+net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned version, bool keep,
                            std::unique_ptr<PooledConn> conn, Pool& pool, Upstream& up,
                            http::response_parser<http::string_body>& header_parser, RateLimitFields fields) {
   // Same header, no body read yet: continue with a parser that hands the body out in pieces.
@@ -246,8 +248,9 @@ net::awaitable<bool> relay(ProxyContext& px, beast::tcp_stream& client, unsigned
     if (!parser.is_done()) {
       res.body().data = buf;
       res.body().size = sizeof buf;
-      conn->stream.expires_after(up.response_timeout);
+      conn->stream.start(deadline_after(up.response_timeout));
       co_await http::async_read_some(conn->stream, conn->buffer, parser, with(ec));
+      conn->stream.end(ec);
       if (ec == http::error::need_buffer) ec = {};
       if (ec) {
         upstream_ok = false;
@@ -265,8 +268,9 @@ net::awaitable<bool> relay(ProxyContext& px, beast::tcp_stream& client, unsigned
       res.body().data = nullptr;
       res.body().more = false;
     }
-    client.expires_after(milliseconds(px.limits.body_timeout_ms));
+    client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
     co_await http::async_write(client, sr, with(ec));
+    client.end(ec);
     if (ec == http::error::need_buffer) ec = {};
     if (ec) co_return false;
     if (sr.is_done()) break;

@@ -18,7 +18,7 @@ struct RateLimitFields {
 };
 
 // Returns whether the client connection stays open.
-net::awaitable<bool> forward(ProxyContext& px, Worker& w, beast::tcp_stream& client,
+net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client,
                              http::request<http::string_body> req, const std::string& client_ip, std::size_t upstream,
                              RateLimitFields fields, AccessRecord& rec);
 

@@ -1,0 +1,39 @@
+#include "timed_socket.hpp"
+
+namespace tollgate::proxy {
+
+TimedSocket::TimedSocket(tcp::socket s, Timeouts& t) : sock_(std::move(s)), timeouts_(t) { timeouts_.add(this); }
+TimedSocket::TimedSocket(const net::any_io_executor& ex, Timeouts& t) : sock_(ex), timeouts_(t) { timeouts_.add(this); }
+TimedSocket::~TimedSocket() { timeouts_.remove(this); }
+
+void Timeouts::add(TimedSocket* s) {
+  s->next_ = head_;
+  if (head_) head_->prev_ = s;
+  head_ = s;
+}
+
+void Timeouts::remove(TimedSocket* s) {
+  if (s->prev_) s->prev_->next_ = s->next_;
+  else head_ = s->next_;
+  if (s->next_) s->next_->prev_ = s->prev_;
+}
+
+net::awaitable<void> Timeouts::run() {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  for (;;) {
+    timer.expires_after(kTick);
+    beast::error_code ec;
+    co_await timer.async_wait(with(ec));
+    if (ec) co_return;
+    const auto now = Clock::now();
+    for (TimedSocket* s = head_; s != nullptr; s = s->next_) {
+      // Past its deadline in an operation: cancelled, and again at each tick while it stays in one
+      // (an operation the connection starts after the first cancel is cut off too).
+      if (s->deadline_ > now) continue;
+      s->timed_out_ = true;
+      s->sock_.cancel(ec);  // the pending operation ends with operation_aborted, reported as timeout
+    }
+  }
+}
+
+}  // namespace tollgate::proxy

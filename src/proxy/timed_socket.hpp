@@ -1,0 +1,76 @@
+// Internal to the proxy: timeouts as nginx keeps them. A connection's deadline is a number, set
+// when an operation starts and cleared when it ends: two stores, where a timer armed and cancelled
+// around every read and write (Beast's tcp_stream) cost two trips through the reactor's timer queue
+// and its lock. One timer per worker ticks every kTick and cancels the pending operations of the
+// connections whose deadline has passed; they then report beast::error::timeout. A deadline is
+// honoured up to one tick late.
+#pragma once
+
+#include <chrono>
+
+#include "http_io.hpp"
+
+namespace tollgate::proxy {
+
+using Clock = std::chrono::steady_clock;
+inline constexpr auto kTick = std::chrono::milliseconds(100);
+inline constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
+
+class Timeouts;
+
+class TimedSocket {
+ public:
+  TimedSocket(tcp::socket s, Timeouts& t);
+  TimedSocket(const net::any_io_executor& ex, Timeouts& t);
+  ~TimedSocket();
+  TimedSocket(const TimedSocket&) = delete;
+  TimedSocket& operator=(const TimedSocket&) = delete;
+
+  tcp::socket& socket() { return sock_; }
+  net::any_io_executor get_executor() { return sock_.get_executor(); }
+
+  // Around one operation (or a group of them): the deadline is in force between start and end.
+  void start(Clock::time_point deadline) { deadline_ = deadline; }
+  // Ends the operation; an error it ended with because the deadline passed becomes timeout (so
+  // does any later one: a connection that timed out is done).
+  void end(beast::error_code& ec) {
+    deadline_ = kNoDeadline;
+    if (timed_out_) ec = beast::error::timeout;
+  }
+  bool timed_out() const { return timed_out_; }
+
+  // AsyncReadStream / AsyncWriteStream, so that Beast's algorithms run on it directly.
+  using executor_type = net::any_io_executor;
+  template <class Buffers, class Token>
+  auto async_read_some(const Buffers& b, Token&& t) {
+    return sock_.async_read_some(b, std::forward<Token>(t));
+  }
+  template <class Buffers, class Token>
+  auto async_write_some(const Buffers& b, Token&& t) {
+    return sock_.async_write_some(b, std::forward<Token>(t));
+  }
+
+ private:
+  friend class Timeouts;
+  tcp::socket sock_;
+  Timeouts& timeouts_;
+  Clock::time_point deadline_ = kNoDeadline;
+  bool timed_out_ = false;
+  TimedSocket* prev_ = nullptr;  // the worker's list of connections
+  TimedSocket* next_ = nullptr;
+};
+
+// The connections of one worker (one thread) and the tick that enforces their deadlines.
+class Timeouts {
+ public:
+  // Runs on the worker's io_context until the context stops.
+  net::awaitable<void> run();
+
+ private:
+  friend class TimedSocket;
+  void add(TimedSocket* s);
+  void remove(TimedSocket* s);
+  TimedSocket* head_ = nullptr;
+};
+
+}  // namespace tollgate::proxy
