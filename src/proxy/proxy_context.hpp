@@ -20,6 +20,7 @@ struct PooledConn {
   PooledConn(const net::any_io_executor& ex, Timeouts& t) : stream(ex, t) {}
   TimedSocket stream;
   beast::flat_buffer buffer;
+  std::unique_ptr<http1::ResponseHead> head = std::make_unique<http1::ResponseHead>();  // views into buffer
   std::chrono::steady_clock::time_point idle_since;
 };
 

@@ -1,30 +1,36 @@
 #include "responses.hpp"
 
+#include <array>
+
 #include "tollgate/proxy/throttle.hpp"
 
 namespace tollgate::proxy {
 
 net::awaitable<bool> send_answer(TimedSocket& stream, unsigned version, bool keep, const OwnAnswer& a,
                                  milliseconds timeout) {
-  http::response<http::string_body> res{a.status, version};
-  res.set(http::field::content_type, "application/json");
-  if (a.retry_after_s > 0) res.set(http::field::retry_after, std::to_string(a.retry_after_s));
-  if (!a.allow.empty()) res.set(http::field::allow, a.allow);
+  std::string head;
+  head.reserve(256 + a.policy_header.size() + a.limit_header.size());
+  append_status_line(head, version, a.status, reason_of(a.status));
+  append_field(head, "Content-Type", "application/json");
+  if (a.retry_after_s > 0) append_field(head, "Retry-After", std::to_string(a.retry_after_s));
+  if (!a.allow.empty()) append_field(head, "Allow", a.allow);
   if (!a.policy_header.empty()) {
-    res.set("RateLimit-Policy", a.policy_header);
-    res.set("RateLimit", a.limit_header);
+    append_field(head, "RateLimit-Policy", a.policy_header);
+    append_field(head, "RateLimit", a.limit_header);
   }
-  res.keep_alive(keep);
-  res.body() = a.body;
-  res.prepare_payload();
+  if (version == 10 && keep) append_field(head, "Connection", "keep-alive");
+  if (version != 10 && !keep) append_field(head, "Connection", "close");
+  append_field(head, "Content-Length", std::to_string(a.body.size()));
+  head.append("\r\n", 2);
+  const std::array<net::const_buffer, 2> out{net::buffer(head), net::buffer(a.body)};
   beast::error_code ec;
   stream.start(deadline_after(timeout));
-  co_await http::async_write(stream, res, with(ec));
+  co_await net::async_write(stream, out, with(ec));
   stream.end(ec);
   co_return !ec && keep;
 }
 
-OwnAnswer error_answer(http::status status, std::string_view code, std::string_view detail) {
+OwnAnswer error_answer(int status, std::string_view code, std::string_view detail) {
   OwnAnswer a;
   a.status = status;
   a.body = error_body(code, detail);

@@ -1,5 +1,5 @@
 // Internal to the proxy: the one writer of the answers the gateway gives itself (4xx, 429, 502,
-// 503, 504): a JSON body and the few fields each needs, in one write.
+// 503, 504): a JSON body and the few fields each needs, head and body in one write.
 #pragma once
 
 #include <string>
@@ -10,7 +10,7 @@
 namespace tollgate::proxy {
 
 struct OwnAnswer {
-  http::status status = http::status::ok;
+  int status = 200;
   std::string body;                  // JSON (error_body, rejection_body)
   long long retry_after_s = 0;       // > 0: Retry-After
   std::string_view allow;            // non-empty: Allow (405)
@@ -24,6 +24,6 @@ net::awaitable<bool> send_answer(TimedSocket& stream, unsigned version, bool kee
                                  milliseconds timeout);
 
 // The common case: {"error":code,"detail":detail} with `status`.
-OwnAnswer error_answer(http::status status, std::string_view code, std::string_view detail);
+OwnAnswer error_answer(int status, std::string_view code, std::string_view detail);
 
 }  // namespace tollgate::proxy

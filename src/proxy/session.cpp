@@ -1,5 +1,7 @@
 #include "session.hpp"
 
+#include <boost/beast/core/string.hpp>
+#include <optional>
 #include <sys/socket.h>
 
 #include "outcomes.hpp"
@@ -31,25 +33,26 @@ struct LogOnExit {
 };
 
 // The request's fields for the decision (a key header, X-Forwarded-For).
-class BeastHeaders final : public HeaderSource {
+class HeadFields final : public HeaderSource {
  public:
-  explicit BeastHeaders(const http::request<http::string_body>& req) : req_(req) {}
+  explicit HeadFields(const http1::RequestHead& h) : h_(h) {}
   std::optional<std::string_view> find(std::string_view name) const override {
-    auto it = req_.find(name);
-    if (it == req_.end()) return std::nullopt;
-    return std::string_view(it->value().data(), it->value().size());
+    const http1::Field* f = h_.find(name);
+    if (f == nullptr) return std::nullopt;
+    return f->value;
   }
   std::string joined(std::string_view name) const override {
     std::string out;
-    for (auto [it, end] = req_.equal_range(name); it != end; ++it) {
+    for (const http1::Field& f : h_.all()) {
+      if (!beast::iequals(f.name, name)) continue;
       if (!out.empty()) out += ',';
-      out.append(it->value().data(), it->value().size());
+      out.append(f.value);
     }
     return out;
   }
 
  private:
-  const http::request<http::string_body>& req_;
+  const http1::RequestHead& h_;
 };
 
 class Session {
@@ -69,15 +72,25 @@ class Session {
       w_.rules = std::make_shared<const RuleViews>(std::move(snap), px_.deps.metrics);
     return w_.rules;
   }
-  net::awaitable<void> answer_read_error(TimedSocket& stream, beast::error_code ec);
-  net::awaitable<bool> handle(TimedSocket& stream, beast::flat_buffer& buffer,
-                              http::request<http::string_body> req);
-  net::awaitable<bool> hold(TimedSocket& stream, BucketMetrics& bm, std::chrono::microseconds wait);
+  // Reads the next request into buffer_: its head (parsed into head_, views into buffer_) and its
+  // body (a view into buffer_, or the decoded body_ when chunked). Returns the bytes it takes in
+  // buffer_, or 0 when the connection is to close (answered already if there was anything to say).
+  net::awaitable<std::size_t> read_request(std::string_view& body);
+  net::awaitable<beast::error_code> read_more(Deadline deadline);
+  net::awaitable<void> refuse(int status, std::string_view code, std::string_view detail);
+  net::awaitable<void> answer_read_error(beast::error_code ec);
+  net::awaitable<bool> handle(std::string_view body);
+  net::awaitable<bool> hold(BucketMetrics& bm, std::chrono::microseconds wait);
 
   ProxyContext& px_;
   Worker& w_;
   const config::ProxyLimits& limits_;
   std::string client_ip_;
+  std::optional<TimedSocket> stream_;
+  beast::flat_buffer buffer_;
+  // 100 fields of views: allocated once per connection, reused by each of its requests.
+  std::unique_ptr<http1::RequestHead> head_ = std::make_unique<http1::RequestHead>();
+  std::string body_;  // a chunked request's body, decoded
 };
 
 net::awaitable<void> Session::run(tcp::socket sock) {
@@ -88,54 +101,28 @@ net::awaitable<void> Session::run(tcp::socket sock) {
     auto ep = sock.remote_endpoint(ec);
     if (!ec) client_ip_ = ep.address().to_string();
   }
-  TimedSocket stream(std::move(sock), w_.timeouts);
-  beast::flat_buffer buffer;
+  stream_.emplace(std::move(sock), w_.timeouts);
+  TimedSocket& stream = *stream_;
   for (;;) {
-    beast::error_code ec;
-    if (buffer.size() == 0) {
+    if (buffer_.size() == 0) {
       if (w_.draining) break;  // shutting down: no new request on this connection
       // Keep-alive idle: wait for the first byte of the next request. 1 KiB, as nginx's
       // client_header_buffer_size: most requests fit, and an idle or held connection keeps
       // no more than that (larger requests continue in bigger reads).
+      beast::error_code ec;
       stream.start(deadline_after(milliseconds(limits_.idle_timeout_ms)));
       w_.idle.insert(&stream);
-      const std::size_t n = co_await stream.async_read_some(buffer.prepare(1024), with(ec));
+      const std::size_t n = co_await stream.async_read_some(buffer_.prepare(1024), with(ec));
       w_.idle.erase(&stream);
       stream.end(ec);
       if (ec) break;
-      buffer.commit(n);
+      buffer_.commit(n);
     }
-    http::request_parser<http::string_body> parser;
-    parser.header_limit(limits_.max_header_bytes);
-    parser.body_limit(limits_.max_body_bytes);
-    ec = co_await parse_until(stream, buffer, parser, [](auto& p) { return p.is_header_done(); },
-                              deadline_after(milliseconds(limits_.header_timeout_ms)));
-    if (ec) {
-      co_await answer_read_error(stream, ec);
-      break;
-    }
-    if (!parser.is_done()) {
-      if (parser.get()[http::field::expect] == "100-continue" && buffer.size() == 0) {
-        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-        stream.start(deadline_after(write_timeout()));
-        co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()), with(ec));
-        stream.end(ec);
-        if (ec) break;
-      }
-      const bool chunked = parser.chunked();
-      std::size_t head_fields = 0;
-      if (chunked) head_fields = static_cast<std::size_t>(std::distance(parser.get().begin(), parser.get().end()));
-      parser.eager(true);
-      ec = co_await parse_until(stream, buffer, parser, [](auto& p) { return p.is_done(); },
-                                deadline_after(milliseconds(limits_.body_timeout_ms)));
-      if (ec) {
-        co_await answer_read_error(stream, ec);
-        break;
-      }
-      if (chunked) drop_trailers(parser.get(), head_fields);
-    }
-    http::request<http::string_body> req = parser.release();
-    const bool keep = co_await handle(stream, buffer, std::move(req));
+    std::string_view body;
+    const std::size_t used = co_await read_request(body);
+    if (used == 0) break;
+    const bool keep = co_await handle(body);
+    buffer_.consume(used);
     if (!keep) break;
   }
   beast::error_code ignored;
@@ -143,84 +130,172 @@ net::awaitable<void> Session::run(tcp::socket sock) {
   metrics.connections.fetch_sub(1, std::memory_order_relaxed);
 }
 
-net::awaitable<void> Session::answer_read_error(TimedSocket& stream, beast::error_code ec) {
-  if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-      ec == net::error::operation_aborted)
-    co_return;  // the client went away: nothing to answer
-  px_.deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
-  if (ec == beast::error::timeout) co_return;  // cut off at the deadline: a slow client gets no answer
-  OwnAnswer answer;
-  if (ec == http::error::header_limit) {
-    answer = error_answer(http::status::request_header_fields_too_large, "headers_too_large",
-                          "request headers exceed " + std::to_string(limits_.max_header_bytes) + " bytes");
-  } else if (ec == http::error::body_limit) {
-    answer = error_answer(http::status::payload_too_large, "body_too_large",
-                          "request body exceeds " + std::to_string(limits_.max_body_bytes) + " bytes");
-  } else {
-    answer = error_answer(http::status::bad_request, "bad_request", ec.message());
-  }
-  co_await send_answer(stream, 11, false, answer, write_timeout());
+net::awaitable<beast::error_code> Session::read_more(Deadline deadline) {
+  TimedSocket& stream = *stream_;
+  beast::error_code ec;
+  if (stream.timed_out()) co_return beast::error_code(beast::error::timeout);
+  stream.start(deadline);
+  const std::size_t n = co_await stream.async_read_some(buffer_.prepare(kReadChunk), with(ec));
+  stream.end(ec);
+  if (!ec) buffer_.commit(n);
+  co_return ec;
 }
 
-net::awaitable<bool> Session::handle(TimedSocket& stream, beast::flat_buffer& buffer,
-                                     http::request<http::string_body> req) {
+net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
+  http1::RequestHead& h = *head_;
+  std::size_t scanned = 0;
+  const Deadline head_deadline = deadline_after(milliseconds(limits_.header_timeout_ms));
+  http1::Error e;
+  while ((e = http1::parse_request_head(view(buffer_), limits_.max_header_bytes, h, scanned)) == http1::Error::need_more) {
+    if (const beast::error_code ec = co_await read_more(head_deadline)) {
+      co_await answer_read_error(ec);
+      co_return 0;
+    }
+  }
+  if (e == http1::Error::header_too_large || e == http1::Error::too_many_fields) {
+    co_await refuse(431, "headers_too_large",
+                    e == http1::Error::too_many_fields
+                        ? "request has more than " + std::to_string(http1::kMaxFields) + " header fields"
+                        : "request headers exceed " + std::to_string(limits_.max_header_bytes) + " bytes");
+    co_return 0;
+  }
+  if (e != http1::Error::none) {
+    co_await refuse(400, "bad_request", http1::describe(e));
+    co_return 0;
+  }
+  body = {};
+  if (h.other_transfer_encoding) co_return h.head_bytes;  // answered 501 unread, then closed (handle)
+  const http1::BodyFraming framing = http1::request_body(h);
+  if (framing.kind == http1::BodyKind::none) co_return h.head_bytes;
+  const Deadline body_deadline = deadline_after(milliseconds(limits_.body_timeout_ms));
+  if (h.expect_continue && buffer_.size() == h.head_bytes) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    beast::error_code ec;
+    stream_->start(deadline_after(write_timeout()));
+    co_await net::async_write(*stream_, net::buffer(kContinue.data(), kContinue.size()), with(ec));
+    stream_->end(ec);
+    if (ec) co_return 0;
+  }
+  std::size_t used = 0;
+  if (framing.kind == http1::BodyKind::length) {
+    if (framing.length > limits_.max_body_bytes) {
+      co_await refuse(413, "body_too_large", "request body exceeds " + std::to_string(limits_.max_body_bytes) + " bytes");
+      co_return 0;
+    }
+    used = h.head_bytes + framing.length;
+    while (buffer_.size() < used) {
+      if (const beast::error_code ec = co_await read_more(body_deadline)) {
+        co_await answer_read_error(ec);
+        co_return 0;
+      }
+    }
+    body = view(buffer_).substr(h.head_bytes, framing.length);
+  } else {
+    http1::ChunkedDecoder decoder(limits_.max_body_bytes, limits_.max_header_bytes);
+    body_.clear();
+    used = h.head_bytes;
+    for (;;) {
+      used += decoder.decode(view(buffer_).substr(used), [this](const char* p, std::size_t n) { body_.append(p, n); });
+      if (decoder.error() == http1::Error::body_too_large) {
+        co_await refuse(413, "body_too_large", "request body exceeds " + std::to_string(limits_.max_body_bytes) + " bytes");
+        co_return 0;
+      }
+      if (decoder.error() != http1::Error::none) {
+        co_await refuse(400, "bad_request", http1::describe(decoder.error()));
+        co_return 0;
+      }
+      if (decoder.done()) break;
+      if (const beast::error_code ec = co_await read_more(body_deadline)) {
+        co_await answer_read_error(ec);
+        co_return 0;
+      }
+    }
+    body = body_;
+  }
+  // Reading the body may have moved the buffer: the head's views are made again over it.
+  std::size_t again = 0;
+  http1::parse_request_head(view(buffer_), limits_.max_header_bytes, h, again);
+  co_return used;
+}
+
+net::awaitable<void> Session::refuse(int status, std::string_view code, std::string_view detail) {
+  px_.deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+  const OwnAnswer answer = error_answer(status, code, detail);
+  co_await send_answer(*stream_, 11, false, answer, write_timeout());
+}
+
+net::awaitable<void> Session::answer_read_error(beast::error_code ec) {
+  // The client went away before a whole request: nothing to answer, unless it sent part of one.
+  if (ec == net::error::connection_reset || ec == net::error::operation_aborted) co_return;
+  if (ec == net::error::eof && buffer_.size() == 0) co_return;
+  if (ec == beast::error::timeout) {  // cut off at the deadline: a slow client gets no answer
+    px_.deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    co_return;
+  }
+  co_await refuse(400, "bad_request", ec == net::error::eof ? "partial message" : ec.message());
+}
+
+net::awaitable<bool> Session::handle(std::string_view body) {
+  TimedSocket& stream = *stream_;
+  const http1::RequestHead& h = *head_;
   const ProxyDeps& deps = px_.deps;
-  const unsigned version = req.version();
-  const bool keep = req.keep_alive() && !w_.draining;  // draining: answer, then close
+  const unsigned version = h.version_minor == 0 ? 10 : 11;
+  const bool keep = h.keep_alive && !w_.draining;  // draining: answer, then close
   // Routes and rules see the normalised path, and the upstream gets that path: what is limited
   // is what the upstream acts on, however the client spelled it.
   RequestTarget target;
-  parse_target(req.target(), target);
+  parse_target(h.target, target);
   LogOnExit access{deps.access_log && deps.access_log->enabled() ? deps.access_log : nullptr, {}, {}, {}, {}, {}};
   if (access.log) {
     access.rec.client = client_ip_;
-    access.method = std::string(req.method_string());
-    access.path = std::string(target.error == TargetError::none ? target.path : path_of(req.target()));
+    access.method = std::string(h.method_text);
+    access.path = std::string(target.error == TargetError::none ? target.path : path_of(h.target));
   }
   OutcomeCounter count(deps.metrics, access.rec);
   OwnAnswer refusal;  // a 4xx the gateway answers before any rule
   bool close_after = false;
-  if (auto te = req[http::field::transfer_encoding]; !te.empty() && !beast::iequals(te, "chunked")) {
+  if (h.other_transfer_encoding) {
     // Only chunked framing is understood; anything else could be read differently upstream.
     count.bad_request(501);
-    refusal = error_answer(http::status::not_implemented, "unsupported_transfer_encoding",
+    refusal = error_answer(501, "unsupported_transfer_encoding",
                            "only Transfer-Encoding: chunked is accepted");
     close_after = true;
   } else if (target.error != TargetError::none) {
     count.bad_request(400);
-    refusal = error_answer(http::status::bad_request, "bad_target", target_error_detail(target.error));
+    refusal = error_answer(400, "bad_target", target_error_detail(target.error));
     close_after = true;
-  } else if (const auto hosts = req.count(http::field::host); hosts > 1 || (hosts == 0 && version >= 11)) {
+  } else if (const auto hosts = h.host_count; hosts > 1 || (hosts == 0 && version >= 11)) {
     // RFC 9112 3.2: an HTTP/1.1 request has exactly one Host; an HTTP/1.0 one at most one. Which
     // of two would the upstream believe?
     count.bad_request(400);
-    refusal = error_answer(http::status::bad_request, "bad_host",
+    refusal = error_answer(400, "bad_host",
                            hosts > 1 ? "more than one Host header" : "an HTTP/1.1 request needs a Host header");
     close_after = true;
-  } else if (req.method() == http::verb::connect || (req.method() == http::verb::trace && !limits_.allow_trace)) {
+  } else if (h.method == http1::Method::connect || (h.method == http1::Method::trace && !limits_.allow_trace)) {
     // CONNECT would ask for a tunnel the gateway does not make; TRACE echoes the request with its
     // credentials (cross-site tracing) unless the operator allows it.
     count.bad_request(405);
-    refusal = error_answer(http::status::method_not_allowed, "method_not_allowed",
+    refusal = error_answer(405, "method_not_allowed",
                            "the gateway forwards neither CONNECT nor (unless proxy.allow_trace) TRACE");
     refusal.allow = limits_.allow_trace ? "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"
                                         : "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
   }
   if (access.rec.status != 0) co_return co_await send_answer(stream, version, keep && !close_after, refusal, write_timeout());
 
-  if (target.rewritten) req.target(std::string(target.path) + std::string(target.query));
+  std::string rewritten;  // the normalised target, when the client spelled it otherwise
+  if (target.rewritten) rewritten.append(target.path).append(target.query);
+  const std::string_view upstream_target = target.rewritten ? std::string_view(rewritten) : h.target;
   const Route* route = px_.routes.route_for(target.path);
   if (route == nullptr) {
     count.bad_request(404);
-    refusal = error_answer(http::status::not_found, "no_route", "no route for this path");
+    refusal = error_answer(404, "no_route", "no route for this path");
     co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
   }
   const std::size_t upstream = route->upstream;
 
-  req.erase("X-Tollgate-Shadow");  // only the gateway says that
   const config::SwitchMode global = deps.switch_state.mode();
   const std::shared_ptr<const RuleViews> rules = global == config::SwitchMode::off ? nullptr : rule_views();
-  const BeastHeaders headers(req);
+  const HeadFields headers(h);
   const RequestFacts facts{target.match, client_ip_, headers, deps.metrics.held.load(std::memory_order_relaxed)};
   Plan plan;
   plan_request(facts, rules.get(), global, px_.settings, plan);
@@ -228,24 +303,25 @@ net::awaitable<bool> Session::handle(TimedSocket& stream, beast::flat_buffer& bu
   if (access.log && plan.rule && plan.step != Step::bypass) access.bucket = plan.rule->bucket;
   if (plan.step == Step::bad_key) {
     count.bad_request(400);
-    refusal = error_answer(http::status::bad_request, "missing_client_key", plan.detail);
+    refusal = error_answer(400, "missing_client_key", plan.detail);
     co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
   }
   if (plan.step != Step::decide) {
     count.planned(plan);
-    co_return co_await forward(px_, w_, stream, std::move(req), client_ip_, upstream, {}, access.rec);
+    const UpstreamRequest out{h, upstream_target, body, {}, client_ip_};
+    const RateLimitFields none{};
+    co_return co_await forward(px_, w_, stream, out, upstream, none, access.rec);
   }
   const store::StoreDecision sd = co_await deps.store.try_acquire(plan.request);
   const Verdict verdict = verdict_for(plan, sd);
   count.decided(plan, sd, verdict);
-  if (!verdict.shadow_header.empty()) req.set("X-Tollgate-Shadow", verdict.shadow_header);
   const RateLimitFields fields{verdict.policy_header, verdict.limit_header};
   switch (verdict.action) {
     case Action::forward:
       break;
     case Action::unavailable: {
       OwnAnswer answer;
-      answer.status = http::status::service_unavailable;
+      answer.status = 503;
       answer.body = verdict.body;
       answer.retry_after_s = verdict.retry_after_s;
       co_return co_await send_answer(stream, version, keep, answer, write_timeout());
@@ -253,7 +329,7 @@ net::awaitable<bool> Session::handle(TimedSocket& stream, beast::flat_buffer& bu
     case Action::reject: {
       if (access.log) access.policy = verdict.bound;
       OwnAnswer answer;
-      answer.status = http::status::too_many_requests;
+      answer.status = 429;
       answer.body = verdict.body;
       answer.retry_after_s = verdict.retry_after_s;
       answer.policy_header = fields.policy_header;
@@ -261,10 +337,7 @@ net::awaitable<bool> Session::handle(TimedSocket& stream, beast::flat_buffer& bu
       co_return co_await send_answer(stream, version, keep, answer, write_timeout());
     }
     case Action::hold: {
-      // A held request keeps only what it needs: its read buffer goes back to the allocator (the
-      // next connection's read reuses it) and comes back on the next read.
-      if (buffer.size() == 0) buffer.shrink_to_fit();
-      if (!co_await hold(stream, rules->metrics_of(*plan.rule), std::chrono::microseconds(verdict.wait_us))) {
+      if (!co_await hold(rules->metrics_of(*plan.rule), std::chrono::microseconds(verdict.wait_us))) {
         // The client left before its slot: its slot comes back now if nobody live queued behind
         // it (with any abandoned ones it unblocks), or later with the ones after it.
         const store::RefundResult given = co_await deps.store.refund_slots(plan.request, sd.reservation);
@@ -274,12 +347,15 @@ net::awaitable<bool> Session::handle(TimedSocket& stream, beast::flat_buffer& bu
       break;
     }
   }
-  co_return co_await forward(px_, w_, stream, std::move(req), client_ip_, upstream, fields, access.rec);
+  // X-Tollgate-Shadow: only the gateway says that (a client's is never forwarded).
+  const UpstreamRequest out{h, upstream_target, body, verdict.shadow_header, client_ip_};
+  co_return co_await forward(px_, w_, stream, out, upstream, fields, access.rec);
 }
 
 // Holds a request until its slot on a timer (never a thread), watching the client meanwhile.
 // Returns false if the client closed its connection before the slot.
-net::awaitable<bool> Session::hold(TimedSocket& stream, BucketMetrics& bm, std::chrono::microseconds wait) {
+net::awaitable<bool> Session::hold(BucketMetrics& bm, std::chrono::microseconds wait) {
+  TimedSocket& stream = *stream_;
   struct Hold {
     explicit Hold(net::any_io_executor ex) : timer(std::move(ex)) {}
     net::steady_timer timer;

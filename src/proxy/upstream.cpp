@@ -1,8 +1,8 @@
 #include "upstream.hpp"
 
 #include <array>
-#include <limits>
-#include <optional>
+#include <boost/beast/core/string.hpp>
+#include <cstdio>
 #include <sys/socket.h>
 
 #include "responses.hpp"
@@ -11,7 +11,12 @@ namespace tollgate::proxy {
 
 namespace {
 
+using http1::Name;
+
 constexpr std::uint64_t kBufferedBodyMax = 1024 * 1024;  // larger or unknown-length bodies stream
+constexpr std::size_t kMaxResponseHead = 64 * 1024;
+// Interim (1xx) responses accepted before the final one; more is an upstream failure.
+constexpr int kMaxInterimResponses = 8;
 
 // True when nothing has arrived on an idle connection since its last response ended: no byte (an
 // unsolicited response, the surplus of a short Content-Length, a body sent to a HEAD) and no
@@ -24,8 +29,87 @@ bool quiet(tcp::socket& s) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-// Interim (1xx) responses accepted before the final one; more is an upstream failure.
-constexpr int kMaxInterimResponses = 8;
+// The request head for the upstream hop: the client's fields in their order without the
+// hop-by-hop ones (and those its Connection names), the framing ones (the body goes with a
+// Content-Length of what was read, never the client's framing), Expect (the body is here already)
+// and the ones the gateway sets; then X-Forwarded-For (the client's values and its address),
+// X-Forwarded-Proto, X-Forwarded-Host, Host, Content-Length and X-Tollgate-Shadow.
+std::string request_head(const UpstreamRequest& r, std::string_view host_header) {
+  const http1::RequestHead& h = r.head;
+  std::string out;
+  out.reserve(h.head_bytes + 160 + r.client_ip.size() + r.shadow.size());
+  out.append(h.method_text).push_back(' ');
+  out.append(r.target).append(" HTTP/1.1\r\n", 11);
+  std::string xff;
+  const std::string_view original_host = h.value(Name::host);
+  for (const http1::Field& f : h.all()) {
+    switch (f.id) {
+      case Name::x_forwarded_for:
+        if (!xff.empty()) xff.append(", ", 2);
+        xff.append(f.value);
+        continue;
+      case Name::host: case Name::content_length: case Name::transfer_encoding: case Name::expect:
+      case Name::x_forwarded_proto: case Name::x_tollgate_shadow:
+        continue;
+      case Name::x_forwarded_host:
+        if (!original_host.empty()) continue;  // replaced below
+        break;
+      default:
+        if (http1::is_hop_by_hop(f.id)) continue;
+        break;
+    }
+    if (h.connection_names_other && http1::connection_names(h, f.name)) continue;
+    append_field(out, f.name, f.value);
+  }
+  if (xff.empty()) append_field(out, "X-Forwarded-For", r.client_ip);
+  else append_field(out, "X-Forwarded-For", xff.append(", ", 2).append(r.client_ip));
+  append_field(out, "X-Forwarded-Proto", "http");
+  if (!original_host.empty()) append_field(out, "X-Forwarded-Host", original_host);
+  append_field(out, "Host", host_header);
+  // As Beast's prepare_payload did: a length for any body, and for POST, PUT and OPTIONS always.
+  if (!r.body.empty() || h.method == http1::Method::post || h.method == http1::Method::put ||
+      h.method == http1::Method::options)
+    append_field(out, "Content-Length", std::to_string(r.body.size()));
+  if (!r.shadow.empty()) append_field(out, "X-Tollgate-Shadow", r.shadow);
+  out.append("\r\n", 2);
+  return out;
+}
+
+bool is_ratelimit_field(std::string_view name) {
+  return (name.size() == 9 && beast::iequals(name, "RateLimit")) ||
+         (name.size() == 16 && beast::iequals(name, "RateLimit-Policy"));
+}
+
+enum class Reframe : std::uint8_t { none, chunked, drop_length };
+
+// The response head for the client: the upstream's status and fields without the hop-by-hop ones
+// (and those its Connection names) and the framing the gateway changes, then the framing and
+// connection fields for this client, then RateLimit-Policy and RateLimit (replacing the
+// upstream's own, if any).
+std::string response_head(const http1::ResponseHead& h, unsigned version, bool keep, Reframe reframe,
+                          const RateLimitFields& fields) {
+  std::string out;
+  out.reserve(h.head_bytes + 64 + fields.policy_header.size() + fields.limit_header.size());
+  append_status_line(out, version, h.status, h.reason.empty() ? reason_of(h.status) : h.reason);
+  const bool ours = !fields.policy_header.empty();
+  for (const http1::Field& f : h.all()) {
+    if (f.id == Name::transfer_encoding) continue;
+    if (f.id == Name::content_length && reframe != Reframe::none) continue;
+    if (http1::is_hop_by_hop(f.id)) continue;
+    if (h.connection_names_other && http1::connection_names(h, f.name)) continue;
+    if (ours && f.id == Name::other && is_ratelimit_field(f.name)) continue;
+    append_field(out, f.name, f.value);
+  }
+  if (reframe == Reframe::chunked) append_field(out, "Transfer-Encoding", "chunked");
+  if (version == 10 && keep) append_field(out, "Connection", "keep-alive");
+  if (version != 10 && !keep) append_field(out, "Connection", "close");
+  if (ours) {
+    append_field(out, "RateLimit-Policy", fields.policy_header);
+    append_field(out, "RateLimit", fields.limit_header);
+  }
+  out.append("\r\n", 2);
+  return out;
+}
 
 void upstream_error(ProxyContext& px, Upstream& up, UpstreamError e) {
   px.deps.metrics.count(e);
@@ -41,9 +125,9 @@ net::awaitable<bool> upstream_failed(ProxyContext& px, TimedSocket& client, unsi
   rec.status = timeout ? 504 : 502;
   const char* code = timeout ? "upstream_timeout" : kind == UpstreamError::connect ? "upstream_unavailable" : "upstream_failed";
   std::string detail = "upstream '" + up.conf.name + "': " + (kind == UpstreamError::connect ? "connect: " : "");
-  if (why.empty()) detail += ec.message();
+  if (why.empty() || timeout) detail += ec.message();
   else detail.append(why.data(), why.size());
-  const OwnAnswer answer = error_answer(timeout ? http::status::gateway_timeout : http::status::bad_gateway, code, detail);
+  const OwnAnswer answer = error_answer(timeout ? 504 : 502, code, detail);
   co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
 }
 
@@ -71,66 +155,150 @@ void give_back(ProxyContext& px, Pool& pool, std::unique_ptr<PooledConn> c) {
   pool.idle.push_back(std::move(c));
 }
 
+net::awaitable<beast::error_code> read_more(PooledConn& conn, Deadline deadline) {
+  beast::error_code ec;
+  if (conn.stream.timed_out()) co_return beast::error_code(beast::error::timeout);
+  conn.stream.start(deadline);
+  const std::size_t n = co_await conn.stream.async_read_some(conn.buffer.prepare(kReadChunk), with(ec));
+  conn.stream.end(ec);
+  if (!ec) conn.buffer.commit(n);
+  co_return ec;
+}
+
 // Reads response heads until the final one. Interim responses (1xx) carry no body and answer
 // nothing the client asked the upstream for (the gateway answers `Expect: 100-continue` itself
 // and strips `Upgrade`), so they are consumed; the final response that follows is this
-// request's. An unrequested 101, a status outside 100-599 or too many interim responses are an
-// upstream failure: `why` says which. One deadline for all of them.
-net::awaitable<beast::error_code> read_final_head(PooledConn& conn, std::optional<http::response_parser<http::string_body>>& parser,
-                                                  bool head_request, Deadline deadline, bool& got_some,
-                                                  std::string_view& why) {
+// request's. An unrequested 101, a status outside 100-599, a malformed head or too many interim
+// responses are an upstream failure: `why` says which. One deadline for all of them.
+net::awaitable<beast::error_code> read_final_head(PooledConn& conn, http1::ResponseHead& head, Deadline deadline,
+                                                  bool& got_some, std::string_view& why) {
   for (int interim = 0;; ++interim) {
-    parser.emplace();
-    parser->header_limit(64 * 1024);
-    parser->body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (head_request) parser->skip(true);
-    beast::error_code ec = co_await parse_until(conn.stream, conn.buffer, *parser,
-                                                [](auto& p) { return p.is_header_done(); }, deadline);
-    got_some = got_some || parser->got_some();
-    if (ec) co_return ec;
-    const unsigned status = parser->get().result_int();
-    if (status >= 200 && status <= 599) co_return ec;
+    std::size_t scanned = 0;
+    http1::Error e;
+    while ((e = http1::parse_response_head(view(conn.buffer), kMaxResponseHead, head, scanned)) == http1::Error::need_more) {
+      got_some = got_some || conn.buffer.size() > 0;
+      beast::error_code ec = co_await read_more(conn, deadline);
+      if (ec == net::error::eof && conn.buffer.size() > 0) {
+        why = "partial message";
+        ec = net::error::invalid_argument;
+      }
+      if (ec) co_return ec;
+    }
+    got_some = true;
+    if (e != http1::Error::none) {
+      why = http1::describe(e);
+      co_return beast::error_code(net::error::invalid_argument);
+    }
+    const int status = head.status;
+    if (status >= 200 && status <= 599) co_return beast::error_code();
     if (status == 101) why = "unrequested 101 Switching Protocols";
     else if (status < 100 || status > 599) why = "invalid response status";
     else if (interim == kMaxInterimResponses) why = "too many interim (1xx) responses";
-    if (!why.empty()) co_return http::error::bad_status;
+    if (!why.empty()) co_return beast::error_code(net::error::invalid_argument);
+    conn.buffer.consume(head.head_bytes);
   }
 }
 
+// Adds one chunk ("<size hex>\r\n<data>\r\n") to `out`.
+void append_chunk(std::string& out, std::string_view data) {
+  char size[20];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  out.append(size, static_cast<std::size_t>(n));
+  out.append(data);
+  out.append("\r\n", 2);
+}
+
+// A body that is large, chunked, delimited by the close, or still arriving: relayed piece by
+// piece as it comes (whatever one read brings, never waiting to fill a buffer), never buffered
+// whole. The response timeout applies to each read, so a slow but live stream goes on. A chunked
+// body is decoded and sent again in chunks (its trailer is not passed on); to an HTTP/1.0 client
+// it goes unframed and the connection closes after it.
 net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned version, bool keep,
-                           std::unique_ptr<PooledConn> conn, Pool& pool, Upstream& up,
-                           http::response_parser<http::string_body>& header_parser, RateLimitFields fields);
+                           std::unique_ptr<PooledConn> conn, Pool& pool, Upstream& up, const http1::ResponseHead& h,
+                           http1::BodyFraming framing, const RateLimitFields& fields) {
+  const bool upstream_keep = h.keep_alive && framing.kind != http1::BodyKind::until_close;
+  const bool chunked_out = framing.kind != http1::BodyKind::length && version == 11;
+  if (framing.kind != http1::BodyKind::length && version == 10) keep = false;
+  std::string out = response_head(h, version, keep, framing.kind == http1::BodyKind::length ? Reframe::none
+                                                                      : chunked_out ? Reframe::chunked
+                                                                                    : Reframe::drop_length, fields);
+  conn->buffer.consume(h.head_bytes);  // the head's views are not used past this point
+  std::uint64_t remaining = framing.length;
+  http1::ChunkedDecoder decoder;
+  bool done = false;
+  bool upstream_ok = true;
+  for (;;) {
+    // What the buffer holds of the body goes out now, with the head the first time.
+    std::string_view data = view(conn->buffer);
+    std::size_t used = 0;
+    if (framing.kind == http1::BodyKind::length) {
+      used = static_cast<std::size_t>(std::min<std::uint64_t>(remaining, data.size()));
+      out.append(data.substr(0, used));
+      remaining -= used;
+      done = remaining == 0;
+    } else if (framing.kind == http1::BodyKind::chunked) {
+      used = decoder.decode(data, [&](const char* p, std::size_t n) {
+        if (chunked_out) append_chunk(out, {p, n});
+        else out.append(p, n);
+      });
+      if (decoder.error() != http1::Error::none) {
+        upstream_ok = false;
+        upstream_error(px, up, UpstreamError::reset);
+      }
+      done = decoder.done();
+    } else {
+      used = data.size();
+      if (chunked_out && used > 0) append_chunk(out, data);
+      else out.append(data);
+    }
+    conn->buffer.consume(used);
+    if (done && chunked_out) out.append("0\r\n\r\n", 5);
+    if (!out.empty()) {
+      beast::error_code ec;
+      client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
+      co_await net::async_write(client, net::buffer(out), with(ec));
+      client.end(ec);
+      if (ec) co_return false;
+      out.clear();
+    }
+    if (done || !upstream_ok) break;
+    beast::error_code ec = co_await read_more(*conn, deadline_after(up.response_timeout));
+    if (ec == net::error::eof && framing.kind == http1::BodyKind::until_close) {
+      done = true;  // the end of a body delimited by the close
+      if (chunked_out) {
+        out.assign("0\r\n\r\n", 5);
+        client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
+        co_await net::async_write(client, net::buffer(out), with(ec));
+        client.end(ec);
+        if (ec) co_return false;
+      }
+      break;
+    }
+    if (ec) {
+      upstream_ok = false;
+      upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::reset);
+      break;  // the head already went out: all we can do is close the client connection
+    }
+  }
+  if (!upstream_ok) co_return false;
+  if (upstream_keep && done) give_back(px, pool, std::move(conn));
+  co_return keep;
+}
 
 }  // namespace
 
-net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client,
-                             http::request<http::string_body> req, const std::string& client_ip, std::size_t upstream,
-                             RateLimitFields fields, AccessRecord& rec) {
+net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, const UpstreamRequest& req,
+                             std::size_t upstream, const RateLimitFields& fields, AccessRecord& rec) {
   Upstream& up = px.routes.upstreams()[upstream];
   Pool& pool = w.pools[upstream];
-  const unsigned version = req.version();
-  bool keep = req.keep_alive() && !w.draining;  // draining: this answer closes the connection
-  const bool head_request = req.method() == http::verb::head;
+  const http1::RequestHead& rh = req.head;
+  const unsigned version = rh.version_minor == 0 ? 10 : 11;
+  const bool keep = rh.keep_alive && !w.draining;  // draining: this answer closes the connection
+  const bool head_request = rh.method == http1::Method::head;
 
-  // Rewrite the request in place for the upstream hop.
-  const std::string original_host(req[http::field::host]);
-  strip_hop_by_hop(req, false);
-  req.erase(http::field::expect);  // the body is already here
-  {
-    std::string xff(req["X-Forwarded-For"]);
-    req.set("X-Forwarded-For", xff.empty() ? client_ip : xff + ", " + client_ip);
-  }
-  req.set("X-Forwarded-Proto", "http");
-  if (!original_host.empty()) req.set("X-Forwarded-Host", original_host);
-  req.set(http::field::host, up.host_header);
-  req.version(11);
-  req.keep_alive(true);
-  req.prepare_payload();  // Content-Length from the body actually read (never the client's framing)
-
+  const std::string head = request_head(req, up.host_header);
+  const std::array<net::const_buffer, 2> out{net::buffer(head), net::buffer(req.body.data(), req.body.size())};
   std::unique_ptr<PooledConn> conn;
-  std::optional<http::response_parser<http::string_body>> parser;
-  const std::string head = request_head(req);
-  const std::array<net::const_buffer, 2> out{net::buffer(head), net::buffer(req.body())};
   std::chrono::steady_clock::time_point sent_at;
   for (int attempt = 0;; ++attempt) {
     beast::error_code ec;
@@ -153,15 +321,15 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client,
     std::string_view why;
     if (!ec) {
       bool got_some = false;
-      ec = co_await read_final_head(*conn, parser, head_request, sent_at + up.response_timeout, got_some, why);
+      ec = co_await read_final_head(*conn, *conn->head, sent_at + up.response_timeout, got_some, why);
       // A reused connection that failed before any response byte (the upstream closed it just
       // as the request went out): send once more on a fresh connection if the method may be
       // repeated. The upstream may then see the request twice on one permit, as with nginx's
       // proxy_next_upstream; non-idempotent requests get 502 instead.
-      retry = ec && reused && attempt == 0 && !got_some && ec != beast::error::timeout && is_idempotent(req.method());
+      retry = ec && reused && attempt == 0 && !got_some && ec != beast::error::timeout && is_idempotent(rh.method);
     } else {
       // Nothing reached the upstream unless some bytes were written; then only idempotent methods.
-      retry = reused && attempt == 0 && ec != beast::error::timeout && (written == 0 || is_idempotent(req.method()));
+      retry = reused && attempt == 0 && ec != beast::error::timeout && (written == 0 || is_idempotent(rh.method));
     }
     if (!ec) break;
     if (retry) {
@@ -171,115 +339,36 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client,
     co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::reset, rec, why);
   }
 
+  const http1::ResponseHead& res = *conn->head;
   px.deps.metrics.upstream(up.conf.name)
       .latency.observe_us(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent_at)
                               .count());
-  auto& res = parser->get();
-  const int status = res.result_int();
+  const int status = res.status;
   rec.status = rec.upstream_status = status;
-  const bool no_body = head_request || status == 204 || status == 304;
-  // A 204 has no body whatever its fields say (the parser read none): a Content-Length on it
-  // would make some clients wait for bytes that never come.
-  if (status == 204) res.erase(http::field::content_length);
-  const auto length = no_body ? boost::optional<std::uint64_t>(0) : parser->content_length();
-  if (length && *length <= kBufferedBodyMax && conn->buffer.size() >= *length) {
-    // The common case: a small body that came with its head. Parse it from the buffer (no I/O)
-    // and send head and body in one write. A body still on its way is relayed as it arrives.
+  const http1::BodyFraming framing = http1::response_body(res, head_request);
+  if (framing.kind == http1::BodyKind::unsupported) {
+    const beast::error_code bad(net::error::invalid_argument);
+    co_return co_await upstream_failed(px, client, version, keep, up, bad, UpstreamError::reset, rec,
+                                       "unsupported Transfer-Encoding");
+  }
+  const std::uint64_t length = framing.kind == http1::BodyKind::none ? 0 : framing.length;
+  if ((framing.kind == http1::BodyKind::none || framing.kind == http1::BodyKind::length) && length <= kBufferedBodyMax &&
+      conn->buffer.size() >= res.head_bytes + length) {
+    // The common case: a small body that came with its head (or none): head and body in one write.
+    // A 204 has no body whatever its fields say: a Content-Length on it would make some clients
+    // wait for bytes that never come.
+    const std::string rhead = response_head(res, version, keep, status == 204 ? Reframe::drop_length : Reframe::none, fields);
+    const std::string_view body = view(conn->buffer).substr(res.head_bytes, static_cast<std::size_t>(length));
+    const std::array<net::const_buffer, 2> rout{net::buffer(rhead), net::buffer(body.data(), body.size())};
     beast::error_code ec;
-    if (!parser->is_done()) {
-      parser->eager(true);
-      ec = co_await parse_until(conn->stream, conn->buffer, *parser, [](auto& p) { return p.is_done(); },
-                                deadline_after(up.response_timeout));
-      if (ec) co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::reset, rec);
-    }
-    const bool upstream_keep = res.keep_alive();
-    strip_hop_by_hop(res, false);
-    res.version(version);
-    res.keep_alive(keep);
-    if (!fields.policy_header.empty()) {
-      res.set("RateLimit-Policy", fields.policy_header);
-      res.set("RateLimit", fields.limit_header);
-    }
-    const std::string rhead = response_head(res);
-    const std::array<net::const_buffer, 2> rout{net::buffer(rhead),
-                                                no_body ? net::const_buffer() : net::buffer(res.body())};
-    if (upstream_keep) give_back(px, pool, std::move(conn));
     client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
     co_await net::async_write(client, rout, with(ec));
     client.end(ec);
+    conn->buffer.consume(res.head_bytes + static_cast<std::size_t>(length));
+    if (res.keep_alive) give_back(px, pool, std::move(conn));
     co_return !ec && keep;
   }
-  co_return co_await relay(px, client, version, keep, std::move(conn), pool, up, *parser, fields);
+  co_return co_await relay(px, client, version, keep, std::move(conn), pool, up, res, framing, fields);
 }
-
-// A body that is large, chunked, delimited by the close, or still arriving: relayed piece by
-// piece as it comes (whatever one read brings, never waiting to fill a buffer), never buffered
-// whole. The response timeout applies to each read, so a slow but live stream goes on.
-namespace {
-
-net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned version, bool keep,
-                           std::unique_ptr<PooledConn> conn, Pool& pool, Upstream& up,
-                           http::response_parser<http::string_body>& header_parser, RateLimitFields fields) {
-  // Same header, no body read yet: continue with a parser that hands the body out in pieces.
-  http::response_parser<http::buffer_body> parser{std::move(header_parser)};
-  auto& res = parser.get();
-  const bool upstream_keep = res.keep_alive();
-  strip_hop_by_hop(res, true);
-  if (!res.chunked() && !res.has_content_length()) {
-    // Body delimited by the upstream closing: re-frame as chunked, or close after it for HTTP/1.0.
-    if (version == 11) res.chunked(true);
-    else keep = false;
-  }
-  if (version == 10 && res.chunked()) {
-    res.chunked(false);
-    keep = false;
-  }
-  res.version(version);
-  res.keep_alive(keep);
-  if (!fields.policy_header.empty()) {
-    res.set("RateLimit-Policy", fields.policy_header);
-    res.set("RateLimit", fields.limit_header);
-  }
-  beast::error_code ec;
-  http::response_serializer<http::buffer_body> sr{res};
-  char buf[16 * 1024];
-  bool upstream_ok = true;
-  for (;;) {
-    if (!parser.is_done()) {
-      res.body().data = buf;
-      res.body().size = sizeof buf;
-      conn->stream.start(deadline_after(up.response_timeout));
-      co_await http::async_read_some(conn->stream, conn->buffer, parser, with(ec));
-      conn->stream.end(ec);
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) {
-        upstream_ok = false;
-        upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::reset);
-        break;  // headers already went out: all we can do is close the client connection
-      }
-      const std::size_t got = sizeof buf - res.body().size;
-      // Nothing for the client yet (the read brought only a chunk header): read on. An empty
-      // piece must never reach the serializer: chunked, it would be the last-chunk marker.
-      if (got == 0 && !parser.is_done()) continue;
-      res.body().size = got;
-      res.body().data = got > 0 ? buf : nullptr;
-      res.body().more = !parser.is_done();
-    } else {
-      res.body().data = nullptr;
-      res.body().more = false;
-    }
-    client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
-    co_await http::async_write(client, sr, with(ec));
-    client.end(ec);
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec) co_return false;
-    if (sr.is_done()) break;
-  }
-  if (!upstream_ok) co_return false;
-  if (upstream_keep && parser.is_done()) give_back(px, pool, std::move(conn));
-  co_return keep;
-}
-
-}  // namespace
 
 }  // namespace tollgate::proxy

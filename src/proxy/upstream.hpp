@@ -11,15 +11,23 @@
 
 namespace tollgate::proxy {
 
-// The headers a forwarded request's response gains (empty policy_header: none).
+// What goes upstream: the client's request as parsed, with the gateway's changes.
+struct UpstreamRequest {
+  const http1::RequestHead& head;
+  std::string_view target;     // normalised (proxy/request_target)
+  std::string_view body;       // as read (a chunked body decoded): sent with a Content-Length
+  std::string_view shadow;     // X-Tollgate-Shadow ("" none)
+  std::string_view client_ip;  // appended to X-Forwarded-For
+};
+
+// The fields a forwarded request's response gains (empty policy_header: none).
 struct RateLimitFields {
   std::string_view policy_header;
   std::string_view limit_header;
 };
 
 // Returns whether the client connection stays open.
-net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client,
-                             http::request<http::string_body> req, const std::string& client_ip, std::size_t upstream,
-                             RateLimitFields fields, AccessRecord& rec);
+net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, const UpstreamRequest& req,
+                             std::size_t upstream, const RateLimitFields& fields, AccessRecord& rec);
 
 }  // namespace tollgate::proxy
