@@ -79,7 +79,7 @@ struct Gateway::Impl {
     // The file's rules: the configuration itself (file source) or the fallback (MySQL source).
     // Either way they are checked strictly: a bad file stops the start with the reason.
     config::LoadResult from_file = config::FileSource::from_rows(cfg.limits.rows, cfg.limits.switch_mode);
-    if (cfg.limits.source == "mysql") {
+    if (cfg.limits.source == config::RuleSource::mysql) {
       mysql = std::make_shared<config::MysqlSource>(cfg.limits.mysql);
       config_manager = std::make_unique<config::ConfigManager>(
           mysql, snapshots, switch_state, std::chrono::milliseconds(cfg.limits.mysql.poll_interval_ms));
@@ -97,7 +97,7 @@ struct Gateway::Impl {
   }
 
   std::unique_ptr<store::BucketStore> make_store(const std::vector<net::io_context*>& ctxs) {
-    if (cfg.limits.store != "redis") return std::make_unique<store::LocalStore>(clock, cfg.limits.max_client_keys);
+    if (cfg.limits.store != config::StoreKind::redis) return std::make_unique<store::LocalStore>(clock, cfg.limits.max_client_keys);
     const auto& rc = cfg.limits.redis;
     store::RedisOptions o;
     o.host = rc.host;
@@ -107,9 +107,9 @@ struct Gateway::Impl {
     o.key_prefix = rc.key_prefix;
     o.decision_timeout_ms = rc.decision_timeout_ms;
     o.connect_timeout_ms = rc.connect_timeout_ms;
-    o.failure_policy = rc.failure_policy == "fail_closed" ? store::FailurePolicy::fail_closed
-                       : rc.failure_policy == "local"     ? store::FailurePolicy::local
-                                                          : store::FailurePolicy::fail_open;
+    o.failure_policy = rc.failure_policy == config::FailurePolicy::fail_closed ? store::FailurePolicy::fail_closed
+                       : rc.failure_policy == config::FailurePolicy::local     ? store::FailurePolicy::local
+                                                                               : store::FailurePolicy::fail_open;
     o.local_divisor = rc.local_divisor;
     o.heartbeat_ms = rc.heartbeat_ms;
     auto redis = std::make_unique<store::RedisStore>(o, ctxs, clock);

@@ -37,17 +37,22 @@ bool get_bool(const json& obj, const std::string& path, const char* key, bool de
   return v.get<bool>();
 }
 
-// A string that must be one of `choices`: `"a"`, `"b"` or `"c"`.
-std::string get_choice(const json& obj, const std::string& path, const char* key, std::string def,
-                       std::initializer_list<const char*> choices) {
-  std::string v = get_string(obj, path, key, std::move(def));
+// A choice field as its enum: `choices` pairs each JSON name with its value.
+template <class E>
+E get_enum(const json& obj, const std::string& path, const char* key, E def,
+           std::initializer_list<std::pair<const char*, E>> choices) {
+  const char* def_name = "";
+  for (const auto& [name, value] : choices)
+    if (value == def) def_name = name;
+  std::vector<const char*> names;
+  for (const auto& c : choices) names.push_back(c.first);
+  const std::string v = get_string(obj, path, key, def_name);
+  for (const auto& [name, value] : choices)
+    if (v == name) return value;
   std::string list;
-  std::size_t i = 0;
-  for (const char* c : choices) {
-    if (v == c) return v;
-    if (i > 0) list += i + 1 == choices.size() ? " or " : ", ";
-    list.append("\"").append(c).append("\"");
-    ++i;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) list += i + 1 == names.size() ? " or " : ", ";
+    list.append("\"").append(names[i]).append("\"");
   }
   fail(join(path, key), "must be " + list + " (got \"" + v + "\")");
 }
@@ -302,10 +307,11 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   if (doc.contains("limits")) {
     const json& l = doc["limits"];
     check_keys(l, "limits", {"source", "store", "switch", "rules", "mysql", "redis", "missing_key", "max_client_keys"});
-    c.limits.missing_key = get_choice(l, "limits", "missing_key", c.limits.missing_key, {"anonymous", "reject"});
+    c.limits.missing_key = get_enum(l, "limits", "missing_key", c.limits.missing_key,
+                                    {{"anonymous", MissingKey::anonymous}, {"reject", MissingKey::reject}});
     c.limits.max_client_keys = get_uint(l, "limits", "max_client_keys", c.limits.max_client_keys, 512, 100'000'000);
-    c.limits.source = get_choice(l, "limits", "source", "file", {"file", "mysql"});
-    if (c.limits.source == "mysql" && !l.contains("mysql")) fail("limits.mysql", "is required when source is \"mysql\"");
+    c.limits.source = get_enum(l, "limits", "source", RuleSource::file, {{"file", RuleSource::file}, {"mysql", RuleSource::mysql}});
+    if (c.limits.source == RuleSource::mysql && !l.contains("mysql")) fail("limits.mysql", "is required when source is \"mysql\"");
     if (l.contains("mysql")) {
       const json& m = l["mysql"];
       const std::string path = "limits.mysql";
@@ -328,8 +334,8 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
       if (!my.password_env.empty())
         if (const char* pw = std::getenv(my.password_env.c_str())) my.password = pw;
     }
-    c.limits.store = get_choice(l, "limits", "store", "local", {"local", "redis"});
-    if (c.limits.store == "redis" && !l.contains("redis")) fail("limits.redis", "is required when store is \"redis\"");
+    c.limits.store = get_enum(l, "limits", "store", StoreKind::local, {{"local", StoreKind::local}, {"redis", StoreKind::redis}});
+    if (c.limits.store == StoreKind::redis && !l.contains("redis")) fail("limits.redis", "is required when store is \"redis\"");
     if (l.contains("redis")) {
       const json& r = l["redis"];
       const std::string path = "limits.redis";
@@ -345,7 +351,9 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
           static_cast<std::uint32_t>(get_uint(r, path, "decision_timeout_ms", rc.decision_timeout_ms, 1, 60'000));
       rc.connect_timeout_ms =
           static_cast<std::uint32_t>(get_uint(r, path, "connect_timeout_ms", rc.connect_timeout_ms, 10, 60'000));
-      rc.failure_policy = get_choice(r, path, "failure_policy", rc.failure_policy, {"fail_open", "fail_closed", "local"});
+      rc.failure_policy = get_enum(r, path, "failure_policy", rc.failure_policy,
+                                   {{"fail_open", FailurePolicy::fail_open}, {"fail_closed", FailurePolicy::fail_closed},
+                                    {"local", FailurePolicy::local}});
       rc.local_divisor = static_cast<unsigned>(get_uint(r, path, "local_divisor", 0, 0, 10'000));
       rc.heartbeat_ms = static_cast<std::uint32_t>(get_uint(r, path, "heartbeat_ms", rc.heartbeat_ms, 100, 60'000));
       if (rc.host.empty()) fail(path + ".host", "must not be empty");

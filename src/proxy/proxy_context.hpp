@@ -46,7 +46,7 @@ struct ProxyContext {
     settings.max_held = limits.max_held;
     settings.max_held_per_bucket = limits.max_held_per_bucket;
     settings.trusted = &trusted;
-    settings.missing_key = d.config.limits.missing_key == "reject" ? MissingKey::reject : MissingKey::anonymous;
+    settings.missing_key = d.config.limits.missing_key;
   }
   ProxyDeps deps;
   const config::ProxyLimits& limits;

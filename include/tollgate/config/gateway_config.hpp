@@ -79,6 +79,13 @@ struct MysqlConfig {
   std::string switch_name = "global";   // the row of t_ratelimite_switch this fleet follows
 };
 
+// The choice fields, as enums from parse time on (the JSON names are in the comments).
+enum class RuleSource : std::uint8_t { file, mysql };                  // limits.source
+enum class StoreKind : std::uint8_t { local, redis };                  // limits.store
+enum class FailurePolicy : std::uint8_t { fail_open, fail_closed, local };  // limits.redis.failure_policy
+// limits.missing_key: a keyBy header:<Name> without the header is keyed "anonymous", or refused (400).
+enum class MissingKey : std::uint8_t { anonymous, reject };
+
 struct RedisConfig {
   std::string host = "127.0.0.1";
   std::uint16_t port = 6379;
@@ -88,17 +95,17 @@ struct RedisConfig {
   std::string key_prefix = "tollgate:";
   std::uint32_t decision_timeout_ms = 50;  // a slower answer counts as a failure
   std::uint32_t connect_timeout_ms = 1000;
-  std::string failure_policy = "fail_open";  // fail_open | fail_closed | local
+  FailurePolicy failure_policy = FailurePolicy::fail_open;
   unsigned local_divisor = 0;              // policy local: rate / N; 0 = live instances (heartbeats)
   std::uint32_t heartbeat_ms = 1000;
 };
 
 struct LimitsConfig {
-  std::string source = "file";   // "file" or "mysql"
-  std::string store = "local";
+  RuleSource source = RuleSource::file;
+  StoreKind store = StoreKind::local;
   SwitchMode switch_mode = SwitchMode::enforce;  // "switch": true/false or "enforce"/"shadow"/"off"
   std::vector<RawRow> rows;      // source "mysql": the fallback while MySQL cannot be read at start
-  std::string missing_key = "anonymous";  // keyBy header:<Name> without the header: "anonymous" or "reject" (400)
+  MissingKey missing_key = MissingKey::anonymous;
   std::uint64_t max_client_keys = 100'000;  // in-process per-client entries before the oldest idle go
   MysqlConfig mysql;
   RedisConfig redis;

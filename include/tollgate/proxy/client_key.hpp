@@ -42,7 +42,7 @@ std::optional<std::string> canonical_address(std::string_view text);
 // field of the request joined with ','.
 std::string client_address(std::string_view peer, std::string_view xff, const TrustedProxies& trusted);
 
-enum class MissingKey { anonymous, reject };
+using MissingKey = config::MissingKey;  // limits.missing_key
 
 inline constexpr std::size_t kMaxHeaderKey = 128;   // longer header keys are refused (400)
 inline constexpr std::size_t kMaxKeyPath = 256;     // client_ip_path keeps this much of the path

@@ -92,7 +92,7 @@ TEST(QuotaConfig, GatewayOptions) {
     "routes":[{"prefix":"/","upstream":"ibe"}], "proxy": {"trusted_proxies": ["10.0.0.0/8", "::1"]},
     "limits": {"missing_key": "reject", "max_client_keys": 5000}})");
   EXPECT_EQ(c.proxy.trusted_proxies.size(), 2u);
-  EXPECT_EQ(c.limits.missing_key, "reject");
+  EXPECT_EQ(c.limits.missing_key, MissingKey::reject);
   EXPECT_EQ(c.limits.max_client_keys, 5000u);
   EXPECT_THROW(parse_gateway_config(R"({"upstreams":{"ibe":{"url":"http://127.0.0.1:9000"}},
     "routes":[{"prefix":"/","upstream":"ibe"}], "limits": {"missing_key": "ignore"}})"), ConfigError);

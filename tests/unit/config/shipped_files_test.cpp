@@ -28,7 +28,7 @@ TEST(ShippedFiles, EveryConfVariantParses) {
     SCOPED_TRACE(f);
     EXPECT_NO_THROW(load_gateway_config(kRoot + "/" + f));
   }
-  EXPECT_EQ(load_gateway_config(kRoot + "/conf/compose/gateway.json").limits.source, "mysql");
+  EXPECT_EQ(load_gateway_config(kRoot + "/conf/compose/gateway.json").limits.source, RuleSource::mysql);
 }
 
 TEST(ShippedFiles, ComposeServicesAndMounts) {
