@@ -49,8 +49,8 @@ echo "test: fuzzing"
 rm -rf build-fuzz
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DTOLLGATE_FUZZ=ON -DTOLLGATE_BUILD_TESTS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target fuzz_config fuzz_request fuzz_rules
-for target in config request rules; do
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_config fuzz_request fuzz_rules fuzz_http1
+for target in config request rules http1; do
   work="$servers/fuzz-$target"
   mkdir -p "$work"
   build-fuzz/fuzz_$target -max_total_time="${FUZZ_SECONDS:-20}" -max_len=4096 -artifact_prefix="$work/" \

@@ -126,6 +126,14 @@ inline bool token_is(const char* s, const char (&lit)[N]) {
   return true;
 }
 
+// A parsed field value (or list element) against a lower-case literal of letters, digits and '-'.
+// OR-ing 0x20 matches a letter only with its two cases; a digit or '-' also matches a control
+// character (0x0D | 0x20 is '-'), which a parsed value never holds: exact here.
+template <std::size_t N>
+inline bool value_is(std::string_view v, const char (&lit)[N]) {
+  return v.size() == N - 1 && token_is(v.data(), lit);
+}
+
 // A field name (token characters only) to its Name: a switch on the length, then at most a
 // few word compares.
 Name recognise(const char* s, std::size_t n) {
@@ -268,8 +276,9 @@ void reset(Head& h) {
   h.present = 0;
 }
 
-// Where the head ends. A head ends at the first empty line that follows a non-empty line;
-// every LF must follow a CR. Only the first `max` bytes are searched.
+// Where the head ends: at the first empty line after the start line (an empty start line is
+// found here and refused by the parse). Every LF must follow a CR. Only the first `max` bytes are
+// searched.
 struct Bounds {
   Error error;
   std::size_t start;  // first byte of the start line (after skipped empty lines)
@@ -348,18 +357,18 @@ Error parse_fields(const char* p, const char* end, Head& h, bool is_request) {
         break;
       case Name::connection:
         for_each_element(value, [&](std::string_view t) {
-          if (iequals(t, "close")) {
+          if (value_is(t, "close")) {
             h.connection_close = true;
-          } else if (iequals(t, "keep-alive")) {
+          } else if (value_is(t, "keep-alive")) {
             keep_alive_token = true;
           } else {
             h.connection_names_other = true;
-            if (iequals(t, "upgrade")) h.connection_upgrade = true;
+            if (value_is(t, "upgrade")) h.connection_upgrade = true;
           }
         });
         break;
       case Name::expect:
-        (iequals(value, "100-continue") ? h.expect_continue : h.expect_other) = true;
+        (value_is(value, "100-continue") ? h.expect_continue : h.expect_other) = true;
         break;
       default:
         break;
@@ -376,7 +385,7 @@ Error parse_fields(const char* p, const char* end, Head& h, bool is_request) {
     bool empty = true;
     for_each_element(te_value, [&](std::string_view) { empty = false; });
     if (te_count == 1 && empty) return Error::bad_transfer_encoding;
-    if (te_count == 1 && iequals(te_value, "chunked"))
+    if (te_count == 1 && value_is(te_value, "chunked"))
       h.chunked = true;
     else
       h.other_transfer_encoding = true;
