@@ -260,6 +260,7 @@ bool parse_content_length(std::string_view v, std::uint64_t& out) {
 
 void reset(Head& h) {
   h.count = 0;
+  h.fields.clear();
   h.version_minor = 1;
   h.head_bytes = 0;
   h.chunked = false;
@@ -335,7 +336,7 @@ Error parse_fields(const char* p, const char* end, Head& h, bool is_request) {
     if (h.count == kMaxFields) return Error::too_many_fields;
     const Name id = recognise(name, name_len);
     const std::string_view value(v, static_cast<std::size_t>(ve - v));
-    Field& f = h.fields[h.count++];
+    Field& f = h.fields.slot(h.count++);
     f.name = std::string_view(name, name_len);
     f.value = value;
     f.id = id;

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -70,10 +71,41 @@ enum class Error : std::uint8_t {
 // Short human text ("bad Content-Length"), e.g. for a 400 response's detail.
 const char* describe(Error e) noexcept;
 
+// A head's fields, in wire order. The first kInline live in the object itself; a head with more
+// moves them once to kMaxFields slots on the heap, which the list keeps for its next heads. A
+// connection thus holds ~1 KiB for its head, not room for the rare hundred fields.
+class FieldList {
+ public:
+  static constexpr std::size_t kInline = 24;
+  FieldList() noexcept = default;
+  FieldList(const FieldList&) = delete;  // data_ may point into the object itself
+  FieldList& operator=(const FieldList&) = delete;
+
+  Field& operator[](std::size_t i) noexcept { return data_[i]; }
+  const Field& operator[](std::size_t i) const noexcept { return data_[i]; }
+  const Field* data() const noexcept { return data_; }
+  // The slot of field i (i < kMaxFields), the first `i` being in use.
+  Field& slot(std::size_t i) {
+    if (i == kInline && data_ == inline_) {
+      if (!heap_) heap_ = std::make_unique<Field[]>(kMaxFields);
+      for (std::size_t k = 0; k < kInline; ++k) heap_[k] = inline_[k];
+      data_ = heap_.get();
+    }
+    return data_[i];
+  }
+  // Back to the inline slots for the next head (the heap slots stay for later).
+  void clear() noexcept { data_ = inline_; }
+
+ private:
+  Field inline_[kInline];
+  std::unique_ptr<Field[]> heap_;
+  Field* data_ = inline_;
+};
+
 // What is common to a request head and a response head. Views point into the parsed buffer: it
 // must outlive them and not move. Reusable: each parse resets it.
 struct Head {
-  std::array<Field, kMaxFields> fields;
+  FieldList fields;
   std::size_t count = 0;
   int version_minor = 1;       // HTTP/1.<minor>: 0 or 1
   std::size_t head_bytes = 0;  // bytes from the buffer's start to past the final CRLF CRLF

@@ -297,6 +297,26 @@ TEST(Http1Fields, MaxFields) {
   EXPECT_EQ(req(buf + "X-Last: 1\r\n\r\n", *h, 1 << 20), Error::too_many_fields);
 }
 
+// Past FieldList::kInline fields the list moves to the heap; the next, smaller head on the same
+// object is back in the inline slots, and each head sees only its own fields.
+TEST(Http1Fields, ManyFieldsThenFewOnTheSameHead) {
+  auto h = make<RequestHead>();
+  std::string many = "GET / HTTP/1.1\r\n";
+  for (std::size_t i = 0; i < FieldList::kInline + 6; ++i) many += "X-" + std::to_string(i) + ": v" + std::to_string(i) + "\r\n";
+  ASSERT_EQ(req(many + "Host: big\r\n\r\n", *h), Error::none);
+  ASSERT_EQ(h->count, FieldList::kInline + 7);
+  EXPECT_EQ(h->fields[0].value, "v0");
+  EXPECT_EQ(h->fields[FieldList::kInline].value, "v" + std::to_string(FieldList::kInline));
+  EXPECT_EQ(h->value(Name::host), "big");
+  ASSERT_EQ(req("GET / HTTP/1.1\r\nHost: small\r\nA: 1\r\n\r\n", *h), Error::none);
+  ASSERT_EQ(h->count, 2u);
+  EXPECT_EQ(h->value(Name::host), "small");
+  EXPECT_EQ(h->all().back().value, "1");
+  ASSERT_EQ(req(many + "\r\n", *h), Error::none);  // and to the heap again
+  EXPECT_EQ(h->all().back().value, "v" + std::to_string(FieldList::kInline + 5));
+  EXPECT_EQ(h->find(Name::host), nullptr);
+}
+
 TEST(Http1Fields, Helpers) {
   auto h = make<RequestHead>();
   ASSERT_EQ(req("GET / HTTP/1.1\r\nX-Forwarded-For: 1.1.1.1\r\nhost: a\r\nx-forwarded-for: 2.2.2.2\r\nX-Api-Key: k\r\n\r\n", *h),
