@@ -2,6 +2,10 @@
 
 #include <chrono>
 #include <ctime>
+#include <spdlog/async_logger.h>
+#include <spdlog/details/thread_pool.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <stdexcept>
 
 namespace tollgate::proxy {
@@ -69,57 +73,39 @@ std::string access_line(const AccessRecord& r) {
 
 AccessLog::AccessLog(const std::string& target) {
   if (target == "off" || target.empty()) return;
+  spdlog::sink_ptr sink;
   if (target == "stdout") {
-    out_ = stdout;
+    sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
   } else {
-    out_ = std::fopen(target.c_str(), "a");
-    if (!out_) throw std::runtime_error("access_log: cannot open " + target);
-    owns_ = true;
+    try {
+      sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(target, /*truncate=*/false);
+    } catch (const spdlog::spdlog_ex& e) {
+      throw std::runtime_error("access_log: cannot open " + target + ": " + e.what());
+    }
   }
-  thread_ = std::thread([this] { run(); });
+  sink->set_pattern("%v");  // the line as access_line made it, and a newline
+  pool_ = std::make_shared<spdlog::details::thread_pool>(kMaxQueued, 1);
+  logger_ = std::make_shared<spdlog::async_logger>("access", std::move(sink), pool_,
+                                                    spdlog::async_overflow_policy::overrun_oldest);
+  logger_->set_level(spdlog::level::info);
+  // Each line leaves the writer thread's buffer as it is written: a line is never held back
+  // while the gateway is quiet, and container logs read stdout line by line.
+  logger_->flush_on(spdlog::level::info);
 }
 
+// The writer thread writes what is queued before it stops (the pool's destructor joins it after
+// the queue), so every line of a request that finished is in the log at exit.
 AccessLog::~AccessLog() {
-  if (!out_) return;
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_one();
-  thread_.join();
-  if (owns_) std::fclose(out_);
+  logger_.reset();
+  pool_.reset();
 }
 
 void AccessLog::write(const AccessRecord& r) {
-  if (!out_) return;
-  std::string line = access_line(r);
-  {
-    std::lock_guard lock(mu_);
-    if (queue_.size() >= kMaxQueued) {
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    queue_.push_back(std::move(line));
-  }
-  cv_.notify_one();
+  if (!logger_) return;
+  const std::string line = access_line(r);
+  logger_->log(spdlog::level::info, spdlog::string_view_t(line.data(), line.size()));
 }
 
-void AccessLog::run() {
-  std::vector<std::string> batch;
-  for (;;) {
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty() && stopping_) return;
-      batch.swap(queue_);
-    }
-    for (const auto& line : batch) {
-      std::fwrite(line.data(), 1, line.size(), out_);
-      std::fputc('\n', out_);
-    }
-    std::fflush(out_);
-    batch.clear();
-  }
-}
+std::uint64_t AccessLog::dropped() const { return pool_ ? pool_->overrun_counter() : 0; }
 
 }  // namespace tollgate::proxy

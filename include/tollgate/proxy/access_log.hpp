@@ -1,16 +1,19 @@
-// One JSON line per request, written by a thread of its own: request threads only append to a
-// bounded queue, so a slow disk or a full stdout pipe never stalls a request (lines past the bound
-// are dropped and counted).
+// One JSON line per request, written by a thread of its own (spdlog's asynchronous logger): request
+// threads only append to a bounded queue, so a slow disk or a full stdout pipe never stalls a
+// request. Past the bound the oldest queued lines are dropped, and counted.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <cstdio>
-#include <mutex>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <thread>
-#include <vector>
+
+namespace spdlog {
+class async_logger;
+namespace details {
+class thread_pool;
+}
+}  // namespace spdlog
 
 namespace tollgate::proxy {
 
@@ -34,21 +37,16 @@ class AccessLog {
   // target: "off", "stdout", or a file path (appended to).
   explicit AccessLog(const std::string& target);
   ~AccessLog();
-  bool enabled() const { return out_ != nullptr; }
+  AccessLog(const AccessLog&) = delete;
+  AccessLog& operator=(const AccessLog&) = delete;
+  bool enabled() const { return logger_ != nullptr; }
   void write(const AccessRecord& r);
-  std::uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  std::uint64_t dropped() const;  // lines lost because the queue was full
 
  private:
-  void run();
   static constexpr std::size_t kMaxQueued = 100'000;
-  std::FILE* out_ = nullptr;
-  bool owns_ = false;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::string> queue_;
-  bool stopping_ = false;
-  std::atomic<std::uint64_t> dropped_{0};
-  std::thread thread_;
+  std::shared_ptr<spdlog::details::thread_pool> pool_;  // the writer thread and its queue
+  std::shared_ptr<spdlog::async_logger> logger_;
 };
 
 }  // namespace tollgate::proxy
