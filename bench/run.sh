@@ -91,10 +91,10 @@ gateway_conf() { # PORT ADMIN UPSTREAM_PORT STORE
  "upstreams": {"up": {"url": "http://127.0.0.1:$3"}}, "routes": [{"prefix": "/", "upstream": "up"}],
  "limits": {"store": "$4", "redis": {"host": "127.0.0.1", "port": $RP, "decision_timeout_ms": 1000},
    "rules": [
-     {"configId": 1, "interfaceUrl": "/nobind", "rateLimit": 1000000, "burst": 1000000000000, "cache": 0.5, "status": 1},
+     {"configId": 1, "interfaceUrl": "/nobind", "rateLimit": 1000000, "burst": 1000000000, "cache": 0.5, "status": 1},
      {"configId": 2, "interfaceUrl": "/bind", "rateLimit": 1000, "burst": 200, "cache": 0.2, "status": 1},
      {"configId": 3, "interfaceUrl": "/hold", "rateLimit": 200, "burst": 1, "cache": 60, "status": 1},
-     {"configId": 4, "interfaceUrl": "/perclient", "rateLimit": 1000000, "burst": 1000000000000, "cache": 0.5,
+     {"configId": 4, "interfaceUrl": "/perclient", "rateLimit": 1000000, "burst": 1000000000, "cache": 0.5,
       "keyBy": "client_ip", "status": 1,
       "quotas": [{"quotaId": 1, "periodSeconds": 60, "limitCount": 1000000000, "keyBy": "client_ip"}]}]}}
 JSON
