@@ -2,6 +2,7 @@
 FROM debian:12
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake g++ make pkg-config libboost-dev nlohmann-json3-dev libmysqlcppconn-dev libhiredis-dev libjemalloc-dev \
+      libspdlog-dev prometheus-cpp-dev \
       ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 COPY . /src

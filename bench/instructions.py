@@ -154,6 +154,8 @@ def area(name):
     if re.match(r"^_*(printf|vfprintf|vsnprintf|snprintf|sprintf|__printf_fp|hack_digit|__mpn_|strto[dfl]|"
                 r"____strto|round_and_return|str_to_mpn|__vfprintf|__vsnprintf|_IO_str|_itoa|_fitoa)", h):
         return "libc number formatting/parsing (printf %g, strtod)"
+    if h.startswith("prometheus::") or "libprometheus" in obj:
+        return "Tollgate metrics"  # prometheus-cpp's counters, gauges and histograms
     if h.startswith("tollgate::"):
         if re.match(r"tollgate::(limiter|store|config::(Snapshot|SuffixIndex)|proxy::(Throttle|throttle|"
                     r"(anonymous namespace)::.*throttle))", h) or "Throttle" in h:

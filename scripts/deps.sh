@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Tollgate needs, only those missing. Usage: scripts/deps.sh build|test
 set -euo pipefail
-want=(cmake g++ make pkg-config libboost-dev nlohmann-json3-dev libmysqlcppconn-dev libhiredis-dev libjemalloc-dev libspdlog-dev curl)
+want=(cmake g++ make pkg-config libboost-dev nlohmann-json3-dev libmysqlcppconn-dev libhiredis-dev libjemalloc-dev libspdlog-dev prometheus-cpp-dev curl)
 if [[ "${1:-build}" == "test" ]]; then
   want+=(googletest libgtest-dev mariadb-server mariadb-client redis-server redis-tools python3 clang libclang-rt-14-dev)
 fi

@@ -6,6 +6,7 @@
 #include "tollgate/limiter/clock.hpp"
 #include "tollgate/proxy/rate_headers.hpp"
 #include "tollgate/proxy/throttle.hpp"
+#include "tollgate/store/metric_series.hpp"
 
 namespace tollgate::admin {
 
@@ -17,6 +18,15 @@ SimpleResponse error(int status, std::string_view code, std::string_view detail)
   return {status, proxy::error_body(code, detail) + "\n"};
 }
 }  // namespace
+
+AdminApi::AdminApi(AdminDeps deps)
+    : deps_(std::move(deps)),
+      auth_failures_(store::counter(deps_.metrics.registry, "tollgate_admin_auth_failures_total",
+                                    "Admin requests refused for a missing or wrong token.")),
+      debts_(prometheus::BuildGauge()
+                 .Name("tollgate_bucket_debt_seconds")
+                 .Help("How far the bucket's next free slot is ahead of now.")
+                 .Register(deps_.metrics.registry)) {}
 
 bool constant_time_equals(std::string_view a, std::string_view b) {
   // Compare over the longer length so neither content nor a prefix match shows in the timing.
@@ -39,7 +49,8 @@ std::optional<SimpleResponse> AdminApi::authorize(const SimpleRequest& req) {
   if (has_bearer && constant_time_equals(auth.substr(scheme.size()), deps_.token)) return std::nullopt;
   SimpleResponse denied = error(401, "unauthorized", has_bearer ? "wrong token" : "missing 'Authorization: Bearer <token>'");
   denied.delay_ms = kFailedAuthDelayMs;
-  const std::uint64_t n = auth_failures_.fetch_add(1, std::memory_order_relaxed) + 1;
+  auth_failures_.Increment();
+  const auto n = static_cast<std::uint64_t>(auth_failures_.Value());
   // Logged, but at most once per interval: a guessing run must not flood the log either.
   const std::int64_t now = limiter::steady_now_us();
   if (now - last_failure_log_us_ >= kFailureLogIntervalUs || last_failure_log_us_ == 0) {
@@ -112,13 +123,36 @@ SimpleResponse AdminApi::readyz() const {
   return {ready ? 200 : 503, j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"};
 }
 
-std::string AdminApi::metrics_text() const {
-  std::string body = deps_.metrics.render();
-  body += deps_.store.metrics_text();
+std::string AdminApi::metrics_text() {
+  prometheus::Registry& registry = deps_.metrics.registry;
+  deps_.store.publish_metrics(registry);
+  publish_debts();
+  store::gauge(registry, "tollgate_switch_enabled", "Global limiting switch (1 enforcing, 0 off).")
+      .Set(deps_.switch_state.enabled() ? 1 : 0);
+  store::gauge(registry, "tollgate_switch_state", "Global switch: 1 enforce, 0 off, 2 shadow.")
+      .Set(static_cast<int>(deps_.switch_state.mode()));
+  if (deps_.config) {
+    const config::SourceStatus st = deps_.config->status();
+    auto snap = deps_.snapshots.get();
+    const char* loads_help = "Config loads from the source by result.";
+    store::advance_to(store::counter(registry, "tollgate_config_loads_total", loads_help, {{"result", "ok"}}),
+                      static_cast<double>(st.loads_ok));
+    store::advance_to(store::counter(registry, "tollgate_config_loads_total", loads_help, {{"result", "failed"}}),
+                      static_cast<double>(st.loads_failed));
+    store::gauge(registry, "tollgate_config_rejected_rows", "Rule rows rejected in the active config.")
+        .Set(static_cast<double>(st.rejected_rows));
+    store::gauge(registry, "tollgate_config_source_up", "Whether the last read of the config source succeeded.")
+        .Set(st.healthy ? 1 : 0);
+    store::gauge(registry, "tollgate_config_version", "Version of the active rule snapshot.")
+        .Set(static_cast<double>(snap ? snap->version : 0));
+  }
+  return deps_.metrics.render();
+}
+
+// How far each bucket's next free slot is ahead of now (its queue, in seconds), read from the store.
+void AdminApi::publish_debts() {
+  std::map<std::string, prometheus::Gauge*, std::less<>> shown;
   if (auto snap = deps_.snapshots.get()) {
-    // How far each bucket's next free slot is ahead of now (its queue, in seconds).
-    body += "# HELP tollgate_bucket_debt_seconds How far the bucket's next free slot is ahead of now.\n"
-            "# TYPE tollgate_bucket_debt_seconds gauge\n";
     for (const auto& r : snap->rules) {
       if (!r.enabled) continue;
       const config::Rule* channel = r.channel ? &r : snap->channel_of(r);
@@ -128,35 +162,16 @@ std::string AdminApi::metrics_text() const {
       // bounds the scrape, not one per rule.
       if (!v) break;
       const double debt = static_cast<double>(std::max<limiter::Micros>(0, v->next_free - v->now)) / 1e6;
-      body += "tollgate_bucket_debt_seconds{bucket=\"" + proxy::label_value(r.bucket) + "\"} " + std::to_string(debt) + "\n";
+      prometheus::Gauge* g = &debts_.Add({{"bucket", r.bucket}});
+      g->Set(debt);
+      shown.emplace(r.bucket, g);
     }
   }
-  body += "# HELP tollgate_admin_auth_failures_total Admin requests refused for a missing or wrong token.\n"
-          "# TYPE tollgate_admin_auth_failures_total counter\ntollgate_admin_auth_failures_total " +
-          std::to_string(auth_failures_.load(std::memory_order_relaxed)) + "\n";
-  body += "# HELP tollgate_switch_enabled Global limiting switch (1 enforcing, 0 off).\n"
-          "# TYPE tollgate_switch_enabled gauge\ntollgate_switch_enabled " +
-          std::string(deps_.switch_state.enabled() ? "1" : "0") + "\n" +
-          "# HELP tollgate_switch_state Global switch: 1 enforce, 0 off, 2 shadow.\n"
-          "# TYPE tollgate_switch_state gauge\ntollgate_switch_state " +
-          std::to_string(static_cast<int>(deps_.switch_state.mode())) + "\n";
-  if (deps_.config) {
-    const config::SourceStatus st = deps_.config->status();
-    auto snap = deps_.snapshots.get();
-    body += "# HELP tollgate_config_loads_total Config loads from the source by result.\n"
-            "# TYPE tollgate_config_loads_total counter\n"
-            "tollgate_config_loads_total{result=\"ok\"} " + std::to_string(st.loads_ok) + "\n"
-            "tollgate_config_loads_total{result=\"failed\"} " + std::to_string(st.loads_failed) + "\n"
-            "# HELP tollgate_config_rejected_rows Rule rows rejected in the active config.\n"
-            "# TYPE tollgate_config_rejected_rows gauge\ntollgate_config_rejected_rows " +
-            std::to_string(st.rejected_rows) + "\n"
-            "# HELP tollgate_config_source_up Whether the last read of the config source succeeded.\n"
-            "# TYPE tollgate_config_source_up gauge\ntollgate_config_source_up " + (st.healthy ? "1" : "0") + "\n"
-            "# HELP tollgate_config_version Version of the active rule snapshot.\n"
-            "# TYPE tollgate_config_version gauge\ntollgate_config_version " +
-            std::to_string(snap ? snap->version : 0) + "\n";
-  }
-  return body;
+  // A bucket not read this time (its rule is gone, or the store stopped answering) is left out:
+  // a stale debt would mislead.
+  for (const auto& [bucket, g] : debt_series_)
+    if (!shown.contains(bucket)) debts_.Remove(g);
+  debt_series_ = std::move(shown);
 }
 
 SimpleResponse AdminApi::post_reload() {

@@ -224,7 +224,7 @@ int Gateway::run() {
   // Polls until every client connection is gone (held and in-flight requests answered) or the
   // drain deadline passes.
   std::function<void()> check_drained = [&] {
-    const auto open = m.metrics.connections.load();
+    const auto open = static_cast<std::int64_t>(m.metrics.connections.Value());
     if (open == 0 || std::chrono::steady_clock::now() >= drain_deadline) {
       if (open > 0) std::cout << "tollgate: drain deadline reached, closing " << open << " connections" << std::endl;
       else std::cout << "tollgate: drained" << std::endl;

@@ -1,12 +1,10 @@
 #include "outcomes.hpp"
 
-#include "tollgate/proxy/throttle.hpp"
-
 namespace tollgate::proxy {
 
 void OutcomeCounter::outcome(Outcome o, BucketMetrics* bm) {
   metrics_.count(o);
-  if (bm) bm->outcomes[static_cast<int>(o)].fetch_add(1, std::memory_order_relaxed);
+  if (bm) bm->count(o);
   rec_.outcome = outcome_name(o);
 }
 
@@ -19,15 +17,15 @@ void OutcomeCounter::decided(const Plan& plan, const store::StoreDecision& sd, c
   const config::Rule& rule = *plan.rule;
   BucketMetrics& bm = bucket(plan);
   if (sd.status == store::StoreStatus::ok) {
-    if (sd.degraded) metrics_.store_degraded.fetch_add(1, std::memory_order_relaxed);
+    if (sd.degraded) metrics_.store_degraded.Increment();
     for (std::size_t i = 0; i < sd.quotas.size(); ++i) {
-      PolicyMetrics& pm = metrics_.policy(quota_owner(rule, plan.channel, i).bucket, quota_at(rule, plan.channel, i).name);
-      (sd.quotas[i].admitted ? pm.passed : pm.failed).fetch_add(1, std::memory_order_relaxed);
+      const PolicyMetrics& pm = rules_->quota_metrics(rule, plan.channel, i);
+      (sd.quotas[i].admitted ? pm.passed : pm.failed)->Increment();
     }
   }
   if (v.action == Action::reject) {
-    if (v.cap_rejection) bm.cap_rejections.fetch_add(1, std::memory_order_relaxed);
-    metrics_.policy(bound_owner(rule, plan.channel, sd).bucket, v.bound).bound.fetch_add(1, std::memory_order_relaxed);
+    if (v.cap_rejection) bm.cap_rejections.Increment();
+    rules_->bound_metrics(rule, plan.channel, sd).bound->Increment();
     rec_.status = 429;
   } else if (v.action == Action::unavailable) {
     rec_.status = 503;
@@ -40,8 +38,8 @@ void OutcomeCounter::decided(const Plan& plan, const store::StoreDecision& sd, c
 }
 
 void OutcomeCounter::client_gone(std::uint32_t refunded) {
-  metrics_.abandoned.fetch_add(1, std::memory_order_relaxed);
-  metrics_.refunds.fetch_add(refunded, std::memory_order_relaxed);
+  metrics_.abandoned.Increment();
+  metrics_.refunds.Increment(refunded);
   rec_.outcome = "client_gone";
 }
 

@@ -16,7 +16,7 @@ class OutcomeCounter {
   // A request the gateway answered itself, 4xx, before any rule (bad target, Host, method, route,
   // client key, malformed or oversized).
   void bad_request(int status) {
-    metrics_.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    metrics_.bad_requests.Increment();
     rec_.status = status;
   }
   // A plan that needs no store (bypass, unmatched, forward).

@@ -52,7 +52,7 @@ struct ProxyServer::Impl {
   }
 
   void start() {
-    px.routes.build(px.deps.config);
+    px.routes.build(px.deps.config, px.deps.metrics);
     tcp::endpoint ep = make_endpoint(px.deps.config.listen);
     for (std::size_t i = 0; i < workers.size(); ++i) {
       auto& w = workers[i];
@@ -83,8 +83,8 @@ struct ProxyServer::Impl {
         continue;
       }
       sock.set_option(tcp::no_delay(true), ec);
-      if (metrics.connections.load(std::memory_order_relaxed) >= static_cast<std::int64_t>(px.limits.max_connections)) {
-        metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
+      if (metrics.connections.Value() >= static_cast<double>(px.limits.max_connections)) {
+        metrics.connections_refused.Increment();
         net::co_spawn(*w.ctx, refuse(std::move(sock)), net::detached);
         continue;
       }
@@ -104,7 +104,7 @@ struct ProxyServer::Impl {
       if (fd < 0) break;
       (void)!::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       ::close(fd);
-      px.deps.metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
+      px.deps.metrics.connections_refused.Increment();
     }
     w.spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   }

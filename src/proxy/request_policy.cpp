@@ -101,8 +101,7 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
   // Too many requests already wait (globally or on this bucket): only an immediate permit will
   // do, so nothing is reserved for a request that could not be held.
   out.capped = facts.held >= static_cast<std::int64_t>(settings.max_held) ||
-               rules->metrics_of(rule).held.load(std::memory_order_relaxed) >=
-                   static_cast<std::int64_t>(settings.max_held_per_bucket);
+               rules->metrics_of(rule).held.Value() >= static_cast<double>(settings.max_held_per_bucket);
   store::AcquireRequest& req = out.request;
   req.bucket = {rule.bucket, rule.params};
   if (out.channel && out.channel->has_bucket) req.parent = store::BucketRef{out.channel->bucket, out.channel->params};

@@ -5,7 +5,7 @@
 
 namespace tollgate::proxy {
 
-void RouteTable::build(const config::GatewayConfig& config) {
+void RouteTable::build(const config::GatewayConfig& config, Metrics& metrics) {
   const config::ProxyLimits& limits = config.proxy;
   net::io_context tmp;
   tcp::resolver resolver(tmp);
@@ -20,6 +20,7 @@ void RouteTable::build(const config::GatewayConfig& config) {
     up.connect_timeout = milliseconds(u.connect_timeout_ms ? u.connect_timeout_ms : limits.connect_timeout_ms);
     up.response_timeout = milliseconds(u.response_timeout_ms ? u.response_timeout_ms : limits.response_timeout_ms);
     up.idle_timeout = milliseconds(u.idle_timeout_ms ? u.idle_timeout_ms : limits.upstream_idle_timeout_ms);
+    up.metrics = &metrics.upstream(u.name);
     upstreams_.push_back(std::move(up));
   }
   for (const auto& r : config.routes) {

@@ -8,6 +8,7 @@
 
 #include "http_io.hpp"
 #include "tollgate/config/gateway_config.hpp"
+#include "tollgate/proxy/metrics.hpp"
 
 namespace tollgate::proxy {
 
@@ -18,6 +19,7 @@ struct Upstream {
   milliseconds connect_timeout;
   milliseconds response_timeout;
   milliseconds idle_timeout;  // a pooled connection idle longer is closed, not reused
+  UpstreamMetrics* metrics = nullptr;  // its series, made at start
 };
 
 struct Route {
@@ -27,9 +29,9 @@ struct Route {
 
 class RouteTable {
  public:
-  // Resolves every upstream's address (throws std::runtime_error naming the one that fails) and
-  // orders the routes longest prefix first.
-  void build(const config::GatewayConfig& config);
+  // Resolves every upstream's address (throws std::runtime_error naming the one that fails), makes
+  // its metric series, and orders the routes longest prefix first.
+  void build(const config::GatewayConfig& config, Metrics& metrics);
   const Route* route_for(std::string_view path) const {
     for (const auto& r : routes_)
       if (path.starts_with(r.prefix)) return &r;

@@ -95,7 +95,7 @@ class Session {
 
 net::awaitable<void> Session::run(tcp::socket sock) {
   Metrics& metrics = px_.deps.metrics;
-  metrics.connections.fetch_add(1, std::memory_order_relaxed);
+  metrics.connections.Increment();
   {
     boost::system::error_code ec;
     auto ep = sock.remote_endpoint(ec);
@@ -127,7 +127,7 @@ net::awaitable<void> Session::run(tcp::socket sock) {
   }
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-  metrics.connections.fetch_sub(1, std::memory_order_relaxed);
+  metrics.connections.Decrement();
 }
 
 net::awaitable<beast::error_code> Session::read_more(Deadline deadline) {
@@ -219,7 +219,7 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
 }
 
 net::awaitable<void> Session::refuse(int status, std::string_view code, std::string_view detail) {
-  px_.deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+  px_.deps.metrics.bad_requests.Increment();
   const OwnAnswer answer = error_answer(status, code, detail);
   co_await send_answer(*stream_, 11, false, answer, write_timeout());
 }
@@ -229,7 +229,7 @@ net::awaitable<void> Session::answer_read_error(beast::error_code ec) {
   if (ec == net::error::connection_reset || ec == net::error::operation_aborted) co_return;
   if (ec == net::error::eof && buffer_.size() == 0) co_return;
   if (ec == beast::error::timeout) {  // cut off at the deadline: a slow client gets no answer
-    px_.deps.metrics.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    px_.deps.metrics.bad_requests.Increment();
     co_return;
   }
   co_await refuse(400, "bad_request", ec == net::error::eof ? "partial message" : ec.message());
@@ -296,7 +296,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   const config::SwitchMode global = deps.switch_state.mode();
   const std::shared_ptr<const RuleViews> rules = global == config::SwitchMode::off ? nullptr : rule_views();
   const HeadFields headers(h);
-  const RequestFacts facts{target.match, client_ip_, headers, deps.metrics.held.load(std::memory_order_relaxed)};
+  const RequestFacts facts{target.match, client_ip_, headers, static_cast<std::int64_t>(deps.metrics.held.Value())};
   Plan plan;
   plan_request(facts, rules.get(), global, px_.settings, plan);
   count.use(rules.get());
@@ -375,12 +375,12 @@ net::awaitable<bool> Session::hold(BucketMetrics& bm, std::chrono::microseconds 
     }
   });
   Metrics& metrics = px_.deps.metrics;
-  metrics.held.fetch_add(1, std::memory_order_relaxed);
-  bm.held.fetch_add(1, std::memory_order_relaxed);
+  metrics.held.Increment();
+  bm.held.Increment();
   beast::error_code ec;
   co_await h->timer.async_wait(with(ec));
-  metrics.held.fetch_sub(1, std::memory_order_relaxed);
-  bm.held.fetch_sub(1, std::memory_order_relaxed);
+  metrics.held.Decrement();
+  bm.held.Decrement();
   beast::error_code ignored;
   sock.cancel(ignored);
   co_return !h->gone;

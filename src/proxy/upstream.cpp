@@ -113,7 +113,7 @@ std::string response_head(const http1::ResponseHead& h, unsigned version, bool k
 
 void upstream_error(ProxyContext& px, Upstream& up, UpstreamError e) {
   px.deps.metrics.count(e);
-  px.deps.metrics.upstream(up.conf.name).errors[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed);
+  up.metrics->count(e);
 }
 
 // Before any of the response went out: 504 for a deadline, 502 for anything else, counted.
@@ -138,7 +138,7 @@ std::unique_ptr<PooledConn> take_idle(ProxyContext& px, Pool& pool, const Upstre
     auto c = std::move(pool.idle.back());
     pool.idle.pop_back();
     if (now - c->idle_since < up.idle_timeout && c->stream.socket().is_open() && quiet(c->stream.socket())) return c;
-    px.deps.metrics.upstream_conns_discarded.fetch_add(1, std::memory_order_relaxed);
+    px.deps.metrics.upstream_conns_discarded.Increment();
   }
   return nullptr;
 }
@@ -147,7 +147,7 @@ std::unique_ptr<PooledConn> take_idle(ProxyContext& px, Pool& pool, const Upstre
 // belongs to no request, so such a connection is closed.
 void give_back(ProxyContext& px, Pool& pool, std::unique_ptr<PooledConn> c) {
   if (c->buffer.size() != 0) {
-    px.deps.metrics.upstream_conns_discarded.fetch_add(1, std::memory_order_relaxed);
+    px.deps.metrics.upstream_conns_discarded.Increment();
     return;
   }
   if (pool.idle.size() >= px.limits.max_idle_upstream_conns) return;
@@ -333,16 +333,15 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
     }
     if (!ec) break;
     if (retry) {
-      px.deps.metrics.upstream_retries.fetch_add(1, std::memory_order_relaxed);
+      px.deps.metrics.upstream_retries.Increment();
       continue;
     }
     co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::reset, rec, why);
   }
 
   const http1::ResponseHead& res = *conn->head;
-  px.deps.metrics.upstream(up.conf.name)
-      .latency.observe_us(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent_at)
-                              .count());
+  up.metrics->latency.observe_us(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent_at).count());
   const int status = res.status;
   rec.status = rec.upstream_status = status;
   const http1::BodyFraming framing = http1::response_body(res, head_request);

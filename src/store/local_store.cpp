@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tollgate/store/metric_series.hpp"
+
 namespace tollgate::store {
 
 namespace {
@@ -402,11 +404,12 @@ std::size_t LocalStore::size() const {
   return n;
 }
 
-std::string LocalStore::metrics_text() const {
-  return "# HELP tollgate_client_keys Per-client entries held in process (keyed buckets, quota counters, maxShare).\n"
-         "# TYPE tollgate_client_keys gauge\ntollgate_client_keys " + std::to_string(client_keys()) + "\n" +
-         "# HELP tollgate_client_keys_max Cap on per-client entries (limits.max_client_keys); the oldest idle go first.\n"
-         "# TYPE tollgate_client_keys_max gauge\ntollgate_client_keys_max " + std::to_string(max_client_keys()) + "\n";
+void LocalStore::publish_metrics(prometheus::Registry& registry) const {
+  gauge(registry, "tollgate_client_keys", "Per-client entries held in process (keyed buckets, quota counters, maxShare).")
+      .Set(static_cast<double>(client_keys()));
+  gauge(registry, "tollgate_client_keys_max",
+        "Cap on per-client entries (limits.max_client_keys); the oldest idle go first.")
+      .Set(static_cast<double>(max_client_keys()));
 }
 
 std::size_t LocalStore::client_keys() const {

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "redis_scripts.hpp"
+#include "tollgate/store/metric_series.hpp"
 
 namespace tollgate::store {
 
@@ -662,26 +663,26 @@ RedisStats RedisStore::stats() const {
   return s;
 }
 
-std::string RedisStore::metrics_text() const {
+void RedisStore::publish_metrics(prometheus::Registry& registry) const {
   const RedisStats st = stats();
-  std::string out;
-  out += "# HELP tollgate_store_up Whether the shared bucket store (Redis) answers.\n"
-         "# TYPE tollgate_store_up gauge\ntollgate_store_up " + std::string(st.up ? "1" : "0") + "\n";
-  out += "# HELP tollgate_store_failures_total Decisions affected by a store failure (handled by the policy).\n"
-         "# TYPE tollgate_store_failures_total counter\ntollgate_store_failures_total{policy=\"" +
-         std::string(failure_policy_name(options_.failure_policy)) + "\"} " + std::to_string(st.failures) + "\n";
-  out += "# HELP tollgate_store_incidents_total Store outages (each logged once at start and end).\n"
-         "# TYPE tollgate_store_incidents_total counter\ntollgate_store_incidents_total " +
-         std::to_string(st.incidents) + "\n";
-  out += "# HELP tollgate_store_live_instances Gateway instances heartbeating in the store.\n"
-         "# TYPE tollgate_store_live_instances gauge\ntollgate_store_live_instances " +
-         std::to_string(st.live_instances) + "\n";
-  if (auto keys = client_keys()) {
-    out += "# HELP tollgate_client_keys Per-client keys in Redis (keyed buckets, quota counters, maxShare sets), "
-           "counted with SCAN at most every 10 s.\n"
-           "# TYPE tollgate_client_keys gauge\ntollgate_client_keys " + std::to_string(*keys) + "\n";
+  gauge(registry, "tollgate_store_up", "Whether the shared bucket store (Redis) answers.").Set(st.up ? 1 : 0);
+  advance_to(counter(registry, "tollgate_store_failures_total",
+                     "Decisions affected by a store failure (handled by the policy).",
+                     {{"policy", failure_policy_name(options_.failure_policy)}}),
+             static_cast<double>(st.failures));
+  advance_to(counter(registry, "tollgate_store_incidents_total", "Store outages (each logged once at start and end)."),
+             static_cast<double>(st.incidents));
+  gauge(registry, "tollgate_store_live_instances", "Gateway instances heartbeating in the store.").Set(st.live_instances);
+  auto& keys = prometheus::BuildGauge()
+                   .Name("tollgate_client_keys")
+                   .Help("Per-client keys in Redis (keyed buckets, quota counters, maxShare sets), "
+                         "counted with SCAN at most every 10 s.")
+                   .Register(registry);
+  if (const auto n = client_keys()) {
+    keys.Add({}).Set(static_cast<double>(*n));
+  } else if (keys.Has({})) {
+    keys.Remove(&keys.Add({}));  // Redis cannot be read: no figure rather than a stale one
   }
-  return out;
 }
 
 std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,

@@ -75,8 +75,8 @@ TEST_F(QuotaE2E, TheOriginalExampleGivesExactlyItsCounts) {
 
   // Counted per policy.
   const std::string m = http_get(gw->admin_port, "/metrics").body;
-  EXPECT_NE(m.find("tollgate_policy_rejections_total{rule=\"/login\",policy=\"/login#q3\"}"), std::string::npos) << m;
-  EXPECT_NE(m.find("tollgate_policy_checks_total{rule=\"channel:IBE+\",policy=\"channel:IBE+#q1\",result=\"passed\"}"),
+  EXPECT_NE(m.find("tollgate_policy_rejections_total{policy=\"/login#q3\",rule=\"/login\"}"), std::string::npos) << m;
+  EXPECT_NE(m.find("tollgate_policy_checks_total{policy=\"channel:IBE+#q1\",result=\"passed\",rule=\"channel:IBE+\"}"),
             std::string::npos);
   EXPECT_GE(metric_value(*gw, "tollgate_client_keys"), 4);  // two per-IP counters, two per-IP+path
 }
@@ -147,7 +147,7 @@ TEST_F(QuotaE2E, MaxShareKeepsASecondClientQueuedWhileTheFirstIsRefused) {
   EXPECT_EQ(share_refusals, 8 - ok(h));
   EXPECT_EQ(ok(light), 2);  // queued behind heavy, not refused
   const std::string m = http_get(gw->admin_port, "/metrics").body;
-  EXPECT_NE(m.find("tollgate_policy_rejections_total{rule=\"/search\",policy=\"/search#maxShare\"} " +
+  EXPECT_NE(m.find("tollgate_policy_rejections_total{policy=\"/search#maxShare\",rule=\"/search\"} " +
                    std::to_string(share_refusals)),
             std::string::npos) << m;
 }

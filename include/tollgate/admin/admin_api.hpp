@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 
 #include "tollgate/admin/admin_server.hpp"
@@ -19,7 +20,7 @@ struct AdminDeps {
   config::SnapshotHolder& snapshots;
   config::SwitchState& switch_state;
   store::BucketStore& store;
-  const proxy::Metrics& metrics;
+  proxy::Metrics& metrics;  // its registry holds every series /metrics shows; the admin API adds its own
   std::string token;                              // empty: read-only admin API
   std::string token_name;                         // recorded as the author of changes ("" = client address)
   config::ConfigManager* config = nullptr;        // reload and source status
@@ -34,7 +35,7 @@ bool constant_time_equals(std::string_view a, std::string_view b);
 
 class AdminApi {
  public:
-  explicit AdminApi(AdminDeps deps) : deps_(std::move(deps)) {}
+  explicit AdminApi(AdminDeps deps);
   SimpleResponse handle(const SimpleRequest& req);
   // Health and readiness: never blocked by a store or database read, so answered on the
   // listener's own thread (the other endpoints run on its worker thread).
@@ -54,10 +55,14 @@ class AdminApi {
   SimpleResponse post_reload();
   SimpleResponse get_bucket(std::string_view name) const;
   SimpleResponse readyz() const;
-  std::string metrics_text() const;
+  // The registry serialized, after the store and this API have set their scrape-time series.
+  std::string metrics_text();
+  void publish_debts();
 
   AdminDeps deps_;
-  std::atomic<std::uint64_t> auth_failures_{0};
+  prometheus::Counter& auth_failures_;
+  prometheus::Family<prometheus::Gauge>& debts_;
+  std::map<std::string, prometheus::Gauge*, std::less<>> debt_series_;  // the buckets the last scrape showed
   std::int64_t last_failure_log_us_ = 0;  // written by the worker thread only
 };
 

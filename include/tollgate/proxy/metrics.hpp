@@ -1,5 +1,9 @@
 // Request outcome counters and histograms: every decision the proxy takes is counted under a
 // name, globally and per bucket (label values come from the rules, so they are bounded).
+// Every series the gateway exposes lives in one prometheus::Registry, owned here: the proxy's are
+// made below, the store and the admin API add theirs, and /metrics is that registry serialized by
+// prometheus-cpp (AdminApi). A request never looks a series up by its labels: the global ones are
+// made here, a bucket's and a policy's once per rule (RuleViews), an upstream's once at start.
 #pragma once
 
 #include <array>
@@ -10,6 +14,12 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
 
 namespace tollgate::proxy {
 
@@ -24,80 +34,107 @@ enum class Outcome : int {
   count_
 };
 const char* outcome_name(Outcome o);
+inline constexpr std::size_t kOutcomes = static_cast<std::size_t>(Outcome::count_);
 
 enum class UpstreamError : int { connect, reset, timeout, count_ };
 const char* upstream_error_name(UpstreamError e);
+inline constexpr std::size_t kUpstreamErrors = static_cast<std::size_t>(UpstreamError::count_);
 
-// A Prometheus histogram with fixed bounds in seconds.
-struct Histogram {
-  static constexpr std::array<double, 14> kBounds{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                                  0.5,   1,     2.5,  5,     10,  30,  60};
-  std::array<std::atomic<std::uint64_t>, kBounds.size() + 1> counts{};
-  std::atomic<std::uint64_t> sum_us{0};
-  void observe_us(std::int64_t us);
-  void render(std::string& out, const std::string& name, const std::string& labels) const;
+// The bounds, in seconds, of every *_seconds histogram.
+const prometheus::Histogram::BucketBoundaries& seconds_bounds();
+
+// A histogram in seconds, fed with microseconds (what the proxy's clocks give).
+class SecondsHistogram {
+ public:
+  explicit SecondsHistogram(prometheus::Histogram& h) : h_(&h) {}
+  void observe_us(std::int64_t us) const { h_->Observe(us > 0 ? static_cast<double>(us) / 1e6 : 0.0); }
+
+ private:
+  prometheus::Histogram* h_;
 };
 
-struct BucketMetrics {
-  std::array<std::atomic<std::uint64_t>, static_cast<int>(Outcome::count_)> outcomes{};
-  std::atomic<std::int64_t> held{0};
-  std::atomic<std::uint64_t> cap_rejections{0};  // 429s because too many requests already wait
-  Histogram wait;                                // time held before forwarding (0 for forwarded)
+// One bucket's series, shared by every worker.
+class BucketMetrics {
+ public:
+  BucketMetrics(prometheus::Registry& registry, std::string name);
+  BucketMetrics(const BucketMetrics&) = delete;
+  BucketMetrics& operator=(const BucketMetrics&) = delete;
+
+  void count(Outcome o) {
+    prometheus::Counter* c = outcomes_[static_cast<std::size_t>(o)].load(std::memory_order_acquire);
+    (c ? *c : first_count(o)).Increment();
+  }
+
+  prometheus::Gauge& held;               // requests waiting on it right now (also read by the hold cap)
+  prometheus::Counter& cap_rejections;   // 429s because too many requests already wait
+  SecondsHistogram wait;                 // time held before forwarding (0 for forwarded)
+
+ private:
+  // /metrics lists only the outcomes a bucket saw: an outcome's series is made by its first count.
+  prometheus::Counter& first_count(Outcome o);
+
+  prometheus::Family<prometheus::Counter>& requests_;
+  const std::string name_;
+  std::array<std::atomic<prometheus::Counter*>, kOutcomes> outcomes_{};
 };
 
 // One policy of a rule (its bucket, its channel's, a quota "<bucket>#q<id>", its maxShare
 // "<bucket>#maxShare"): how often its check passed or failed, and how often it bound a 429.
 struct PolicyMetrics {
-  std::atomic<std::uint64_t> passed{0};
-  std::atomic<std::uint64_t> failed{0};
-  std::atomic<std::uint64_t> bound{0};  // 429s it decided (the failed check furthest from passing)
+  prometheus::Counter* passed = nullptr;  // quotas only: a bucket is never checked on its own
+  prometheus::Counter* failed = nullptr;
+  prometheus::Counter* bound = nullptr;   // 429s it decided (the failed check furthest from passing)
 };
 
 struct UpstreamMetrics {
-  std::array<std::atomic<std::uint64_t>, static_cast<int>(UpstreamError::count_)> errors{};
-  Histogram latency;  // request sent -> response header received
+  void count(UpstreamError e) { errors[static_cast<std::size_t>(e)]->Increment(); }
+  std::array<prometheus::Counter*, kUpstreamErrors> errors{};
+  SecondsHistogram latency;  // request sent -> response header received
 };
 
-struct Metrics {
-  std::atomic<std::uint64_t> outcomes[static_cast<int>(Outcome::count_)] = {};
-  std::atomic<std::uint64_t> upstream_errors[static_cast<int>(UpstreamError::count_)] = {};
-  std::atomic<std::uint64_t> bad_requests{0};   // answered 4xx by the gateway itself (400/404/408/413/431)
-  std::atomic<std::int64_t> held{0};            // requests waiting on a timer right now
-  std::atomic<std::int64_t> connections{0};     // open client connections
-  std::atomic<std::uint64_t> connections_refused{0};  // over proxy.max_connections
-  std::atomic<std::uint64_t> refunds{0};        // reservations given back by departed clients
-  std::atomic<std::uint64_t> abandoned{0};      // held requests whose client left before the slot
-  std::atomic<std::uint64_t> store_degraded{0}; // decisions made by the local fallback (store down)
+class Metrics {
+ public:
+  Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Every family /metrics shows. Declared first: the series below live in it.
+  prometheus::Registry registry;
+
+  void count(Outcome o) { outcomes_[static_cast<std::size_t>(o)]->Increment(); }
+  void count(UpstreamError e) { upstream_errors_[static_cast<std::size_t>(e)]->Increment(); }
+
+  prometheus::Counter& bad_requests;         // answered 4xx by the gateway itself (400/404/408/413/431)
+  prometheus::Gauge& held;                   // requests waiting on a timer right now
+  prometheus::Gauge& connections;            // open client connections
+  prometheus::Counter& connections_refused;  // over proxy.max_connections
+  prometheus::Counter& refunds;              // reservations given back by departed clients
+  prometheus::Counter& abandoned;            // held requests whose client left before the slot
+  prometheus::Counter& store_degraded;       // decisions made by the local fallback (store down)
   // Pooled upstream connections closed instead of reused: bytes or a close arrived while idle
   // (an unsolicited response, a surplus body, an upstream keep-alive timeout) or past the idle limit.
-  std::atomic<std::uint64_t> upstream_conns_discarded{0};
-  std::atomic<std::uint64_t> upstream_retries{0};  // requests sent again after a reused connection failed
+  prometheus::Counter& upstream_conns_discarded;
+  prometheus::Counter& upstream_retries;     // requests sent again after a reused connection failed
 
-  void count(Outcome o) { outcomes[static_cast<int>(o)].fetch_add(1, std::memory_order_relaxed); }
-  void count(UpstreamError e) { upstream_errors[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed); }
-  std::uint64_t get(Outcome o) const { return outcomes[static_cast<int>(o)].load(std::memory_order_relaxed); }
-  std::uint64_t get(UpstreamError e) const {
-    return upstream_errors[static_cast<int>(e)].load(std::memory_order_relaxed);
-  }
-
-  // Per-bucket and per-upstream series, created on first use and kept (names come from the rules
-  // and the config). Lookups go through a small per-thread cache.
+  // Per-bucket, per-policy and per-upstream series, made on first use and kept (names come from
+  // the rules and the config). A lookup takes a lock: callers keep the reference (RuleViews,
+  // the route table), never look it up per request.
   BucketMetrics& bucket(std::string_view name);
   UpstreamMetrics& upstream(std::string_view name);
-  // The series of one policy of one rule (label values from the rules: bounded).
-  PolicyMetrics& policy(std::string_view rule, std::string_view policy);
+  // `quota`: the policy is checked on its own, so it has pass/fail series too.
+  PolicyMetrics& policy(std::string_view rule, std::string_view policy, bool quota);
 
-  // Prometheus text exposition.
+  // Prometheus text exposition of the whole registry: the one renderer of /metrics.
   std::string render() const;
 
  private:
-  mutable std::mutex mu_;
+  std::array<prometheus::Counter*, kOutcomes> outcomes_{};
+  std::array<prometheus::Counter*, kUpstreamErrors> upstream_errors_{};
+
+  std::mutex mu_;
   std::map<std::string, std::unique_ptr<BucketMetrics>, std::less<>> buckets_;
   std::map<std::string, std::unique_ptr<UpstreamMetrics>, std::less<>> upstreams_;
   std::map<std::string, std::unique_ptr<PolicyMetrics>, std::less<>> policies_;
 };
-
-// A Prometheus label value, escaped.
-std::string label_value(std::string_view v);
 
 }  // namespace tollgate::proxy

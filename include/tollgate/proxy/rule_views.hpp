@@ -1,6 +1,7 @@
 // What the proxy derives from a snapshot once, rather than per request: for each rule, the
-// RateLimit-Policy value a request it governs is told and its bucket's metric series. A worker
-// keeps the views of the snapshot it last saw and builds new ones when the snapshot changes.
+// RateLimit-Policy value a request it governs is told and its metric series (its bucket's, its
+// policies'). A worker keeps the views of the snapshot it last saw and builds new ones when the
+// snapshot changes.
 #pragma once
 
 #include <memory>
@@ -9,12 +10,17 @@
 
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/proxy/metrics.hpp"
+#include "tollgate/store/decision.hpp"
 
 namespace tollgate::proxy {
 
 struct RuleView {
   std::string policies;                      // RateLimit-Policy: the rule's items, then its channel's
-  mutable BucketMetrics* metrics = nullptr;  // the series of the rule's bucket, made on first use
+  // The series below are made on first use (as /metrics lists only buckets and policies that saw
+  // traffic), then one pointer away.
+  mutable BucketMetrics* metrics = nullptr;  // the rule's bucket
+  mutable std::vector<PolicyMetrics*> quotas;  // by quota index: the rule's quotas, then its channel's
+  mutable PolicyMetrics* bound[3] = {};      // by store::Bound: bucket, parent, share
 };
 
 class RuleViews {
@@ -24,13 +30,17 @@ class RuleViews {
   const RuleView& of(const config::Rule& rule) const {
     return views_[static_cast<std::size_t>(&rule - snapshot_->rules.data())];
   }
-  // The rule's bucket series: created on first use (as /metrics lists only buckets that saw
-  // traffic), then one pointer away. Views are used by one thread.
+  // The rule's bucket series. Views are used by one thread.
   BucketMetrics& metrics_of(const config::Rule& rule) const {
     const RuleView& v = of(rule);
     if (v.metrics == nullptr) v.metrics = &metrics_.bucket(rule.bucket);
     return *v.metrics;
   }
+  // The series of the rule's quota `i` (quota_at), and of the policy that bound a decision.
+  // `channel` is the rule's channel in this snapshot (or null).
+  PolicyMetrics& quota_metrics(const config::Rule& rule, const config::Rule* channel, std::size_t i) const;
+  PolicyMetrics& bound_metrics(const config::Rule& rule, const config::Rule* channel,
+                               const store::StoreDecision& sd) const;
 
  private:
   std::shared_ptr<const config::Snapshot> snapshot_;

@@ -10,6 +10,10 @@
 
 #include "tollgate/store/decision.hpp"
 
+namespace prometheus {
+class Registry;
+}
+
 namespace tollgate::store {
 
 class BucketStore {
@@ -31,8 +35,9 @@ class BucketStore {
   // Read-only view of one bucket for the admin API (nullopt: the store cannot answer now).
   virtual std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) = 0;
   virtual std::string name() const = 0;
-  // Store-specific Prometheus lines (health, failures); empty when there is nothing to add.
-  virtual std::string metrics_text() const { return {}; }
+  // Sets the store's own series (health, failures, client keys) in the gateway's registry, made on
+  // the first call: called by each /metrics scrape, as some are counted only then.
+  virtual void publish_metrics(prometheus::Registry& registry) const { (void)registry; }
 };
 
 }  // namespace tollgate::store

@@ -30,7 +30,7 @@ class LocalStore final : public BucketStore {
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
   std::string name() const override { return "local"; }
-  std::string metrics_text() const override;
+  void publish_metrics(prometheus::Registry& registry) const override;
 
   // The synchronous operations the coroutines wrap; also what benchmarks, tests and the Redis
   // store's `local` failure policy call.

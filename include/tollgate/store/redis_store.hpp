@@ -76,7 +76,7 @@ class RedisStore final : public BucketStore {
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
   std::string name() const override { return "redis"; }
-  std::string metrics_text() const override;
+  void publish_metrics(prometheus::Registry& registry) const override;
 
   RedisStats stats() const;
   // Per-client keys in Redis, counted with SCAN (from the admin thread) at most every 10 s;

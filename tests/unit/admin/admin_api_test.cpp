@@ -116,6 +116,33 @@ TEST(AdminApi, HealthMetricsAndUnknownPaths) {
   EXPECT_EQ(api.handle({"POST", "/admin/rules", "", "", ""}).status, 405);
 }
 
+TEST(AdminApi, MetricsAreOneRegistryWithTheStoresAndTheAdminSeries) {
+  Fixture f;
+  auto api = f.api("t");
+  for (int i = 0; i < 7; ++i) f.store.decide({{"/shopping/search", f.snaps.get()->rules[0].params}, {}, {}, 1, 1'000'000});
+  EXPECT_EQ(api.handle(put_switch("Bearer wrong")).status, 401);
+  const auto count = [](const std::string& text, const std::string& s) {
+    std::size_t n = 0;
+    for (auto at = text.find(s); at != std::string::npos; at = text.find(s, at + 1)) ++n;
+    return n;
+  };
+  std::string m = api.handle({"GET", "/metrics", "", "", ""}).body;
+  EXPECT_EQ(count(m, "\ntollgate_bucket_debt_seconds{bucket=\"/shopping/search\"} 0.4\n"), 1u) << m;
+  EXPECT_EQ(count(m, "\ntollgate_admin_auth_failures_total 1\n"), 1u);
+  EXPECT_EQ(count(m, "\ntollgate_switch_state 1\n"), 1u);
+  EXPECT_EQ(count(m, "\ntollgate_client_keys_max "), 1u);                              // the store's
+  EXPECT_EQ(count(m, "\ntollgate_requests_total{outcome=\"forwarded\"} 0\n"), 1u);  // the proxy's
+  // Scraped again: every family once.
+  m = api.handle({"GET", "/metrics", "", "", ""}).body;
+  EXPECT_EQ(count(m, "# TYPE tollgate_switch_state gauge\n"), 1u);
+  EXPECT_EQ(count(m, "# TYPE tollgate_bucket_debt_seconds gauge\n"), 1u);
+  EXPECT_EQ(count(m, "# TYPE tollgate_client_keys gauge\n"), 1u);
+  // A rule gone from the config: its bucket's debt is no longer shown.
+  f.snaps.set(config::make_snapshot(config::validate_rows(std::vector<config::RawRow>{}), 4, "test"));
+  m = api.handle({"GET", "/metrics", "", "", ""}).body;
+  EXPECT_EQ(m.find("tollgate_bucket_debt_seconds{"), std::string::npos) << m;
+}
+
 TEST(AdminApi, ConstantTimeEquals) {
   EXPECT_TRUE(constant_time_equals("abc", "abc"));
   EXPECT_FALSE(constant_time_equals("abc", "abd"));

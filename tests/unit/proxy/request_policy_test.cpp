@@ -168,12 +168,12 @@ TEST_F(RequestPolicy, HoldCapsLeaveOnlyAnImmediatePermit) {
   EXPECT_TRUE(p.capped);
   EXPECT_EQ(p.request.timeout_us, 0);
   held = 99;
-  metrics.bucket("/search").held = 10;  // proxy.max_held_per_bucket reached
+  metrics.bucket("/search").held.Set(10);  // proxy.max_held_per_bucket reached
   Plan q;
   plan("/api/search", q);
   EXPECT_TRUE(q.capped);
   EXPECT_EQ(q.request.timeout_us, 0);
-  metrics.bucket("/search").held = 9;
+  metrics.bucket("/search").held.Set(9);
   Plan free;
   plan("/api/search", free);
   EXPECT_FALSE(free.capped);
