@@ -91,6 +91,7 @@ class Session {
   // 100 fields of views: allocated once per connection, reused by each of its requests.
   std::unique_ptr<http1::RequestHead> head_ = std::make_unique<http1::RequestHead>();
   std::string body_;  // a chunked request's body, decoded
+  bool linger_ = false;  // refused mid-request: drain what the client still sends before closing
 };
 
 net::awaitable<void> Session::run(tcp::socket sock) {
@@ -127,6 +128,18 @@ net::awaitable<void> Session::run(tcp::socket sock) {
   }
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  if (linger_) {
+    // After a refusal the client may still be sending (the rest of a refused body): closing with
+    // its bytes unread would reset the connection, and a reset can destroy our answer before the
+    // client reads it. So read and discard until it closes, as nginx's lingering close does,
+    // bounded in time and bytes.
+    const Deadline until = deadline_after(milliseconds(1000));
+    for (std::size_t discarded = 0; discarded < 1024 * 1024;) {
+      buffer_.clear();
+      if (const beast::error_code ec = co_await read_more(until)) break;
+      discarded += buffer_.size();
+    }
+  }
   metrics.connections.Decrement();
 }
 
@@ -219,6 +232,7 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
 }
 
 net::awaitable<void> Session::refuse(int status, std::string_view code, std::string_view detail) {
+  linger_ = true;
   px_.deps.metrics.bad_requests.Increment();
   const OwnAnswer answer = error_answer(status, code, detail);
   co_await send_answer(*stream_, 11, false, answer, write_timeout());
@@ -280,7 +294,10 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     refusal.allow = limits_.allow_trace ? "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"
                                         : "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
   }
-  if (access.rec.status != 0) co_return co_await send_answer(stream, version, keep && !close_after, refusal, write_timeout());
+  if (access.rec.status != 0) {
+    linger_ = close_after;  // the rest of the request (a body of unknown framing) is not read
+    co_return co_await send_answer(stream, version, keep && !close_after, refusal, write_timeout());
+  }
 
   std::string rewritten;  // the normalised target, when the client spelled it otherwise
   if (target.rewritten) rewritten.append(target.path).append(target.query);

@@ -2,9 +2,15 @@
 
 namespace tollgate::proxy {
 
-TimedSocket::TimedSocket(tcp::socket s, Timeouts& t) : sock_(std::move(s)), timeouts_(t) { timeouts_.add(this); }
-TimedSocket::TimedSocket(const net::any_io_executor& ex, Timeouts& t) : sock_(ex), timeouts_(t) { timeouts_.add(this); }
-TimedSocket::~TimedSocket() { timeouts_.remove(this); }
+TimedSocket::TimedSocket(tcp::socket s, Timeouts& t) : sock_(std::move(s)), timeouts_(&t) { t.add(this); }
+TimedSocket::TimedSocket(const net::any_io_executor& ex, Timeouts& t) : sock_(ex), timeouts_(&t) { t.add(this); }
+TimedSocket::~TimedSocket() {
+  if (timeouts_) timeouts_->remove(this);
+}
+
+Timeouts::~Timeouts() {
+  for (TimedSocket* s = head_; s != nullptr; s = s->next_) s->timeouts_ = nullptr;
+}
 
 void Timeouts::add(TimedSocket* s) {
   s->next_ = head_;

@@ -53,7 +53,7 @@ class TimedSocket {
  private:
   friend class Timeouts;
   tcp::socket sock_;
-  Timeouts& timeouts_;
+  Timeouts* timeouts_;  // null once the worker's list is gone
   Clock::time_point deadline_ = kNoDeadline;
   bool timed_out_ = false;
   TimedSocket* prev_ = nullptr;  // the worker's list of connections
@@ -63,6 +63,12 @@ class TimedSocket {
 // The connections of one worker (one thread) and the tick that enforces their deadlines.
 class Timeouts {
  public:
+  Timeouts() = default;
+  Timeouts(Timeouts&& other) noexcept : head_(other.head_) { other.head_ = nullptr; }
+  Timeouts& operator=(Timeouts&&) = delete;
+  // The worker goes before the io_context that still holds suspended sessions (their frames are
+  // destroyed with it): the sockets still listed forget this list, so they do not unlink from it.
+  ~Timeouts();
   // Runs on the worker's io_context until the context stops.
   net::awaitable<void> run();
 
