@@ -76,7 +76,9 @@ class Session {
   // body (a view into buffer_, or the decoded body_ when chunked). Returns the bytes it takes in
   // buffer_, or 0 when the connection is to close (answered already if there was anything to say).
   net::awaitable<std::size_t> read_request(std::string_view& body);
-  net::awaitable<beast::error_code> read_more(Deadline deadline);
+  net::awaitable<beast::error_code> read_more(Deadline deadline) {
+    return proxy::read_more(*stream_, buffer_, deadline);
+  }
   net::awaitable<void> refuse(int status, std::string_view code, std::string_view detail);
   net::awaitable<void> answer_read_error(beast::error_code ec);
   net::awaitable<bool> handle(std::string_view body);
@@ -143,17 +145,6 @@ net::awaitable<void> Session::run(tcp::socket sock) {
   metrics.connections.Decrement();
 }
 
-net::awaitable<beast::error_code> Session::read_more(Deadline deadline) {
-  TimedSocket& stream = *stream_;
-  beast::error_code ec;
-  if (stream.timed_out()) co_return beast::error_code(beast::error::timeout);
-  stream.start(deadline);
-  const std::size_t n = co_await stream.async_read_some(buffer_.prepare(kReadChunk), with(ec));
-  stream.end(ec);
-  if (!ec) buffer_.commit(n);
-  co_return ec;
-}
-
 net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
   http1::RequestHead& h = *head_;
   std::size_t scanned = 0;
@@ -177,6 +168,7 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
     co_return 0;
   }
   body = {};
+  const char* const head_at = view(buffer_).data();  // where the head's views point
   if (h.other_transfer_encoding) co_return h.head_bytes;  // answered 501 unread, then closed (handle)
   const http1::BodyFraming framing = http1::request_body(h);
   if (framing.kind == http1::BodyKind::none) co_return h.head_bytes;
@@ -225,9 +217,11 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
     }
     body = body_;
   }
-  // Reading the body may have moved the buffer: the head's views are made again over it.
-  std::size_t again = 0;
-  http1::parse_request_head(view(buffer_), limits_.max_header_bytes, h, again);
+  // Reading the body may have moved the buffer: then the head's views are made again over it.
+  if (view(buffer_).data() != head_at) {
+    std::size_t again = 0;
+    http1::parse_request_head(view(buffer_), limits_.max_header_bytes, h, again);
+  }
   co_return used;
 }
 

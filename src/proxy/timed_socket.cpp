@@ -12,6 +12,16 @@ Timeouts::~Timeouts() {
   for (TimedSocket* s = head_; s != nullptr; s = s->next_) s->timeouts_ = nullptr;
 }
 
+net::awaitable<beast::error_code> read_more(TimedSocket& stream, beast::flat_buffer& buffer, Clock::time_point deadline) {
+  beast::error_code ec;
+  if (stream.timed_out()) co_return beast::error_code(beast::error::timeout);
+  stream.start(deadline);
+  const std::size_t n = co_await stream.async_read_some(buffer.prepare(kReadChunk), with(ec));
+  stream.end(ec);
+  if (!ec) buffer.commit(n);
+  co_return ec;
+}
+
 void Timeouts::add(TimedSocket* s) {
   s->next_ = head_;
   if (head_) head_->prev_ = s;

@@ -60,6 +60,10 @@ class TimedSocket {
   TimedSocket* next_ = nullptr;
 };
 
+// Reads what has arrived (up to kReadChunk) into `buffer` under `deadline`: the one read of the
+// client session and the upstream side. A connection that timed out before is not read again.
+net::awaitable<beast::error_code> read_more(TimedSocket& stream, beast::flat_buffer& buffer, Clock::time_point deadline);
+
 // The connections of one worker (one thread) and the tick that enforces their deadlines.
 class Timeouts {
  public:

@@ -155,16 +155,6 @@ void give_back(ProxyContext& px, Pool& pool, std::unique_ptr<PooledConn> c) {
   pool.idle.push_back(std::move(c));
 }
 
-net::awaitable<beast::error_code> read_more(PooledConn& conn, Deadline deadline) {
-  beast::error_code ec;
-  if (conn.stream.timed_out()) co_return beast::error_code(beast::error::timeout);
-  conn.stream.start(deadline);
-  const std::size_t n = co_await conn.stream.async_read_some(conn.buffer.prepare(kReadChunk), with(ec));
-  conn.stream.end(ec);
-  if (!ec) conn.buffer.commit(n);
-  co_return ec;
-}
-
 // Reads response heads until the final one. Interim responses (1xx) carry no body and answer
 // nothing the client asked the upstream for (the gateway answers `Expect: 100-continue` itself
 // and strips `Upgrade`), so they are consumed; the final response that follows is this
@@ -177,7 +167,7 @@ net::awaitable<beast::error_code> read_final_head(PooledConn& conn, http1::Respo
     http1::Error e;
     while ((e = http1::parse_response_head(view(conn.buffer), kMaxResponseHead, head, scanned)) == http1::Error::need_more) {
       got_some = got_some || conn.buffer.size() > 0;
-      beast::error_code ec = co_await read_more(conn, deadline);
+      beast::error_code ec = co_await read_more(conn.stream, conn.buffer, deadline);
       if (ec == net::error::eof && conn.buffer.size() > 0) {
         why = "partial message";
         ec = net::error::invalid_argument;
@@ -262,7 +252,7 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
       out.clear();
     }
     if (done || !upstream_ok) break;
-    beast::error_code ec = co_await read_more(*conn, deadline_after(up.response_timeout));
+    beast::error_code ec = co_await read_more(conn->stream, conn->buffer, deadline_after(up.response_timeout));
     if (ec == net::error::eof && framing.kind == http1::BodyKind::until_close) {
       done = true;  // the end of a body delimited by the close
       if (chunked_out) {
