@@ -139,10 +139,8 @@ class MultiLock {
     for (std::size_t i = 0; i < idx_.size(); ++i) idx_[i] = i;
     n_ = idx_.size();
   }
-  // Locks the shards and sweeps those due: before any entry is looked up, so that a sweep never
-  // removes an entry this request already holds a reference to.
-  template <class Shards, class Sweep>
-  void lock(Shards& shards, Sweep sweep) {
+  template <class Shards>
+  void lock(Shards& shards) {
     std::sort(idx_.begin(), idx_.begin() + n_);
     const auto end = std::unique(idx_.begin(), idx_.begin() + n_);
     for (auto it = idx_.begin(); it != end; ++it) {
@@ -150,7 +148,6 @@ class MultiLock {
       mus_[held_]->lock();
       locked_[held_] = *it;
       ++held_;
-      sweep(shards[*it]);
     }
   }
 
@@ -165,7 +162,6 @@ class MultiLock {
 // The general path: buckets, quotas and maxShare decided on copies; charged only if all admit.
 StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   StoreDecision out;
-  const Micros now = clock_.now_us();
   MultiLock locks;
   if (req.use_bucket) locks.add(shard_index(req.bucket.name));
   if (req.parent) locks.add(shard_index(req.parent->name));
@@ -175,7 +171,13 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   }
   if (req.share && !locks.full()) locks.add(shard_index(req.share->key));
   if (locks.full()) locks.all();  // more checks than shards: take them all
-  locks.lock(shards_, [now](Shard& sh) {
+  locks.lock(shards_);
+  // The clock is read under the locks, so that each bucket sees time only move forward: a `now`
+  // read before another thread's decision on the same bucket would make a stored permit wait.
+  const Micros now = clock_.now_us();
+  // Swept before any entry is looked up, so that a sweep never removes an entry this request
+  // already holds a reference to.
+  locks.each(shards_, [now](Shard& sh) {
     if (sh.map.size() >= sh.sweep_at) sweep(sh, now);
   });
   // Client tables go back to their cap when the decision is done (still under the locks): entries
@@ -295,11 +297,11 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
 StoreDecision LocalStore::decide(const AcquireRequest& req) {
   if (!simple(req)) return decide_all(req);
   StoreDecision out;
-  const Micros now = clock_.now_us();
   const std::size_t ia = shard_index(req.bucket.name);
   if (!req.parent) {
     Shard& shard = shards_[ia];
     std::lock_guard lock(shard.mu);
+    const Micros now = clock_.now_us();  // under the lock: see decide_all
     if (shard.map.size() >= shard.sweep_at) sweep(shard, now);
     Entry& e = bucket_entry(shard, req.bucket, false, now);
     out.decision = limiter::try_acquire(e.state, e.shape, e.params.mode, req.permits, req.timeout_us, now);
@@ -309,6 +311,7 @@ StoreDecision LocalStore::decide(const AcquireRequest& req) {
   }
   const std::size_t ib = shard_index(req.parent->name);
   ShardLocks locks(shards_[ia].mu, &shards_[ib].mu, ia < ib);
+  const Micros now = clock_.now_us();
   // Sweep first: a sweep while creating the second entry could remove the first (rested) one.
   for (Shard* sh : {&shards_[ia], &shards_[ib]})
     if (sh->map.size() >= sh->sweep_at) sweep(*sh, now);
@@ -328,11 +331,11 @@ bool LocalStore::give_back(const AcquireRequest& req, const Reservation& r) { re
 
 RefundResult LocalStore::give_back_slots(const AcquireRequest& req, const Reservation& r) {
   RefundResult out;
-  const Micros now = clock_.now_us();
   {
     const std::size_t ia = shard_index(req.bucket.name);
     const std::size_t ib = req.parent ? shard_index(req.parent->name) : ia;
     ShardLocks locks(shards_[ia].mu, req.parent ? &shards_[ib].mu : nullptr, ia < ib);
+    const Micros now = clock_.now_us();
     // Found as they are now: a refund never reconciles parameters (the request's may be older).
     auto abandon = [&](Entry* e, const limiter::Slot& slot, std::uint32_t& returned) {
       if (e == nullptr) return;  // no state: a full, rested bucket holds no reservation
