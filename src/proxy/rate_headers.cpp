@@ -5,9 +5,7 @@
 
 namespace tollgate::proxy {
 
-std::string sf_string(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
+void append_sf_string(std::string& out, std::string_view s) {
   out.push_back('"');
   for (unsigned char c : s) {
     if (c < 0x20 || c > 0x7e) {
@@ -18,6 +16,12 @@ std::string sf_string(std::string_view s) {
     out.push_back(static_cast<char>(c));
   }
   out.push_back('"');
+}
+
+std::string sf_string(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  append_sf_string(out, s);
   return out;
 }
 

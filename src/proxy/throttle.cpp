@@ -1,5 +1,6 @@
 #include "tollgate/proxy/throttle.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -20,9 +21,18 @@ long long ceil_seconds(limiter::Micros us) {
 
 namespace {
 // One RateLimit item: "<name>";r=<whole requests left>;t=<seconds, rounded up>
+// Written into one string sized once: it is made for every limited request.
 std::string rl_item(std::string_view name, double remaining, limiter::Micros t_us) {
   const long long r = remaining >= 1 ? static_cast<long long>(std::floor(remaining)) : 0;
-  return sf_string(name) + ";r=" + std::to_string(r) + ";t=" + std::to_string(ceil_seconds(t_us));
+  std::string out;
+  out.reserve(name.size() + 2 + 3 + 20 + 3 + 20);
+  append_sf_string(out, name);
+  char digits[24];
+  out.append(";r=");
+  out.append(digits, std::to_chars(digits, digits + sizeof digits, r).ptr);
+  out.append(";t=");
+  out.append(digits, std::to_chars(digits, digits + sizeof digits, ceil_seconds(t_us)).ptr);
+  return out;
 }
 }  // namespace
 

@@ -14,6 +14,8 @@ namespace tollgate::proxy {
 // in one; any other byte is written as '?' so that a header stays one well-formed line whatever it
 // is given (validated rule names never contain such bytes).
 std::string sf_string(std::string_view s);
+// The same, appended to `out`.
+void append_sf_string(std::string& out, std::string_view s);
 
 // A bucket's item: "<bucket>";q=<rate>;w=1;burst=<max permits>
 std::string ratelimit_policy(std::string_view bucket, double rate, double max_permits);
