@@ -80,6 +80,7 @@ class Session {
     return proxy::read_more(*stream_, buffer_, deadline);
   }
   net::awaitable<void> refuse(int status, std::string_view code, std::string_view detail);
+  net::awaitable<void> refuse_body_too_large();  // 413 naming proxy.max_body_bytes
   net::awaitable<void> answer_read_error(beast::error_code ec);
   net::awaitable<bool> handle(std::string_view body);
   net::awaitable<bool> hold(BucketMetrics& bm, std::chrono::microseconds wait);
@@ -157,10 +158,12 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
     }
   }
   if (e == http1::Error::header_too_large || e == http1::Error::too_many_fields) {
-    co_await refuse(431, "headers_too_large",
-                    e == http1::Error::too_many_fields
-                        ? "request has more than " + std::to_string(http1::kMaxFields) + " header fields"
-                        : "request headers exceed " + std::to_string(limits_.max_header_bytes) + " bytes");
+    // Named, not a temporary of the co_await expression: g++ 12 destroys a conditional's string
+    // temporary there twice.
+    const std::string detail = e == http1::Error::too_many_fields
+                                   ? "request has more than " + std::to_string(http1::kMaxFields) + " header fields"
+                                   : "request headers exceed " + std::to_string(limits_.max_header_bytes) + " bytes";
+    co_await refuse(431, "headers_too_large", detail);
     co_return 0;
   }
   if (e != http1::Error::none) {
@@ -184,7 +187,7 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
   std::size_t used = 0;
   if (framing.kind == http1::BodyKind::length) {
     if (framing.length > limits_.max_body_bytes) {
-      co_await refuse(413, "body_too_large", "request body exceeds " + std::to_string(limits_.max_body_bytes) + " bytes");
+      co_await refuse_body_too_large();
       co_return 0;
     }
     used = h.head_bytes + framing.length;
@@ -202,7 +205,7 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
     for (;;) {
       used += decoder.decode(view(buffer_).substr(used), [this](const char* p, std::size_t n) { body_.append(p, n); });
       if (decoder.error() == http1::Error::body_too_large) {
-        co_await refuse(413, "body_too_large", "request body exceeds " + std::to_string(limits_.max_body_bytes) + " bytes");
+        co_await refuse_body_too_large();
         co_return 0;
       }
       if (decoder.error() != http1::Error::none) {
@@ -232,6 +235,11 @@ net::awaitable<void> Session::refuse(int status, std::string_view code, std::str
   co_await send_answer(*stream_, 11, false, answer, write_timeout());
 }
 
+net::awaitable<void> Session::refuse_body_too_large() {
+  const std::string detail = "request body exceeds " + std::to_string(limits_.max_body_bytes) + " bytes";
+  co_await refuse(413, "body_too_large", detail);
+}
+
 net::awaitable<void> Session::answer_read_error(beast::error_code ec) {
   // The client went away before a whole request: nothing to answer, unless it sent part of one.
   if (ec == net::error::connection_reset || ec == net::error::operation_aborted) co_return;
@@ -240,7 +248,8 @@ net::awaitable<void> Session::answer_read_error(beast::error_code ec) {
     px_.deps.metrics.bad_requests.Increment();
     co_return;
   }
-  co_await refuse(400, "bad_request", ec == net::error::eof ? "partial message" : ec.message());
+  const std::string detail = ec == net::error::eof ? "partial message" : ec.message();  // named: see read_request
+  co_await refuse(400, "bad_request", detail);
 }
 
 net::awaitable<bool> Session::handle(std::string_view body) {
