@@ -20,15 +20,6 @@ namespace tollgate::store {
 namespace net = boost::asio;
 using std::chrono::milliseconds;
 
-const char* failure_policy_name(FailurePolicy p) {
-  switch (p) {
-    case FailurePolicy::fail_open: return "fail_open";
-    case FailurePolicy::fail_closed: return "fail_closed";
-    case FailurePolicy::local: return "local";
-  }
-  return "unknown";
-}
-
 const char* acquire_script() { return scripts::kAcquire; }
 const char* refund_script() { return scripts::kRefund; }
 
@@ -415,7 +406,8 @@ return redis.call('ZCARD', KEYS[1])
 };
 
 RedisStore::RedisStore(RedisOptions options, std::vector<net::io_context*> contexts, const limiter::Clock& clock)
-    : options_(std::move(options)), contexts_(std::move(contexts)), local_(clock) {
+    : options_(std::move(options)), contexts_(std::move(contexts)) {
+  (void)clock;  // decisions use Redis TIME; kept so that every store is made the same way
   instance_id_ = options_.instance_id;
   if (instance_id_.empty()) {
     char host[256] = {0};
@@ -455,8 +447,7 @@ void RedisStore::record_success() {
   if (ever_up_ && incidents_ > 0) {
     const double secs = static_cast<double>(unix_ms() - incident_started_ms_) / 1e3;
     std::cerr << "tollgate: redis store incident ended after " << secs << " s: " << incident_failures_
-              << " decisions were made by the " << failure_policy_name(options_.failure_policy) << " policy"
-              << std::endl;
+              << " decisions were made by the failure policy" << std::endl;
   }
   ever_up_ = true;
 }
@@ -478,11 +469,11 @@ void RedisStore::record_failure(const std::string& error) {
   ++incidents_;
   incident_started_ms_ = unix_ms();
   incident_failures_ = 0;
-  std::cerr << "tollgate: warn: redis store incident started: " << error << "; policy "
-            << failure_policy_name(options_.failure_policy) << std::endl;
+  std::cerr << "tollgate: warn: redis store incident started: " << error
+            << "; decisions go to the failure policy until it answers" << std::endl;
 }
 
-StoreDecision RedisStore::fallback(const AcquireRequest& req, const std::string& error) {
+StoreDecision RedisStore::unavailable(std::string error) {
   failures_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(incident_mu_);
@@ -490,46 +481,20 @@ StoreDecision RedisStore::fallback(const AcquireRequest& req, const std::string&
     last_error_ = error;
   }
   StoreDecision out;
-  out.error = error;
-  switch (options_.failure_policy) {
-    case FailurePolicy::fail_open:
-      out.status = StoreStatus::unavailable_open;
-      return out;
-    case FailurePolicy::fail_closed:
-      out.status = StoreStatus::unavailable_closed;
-      return out;
-    case FailurePolicy::local:
-      break;
-  }
-  // This instance's share of the fleet's rate: rate / N, burst / N.
-  const double n = options_.local_divisor ? options_.local_divisor : std::max(1u, live_instances_.load());
-  auto share = [n](BucketParams p) {
-    p.rate /= n;
-    if (p.burst) p.burst = std::max(1.0, *p.burst / n);
-    return p;
-  };
-  AcquireRequest local = req;
-  local.bucket.params = share(req.bucket.params);
-  if (req.parent) local.parent = BucketRef{req.parent->name, share(req.parent->params)};
-  // Quotas likewise: limit / N per instance (at least 1), so the fleet stays near its quota.
-  for (QuotaRef& q : local.quotas)
-    q.params.limit = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(q.params.limit) / n));
-  out = local_.decide(local);
-  out.status = StoreStatus::ok;
-  out.degraded = true;
-  out.error = error;
+  out.status = StoreStatus::unavailable;
+  out.error = std::move(error);
   return out;
 }
 
 boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req) {
   Connection* c = connection_for_current_thread();
-  if (c == nullptr || !c->ready) co_return fallback(req, c ? last_error() : "redis store not on this thread");
+  if (c == nullptr || !c->ready) co_return unavailable(c ? last_error() : "redis store not on this thread");
   std::vector<std::string> args{"EVALSHA", c->acquire_sha};
   for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
   Reply r = co_await c->async_call(std::move(args), scripts::kAcquire, net::use_awaitable);
   std::optional<StoreDecision> out;
   if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size());
-  if (!out) co_return fallback(req, r.ok ? "redis: unexpected script reply" : r.error);
+  if (!out) co_return unavailable(r.ok ? "redis: unexpected script reply" : r.error);
   record_success();
   co_return std::move(*out);
 }
@@ -666,10 +631,6 @@ RedisStats RedisStore::stats() const {
 void RedisStore::publish_metrics(prometheus::Registry& registry) const {
   const RedisStats st = stats();
   gauge(registry, "tollgate_store_up", "Whether the shared bucket store (Redis) answers.").Set(st.up ? 1 : 0);
-  advance_to(counter(registry, "tollgate_store_failures_total",
-                     "Decisions affected by a store failure (handled by the policy).",
-                     {{"policy", failure_policy_name(options_.failure_policy)}}),
-             static_cast<double>(st.failures));
   advance_to(counter(registry, "tollgate_store_incidents_total", "Store outages (each logged once at start and end)."),
              static_cast<double>(st.incidents));
   gauge(registry, "tollgate_store_live_instances", "Gateway instances heartbeating in the store.").Set(st.live_instances);

@@ -17,6 +17,7 @@
 
 #include "support/manual_clock.hpp"
 #include "support/redis.hpp"
+#include "tollgate/store/failure_policy_store.hpp"
 #include "tollgate/store/local_store.hpp"
 #include "tollgate/store/redis_store.hpp"
 
@@ -433,10 +434,9 @@ TEST(RedisFallback, LocalPolicyDividesQuotasByTheFleet) {
   ManualClock clock(1'700'000'000'000'000);
   RedisOptions o;
   o.port = 1;  // never started: every decision takes the failure policy
-  o.failure_policy = FailurePolicy::local;
-  o.local_divisor = 2;
   boost::asio::io_context ctx;
-  RedisStore store(o, {&ctx}, clock);
+  FailurePolicyStore store(std::make_unique<RedisStore>(o, std::vector<boost::asio::io_context*>{&ctx}, clock),
+                           std::make_unique<LocalStore>(clock), FailurePolicy::local, /*local_divisor=*/2, {});
   AcquireRequest req{{"/q", {}}, {}, "/q", 1.0, 0};
   req.use_bucket = false;
   req.quotas = {{"q:1:a", {60'000'000, 5, limiter::WindowAlgorithm::fixed}, false}};
