@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <future>
 #include <random>
 
 #include "support/manual_clock.hpp"
@@ -409,11 +410,17 @@ TEST(RedisStoreAbandon, SlotsComeBackThroughTheStore) {
         }
         for (int i = 0; i < 4; ++i) d.push_back(co_await store.try_acquire(req));
         for (int i : {1, 3, 2}) r.push_back(co_await store.refund_slots(req, d[static_cast<std::size_t>(i)].reservation));
+        // Read as the admin API does: from another thread, over this thread's connection.
+        auto read = std::async(std::launch::async, [&] { return store.inspect(req.bucket, ""); });
+        while (read.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+          t.expires_after(std::chrono::milliseconds(5));
+          co_await t.async_wait(boost::asio::use_awaitable);
+        }
+        after = read.get();
         store.stop();
       },
       boost::asio::detached);
   ctx.run();
-  after = store.inspect(req.bucket, "");
   ASSERT_EQ(d.size(), 4u);
   for (const StoreDecision& x : d) ASSERT_FALSE(x.degraded) << x.error;
   EXPECT_EQ(d[0].decision.wait_us, 0);

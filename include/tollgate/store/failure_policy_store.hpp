@@ -33,6 +33,9 @@ class FailurePolicyStore final : public BucketStore {
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
+  std::vector<std::optional<BucketSnapshot>> inspect_many(const std::vector<BucketProbe>& probes) override {
+    return shared_->inspect_many(probes);
+  }
   std::string name() const override { return shared_->name(); }
   void publish_metrics(prometheus::Registry& registry) const override;
 

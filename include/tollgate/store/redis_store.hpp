@@ -68,7 +68,11 @@ class RedisStore final : public BucketStore {
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
+  // Read over the first thread's connection (no connection of their own), waiting at most
+  // connect_timeout_ms; inspect_many reads every probe with one script call. For a thread that runs
+  // no store connection (the admin thread): from a request thread they answer nullopt.
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
+  std::vector<std::optional<BucketSnapshot>> inspect_many(const std::vector<BucketProbe>& probes) override;
   std::string name() const override { return "redis"; }
   void publish_metrics(prometheus::Registry& registry) const override;
 
@@ -76,8 +80,8 @@ class RedisStore final : public BucketStore {
   // Gateway instances heartbeating in this Redis (this one included once connected), for the
   // `local` failure policy's rate / N.
   unsigned live_instances() const { return live_instances_.load(std::memory_order_relaxed); }
-  // Per-client keys in Redis, counted with SCAN (from the admin thread) at most every 10 s;
-  // nullopt when Redis cannot be read.
+  // Per-client keys in Redis, counted with SCAN over the first thread's connection (called from the
+  // admin thread) at most every 10 s; nullopt when Redis cannot be read.
   std::optional<std::uint64_t> client_keys() const;
   const RedisOptions& options() const { return options_; }
 
