@@ -153,18 +153,24 @@ std::string AdminApi::metrics_text() {
 void AdminApi::publish_debts() {
   std::map<std::string, prometheus::Gauge*, std::less<>> shown;
   if (auto snap = deps_.snapshots.get()) {
+    std::vector<const config::Rule*> rules;
+    std::vector<store::BucketProbe> probes;
     for (const auto& r : snap->rules) {
       if (!r.enabled) continue;
       const config::Rule* channel = r.channel ? &r : snap->channel_of(r);
-      auto v = deps_.store.inspect({r.bucket, r.params},
-                                   channel ? std::string_view(channel->channel_type) : std::string_view(r.bucket));
-      // A store that cannot answer is not asked again for the next rule: one read's timeout
-      // bounds the scrape, not one per rule.
-      if (!v) break;
+      rules.push_back(&r);
+      probes.push_back({{r.bucket, r.params},
+                        channel ? std::string_view(channel->channel_type) : std::string_view(r.bucket)});
+    }
+    // All of them in one read: one store round trip (or one timeout) per scrape, not one per rule.
+    const auto views = deps_.store.inspect_many(probes);
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      const auto& v = views[i];
+      if (!v) continue;
       const double debt = static_cast<double>(std::max<limiter::Micros>(0, v->next_free - v->now)) / 1e6;
-      prometheus::Gauge* g = &debts_.Add({{"bucket", r.bucket}});
+      prometheus::Gauge* g = &debts_.Add({{"bucket", rules[i]->bucket}});
       g->Set(debt);
-      shown.emplace(r.bucket, g);
+      shown.emplace(rules[i]->bucket, g);
     }
   }
   // A bucket not read this time (its rule is gone, or the store stopped answering) is left out:

@@ -27,6 +27,7 @@
 #include "tollgate/proxy/client_key.hpp"
 #include "tollgate/admin/admin_server.hpp"
 #include "tollgate/proxy/proxy_server.hpp"
+#include "tollgate/store/failure_policy_store.hpp"
 #include "tollgate/store/local_store.hpp"
 #include "tollgate/store/redis_store.hpp"
 
@@ -44,6 +45,7 @@ struct Gateway::Impl {
   std::shared_ptr<config::MysqlSource> mysql;  // set when limits.source is "mysql"
   std::unique_ptr<config::ConfigManager> config_manager;
   std::unique_ptr<store::BucketStore> store;
+  store::RedisStore* redis = nullptr;  // inside `store` when limits.store is "redis"
   // Request threads: one io_context each. The admin API has its own thread, so a slow MySQL
   // write or reload there never delays a request.
   std::vector<std::unique_ptr<net::io_context>> contexts;
@@ -107,14 +109,20 @@ struct Gateway::Impl {
     o.key_prefix = rc.key_prefix;
     o.decision_timeout_ms = rc.decision_timeout_ms;
     o.connect_timeout_ms = rc.connect_timeout_ms;
-    o.failure_policy = rc.failure_policy == config::FailurePolicy::fail_closed ? store::FailurePolicy::fail_closed
-                       : rc.failure_policy == config::FailurePolicy::local     ? store::FailurePolicy::local
-                                                                               : store::FailurePolicy::fail_open;
-    o.local_divisor = rc.local_divisor;
     o.heartbeat_ms = rc.heartbeat_ms;
-    auto redis = std::make_unique<store::RedisStore>(o, ctxs, clock);
+    auto shared = std::make_unique<store::RedisStore>(o, ctxs, clock);
+    redis = shared.get();
+    const store::FailurePolicy policy = rc.failure_policy == config::FailurePolicy::fail_closed ? store::FailurePolicy::fail_closed
+                                        : rc.failure_policy == config::FailurePolicy::local     ? store::FailurePolicy::local
+                                                                                                : store::FailurePolicy::fail_open;
+    // The `local` policy's buckets: this instance's share of each limit while Redis is down.
+    std::unique_ptr<store::BucketStore> fallback;
+    if (policy == store::FailurePolicy::local)
+      fallback = std::make_unique<store::LocalStore>(clock, cfg.limits.max_client_keys);
     redis->start();
-    return redis;
+    return std::make_unique<store::FailurePolicyStore>(std::move(shared), std::move(fallback), policy,
+                                                       rc.local_divisor,
+                                                       [r = redis] { return r->live_instances(); });
   }
 };
 
@@ -207,7 +215,10 @@ void Gateway::start() {
             << "tollgate: admin listening on " << m.cfg.admin.listen.host << ":" << m.admin_server->port()
             << (m.cfg.admin.token.empty() ? " (read-only: $" + m.cfg.admin.token_env + " is not set)" : "") << "\n"
             << "tollgate: " << enabled << " enabled rules from " << snap->source << ", switch "
-            << config::switch_mode_name(m.switch_state.mode()) << ", store " << m.store->name() << "\n"
+            << config::switch_mode_name(m.switch_state.mode()) << ", store " << m.store->name();
+  if (const auto* policy = dynamic_cast<const store::FailurePolicyStore*>(m.store.get()))
+    std::cout << " (failure policy " << store::failure_policy_name(policy->policy()) << ")";
+  std::cout << "\n"
             << "tollgate: ready" << std::endl;
 }
 
@@ -277,7 +288,7 @@ int Gateway::run() {
   for (auto& c : m.contexts) c->stop();
   for (auto& t : threads) t.join();
   m.config_manager->stop();
-  if (auto* redis = dynamic_cast<store::RedisStore*>(m.store.get())) redis->stop();
+  if (m.redis) m.redis->stop();
   return 0;
 }
 

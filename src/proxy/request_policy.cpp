@@ -128,7 +128,7 @@ Verdict verdict_for(const Plan& plan, const store::StoreDecision& sd) {
   Verdict v;
   const config::Rule& rule = *plan.rule;
   const config::Rule* channel = plan.channel;
-  if (sd.status == store::StoreStatus::unavailable_open ||
+  if (sd.status == store::StoreStatus::unavailable_open || sd.status == store::StoreStatus::unavailable ||
       (plan.shadow && sd.status == store::StoreStatus::unavailable_closed)) {
     v.outcome = Outcome::store_error;  // policy fail_open (or shadow mode): forward unlimited
     return v;

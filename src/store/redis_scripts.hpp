@@ -361,4 +361,29 @@ if #KEYS > 2 * nb then redis.call('ZREM', KEYS[2 * nb + 1], ARGV[4 + nb * 3]) en
 return out
 )LUA";
 
+// The admin API's read of buckets (no writes): Redis TIME once, then for each bucket its stored
+// permits and next free slot ("" when the key is missing: a full, rested bucket) and how many
+// abandoned slots are still ahead of now.
+// KEYS: bucket1, abandoned1, bucket2, abandoned2, ...
+// Returns {seconds, microseconds, then per bucket: s, n, abandoned ahead}.
+inline constexpr const char* kInspect = R"LUA(
+local t = redis.call('TIME')
+local after = '(' .. t[1] .. string.format('%06d', tonumber(t[2]))
+local out = {t[1], t[2]}
+for i = 1, #KEYS, 2 do
+  local h = redis.call('HMGET', KEYS[i], 's', 'n')
+  out[#out + 1] = h[1] or ''
+  out[#out + 1] = h[2] or ''
+  out[#out + 1] = redis.call('ZCOUNT', KEYS[i + 1], after, '+inf')
+end
+return out
+)LUA";
+
+// One step of counting keys that match a pattern: SCAN on the server, so that only the cursor and
+// the count cross the wire. ARGV: cursor, pattern. Returns {next cursor, keys matched}.
+inline constexpr const char* kScanCount = R"LUA(
+local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 1000)
+return {r[1], #r[2]}
+)LUA";
+
 }  // namespace tollgate::store::scripts

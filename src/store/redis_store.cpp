@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <iostream>
 
 #include "redis_scripts.hpp"
@@ -19,15 +20,6 @@ namespace tollgate::store {
 
 namespace net = boost::asio;
 using std::chrono::milliseconds;
-
-const char* failure_policy_name(FailurePolicy p) {
-  switch (p) {
-    case FailurePolicy::fail_open: return "fail_open";
-    case FailurePolicy::fail_closed: return "fail_closed";
-    case FailurePolicy::local: return "local";
-  }
-  return "unknown";
-}
 
 const char* acquire_script() { return scripts::kAcquire; }
 const char* refund_script() { return scripts::kRefund; }
@@ -415,7 +407,8 @@ return redis.call('ZCARD', KEYS[1])
 };
 
 RedisStore::RedisStore(RedisOptions options, std::vector<net::io_context*> contexts, const limiter::Clock& clock)
-    : options_(std::move(options)), contexts_(std::move(contexts)), local_(clock) {
+    : options_(std::move(options)), contexts_(std::move(contexts)) {
+  (void)clock;  // decisions use Redis TIME; kept so that every store is made the same way
   instance_id_ = options_.instance_id;
   if (instance_id_.empty()) {
     char host[256] = {0};
@@ -455,8 +448,7 @@ void RedisStore::record_success() {
   if (ever_up_ && incidents_ > 0) {
     const double secs = static_cast<double>(unix_ms() - incident_started_ms_) / 1e3;
     std::cerr << "tollgate: redis store incident ended after " << secs << " s: " << incident_failures_
-              << " decisions were made by the " << failure_policy_name(options_.failure_policy) << " policy"
-              << std::endl;
+              << " decisions were made by the failure policy" << std::endl;
   }
   ever_up_ = true;
 }
@@ -478,11 +470,11 @@ void RedisStore::record_failure(const std::string& error) {
   ++incidents_;
   incident_started_ms_ = unix_ms();
   incident_failures_ = 0;
-  std::cerr << "tollgate: warn: redis store incident started: " << error << "; policy "
-            << failure_policy_name(options_.failure_policy) << std::endl;
+  std::cerr << "tollgate: warn: redis store incident started: " << error
+            << "; decisions go to the failure policy until it answers" << std::endl;
 }
 
-StoreDecision RedisStore::fallback(const AcquireRequest& req, const std::string& error) {
+StoreDecision RedisStore::unavailable(std::string error) {
   failures_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(incident_mu_);
@@ -490,46 +482,20 @@ StoreDecision RedisStore::fallback(const AcquireRequest& req, const std::string&
     last_error_ = error;
   }
   StoreDecision out;
-  out.error = error;
-  switch (options_.failure_policy) {
-    case FailurePolicy::fail_open:
-      out.status = StoreStatus::unavailable_open;
-      return out;
-    case FailurePolicy::fail_closed:
-      out.status = StoreStatus::unavailable_closed;
-      return out;
-    case FailurePolicy::local:
-      break;
-  }
-  // This instance's share of the fleet's rate: rate / N, burst / N.
-  const double n = options_.local_divisor ? options_.local_divisor : std::max(1u, live_instances_.load());
-  auto share = [n](BucketParams p) {
-    p.rate /= n;
-    if (p.burst) p.burst = std::max(1.0, *p.burst / n);
-    return p;
-  };
-  AcquireRequest local = req;
-  local.bucket.params = share(req.bucket.params);
-  if (req.parent) local.parent = BucketRef{req.parent->name, share(req.parent->params)};
-  // Quotas likewise: limit / N per instance (at least 1), so the fleet stays near its quota.
-  for (QuotaRef& q : local.quotas)
-    q.params.limit = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(q.params.limit) / n));
-  out = local_.decide(local);
-  out.status = StoreStatus::ok;
-  out.degraded = true;
-  out.error = error;
+  out.status = StoreStatus::unavailable;
+  out.error = std::move(error);
   return out;
 }
 
 boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req) {
   Connection* c = connection_for_current_thread();
-  if (c == nullptr || !c->ready) co_return fallback(req, c ? last_error() : "redis store not on this thread");
+  if (c == nullptr || !c->ready) co_return unavailable(c ? last_error() : "redis store not on this thread");
   std::vector<std::string> args{"EVALSHA", c->acquire_sha};
   for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
   Reply r = co_await c->async_call(std::move(args), scripts::kAcquire, net::use_awaitable);
   std::optional<StoreDecision> out;
   if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size());
-  if (!out) co_return fallback(req, r.ok ? "redis: unexpected script reply" : r.error);
+  if (!out) co_return unavailable(r.ok ? "redis: unexpected script reply" : r.error);
   record_success();
   co_return std::move(*out);
 }
@@ -552,74 +518,66 @@ boost::asio::awaitable<RefundResult> RedisStore::refund_slots(AcquireRequest req
 }
 
 namespace {
-// A short-lived blocking connection for the admin thread, never a request thread's.
-class BlockingConnection {
- public:
-  explicit BlockingConnection(const RedisOptions& o) {
-    timeval tv{0, static_cast<suseconds_t>(std::min<std::uint32_t>(o.connect_timeout_ms, 999) * 1000)};
-    c_ = redisConnectWithTimeout(o.host.c_str(), o.port, tv);
-    if (c_ == nullptr || c_->err) return;
-    redisSetTimeout(c_, tv);
-    ok_ = true;
-    if (!o.password.empty()) ok_ = simple({"AUTH", o.password});
-    if (ok_ && o.database != 0) ok_ = simple({"SELECT", std::to_string(o.database)});
-  }
-  ~BlockingConnection() {
-    if (c_) redisFree(c_);
-  }
-  BlockingConnection(const BlockingConnection&) = delete;
-  BlockingConnection& operator=(const BlockingConnection&) = delete;
-  bool ok() const { return ok_; }
-  // The reply (owned), or null.
-  std::unique_ptr<redisReply, void (*)(void*)> cmd(const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const auto& a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    void* r = ok_ ? redisCommandArgv(c_, static_cast<int>(argv.size()), argv.data(), lens.data()) : nullptr;
-    return {static_cast<redisReply*>(r), freeReplyObject};
-  }
-
- private:
-  bool simple(const std::vector<std::string>& args) {
-    auto r = cmd(args);
-    return r && r->type != REDIS_REPLY_ERROR;
-  }
-  redisContext* c_ = nullptr;
-  bool ok_ = false;
-};
-
+// A command sent from a thread that is not the connection's (the admin thread): posted to the
+// connection's event loop, waited for at most `bound`. nullopt when it could not be sent or did not
+// answer in time; the connection's own deadline fails it long before on a stalled Redis.
+std::optional<Reply> call_from_outside(const std::shared_ptr<RedisStore::Connection>& c, std::vector<std::string> args,
+                                       milliseconds bound) {
+  if (t_connection != nullptr) return std::nullopt;  // a request thread would wait for itself
+  auto done = std::make_shared<std::promise<Reply>>();
+  std::future<Reply> reply = done->get_future();
+  net::post(c->ctx, [c, args = std::move(args), done]() mutable {
+    if (!c->ready) return done->set_value(Reply{false, "redis not connected", {}, 0, {}});
+    c->internal(std::move(args), [done](Reply r) { done->set_value(std::move(r)); });
+  });
+  if (reply.wait_for(bound) != std::future_status::ready) return std::nullopt;
+  Reply r = reply.get();
+  if (!r.ok) return std::nullopt;
+  return r;
+}
 }  // namespace
 
 std::optional<BucketSnapshot> RedisStore::inspect(const BucketRef& ref, std::string_view hash_tag) {
-  BlockingConnection c(options_);
-  if (!c.ok()) return std::nullopt;
-  auto t = c.cmd({"TIME"});
-  if (!t) return std::nullopt;
-  auto h = c.cmd({"HMGET", redis_key(options_.key_prefix, hash_tag, ref.name), "s", "n"});
-  if (!h || t->type != REDIS_REPLY_ARRAY || t->elements != 2 || h->type != REDIS_REPLY_ARRAY || h->elements != 2)
-    return std::nullopt;
-  const limiter::Shape shape = limiter::shape_of(ref.params);
-  BucketSnapshot snap;
-  snap.now = std::stoll(t->element[0]->str) * 1'000'000 + std::stoll(t->element[1]->str);
-  snap.max_permits = shape.max_permits;
-  if (h->element[0]->type == REDIS_REPLY_STRING) {
-    limiter::BucketState st{std::stod(h->element[0]->str), static_cast<Micros>(std::stod(h->element[1]->str))};
-    limiter::resync(st, shape, snap.now);
-    snap.stored = st.stored;
-    snap.next_free = st.next_free;
-    snap.tracked = true;
-    // Released slots stay in the set until the next give-back: count those still ahead.
-    auto n = c.cmd({"ZCOUNT", abandoned_key(options_.key_prefix, hash_tag, ref.name), "(" + std::to_string(snap.now),
-                    "+inf"});
-    if (n && n->type == REDIS_REPLY_INTEGER) snap.abandoned = static_cast<std::size_t>(n->integer);
-  } else {
-    snap.stored = shape.max_permits;
-    snap.next_free = snap.now;
+  return inspect_many({{ref, hash_tag}}).front();
+}
+
+std::vector<std::optional<BucketSnapshot>> RedisStore::inspect_many(const std::vector<BucketProbe>& probes) {
+  std::vector<std::optional<BucketSnapshot>> out(probes.size());
+  if (probes.empty() || connections_.empty()) return out;
+  std::vector<std::string> args{"EVAL", scripts::kInspect, std::to_string(2 * probes.size())};
+  args.reserve(3 + 2 * probes.size());
+  for (const BucketProbe& p : probes) {
+    args.push_back(redis_key(options_.key_prefix, p.hash_tag, p.bucket.name));
+    args.push_back(abandoned_key(options_.key_prefix, p.hash_tag, p.bucket.name));
   }
-  return snap;
+  const auto r = call_from_outside(connections_.front(), std::move(args), milliseconds(options_.connect_timeout_ms));
+  if (!r || r->items.size() != 2 + 3 * probes.size()) return out;
+  try {
+    const Micros now = std::stoll(r->items[0]) * 1'000'000 + std::stoll(r->items[1]);
+    for (std::size_t i = 0; i < probes.size(); ++i) {
+      const std::string* f = &r->items[2 + 3 * i];
+      const limiter::Shape shape = limiter::shape_of(probes[i].bucket.params);
+      BucketSnapshot snap;
+      snap.now = now;
+      snap.max_permits = shape.max_permits;
+      if (!f[0].empty()) {
+        limiter::BucketState st{std::stod(f[0]), static_cast<Micros>(std::stod(f[1]))};
+        limiter::resync(st, shape, now);
+        snap.stored = st.stored;
+        snap.next_free = st.next_free;
+        snap.tracked = true;
+        // Released slots stay in the set until the next give-back: only those still ahead count.
+        snap.abandoned = static_cast<std::size_t>(std::stoull(f[2]));
+      } else {
+        snap.stored = shape.max_permits;
+        snap.next_free = now;
+      }
+      out[i] = snap;
+    }
+  } catch (const std::exception&) {  // not a number where one belongs: no figures rather than wrong ones
+    std::fill(out.begin(), out.end(), std::nullopt);
+  }
+  return out;
 }
 
 std::optional<std::uint64_t> RedisStore::client_keys() const {
@@ -628,16 +586,17 @@ std::optional<std::uint64_t> RedisStore::client_keys() const {
   if (counted_at_ms_ != 0 && now - counted_at_ms_ < 10'000) return client_keys_;
   counted_at_ms_ = now;
   client_keys_.reset();
-  BlockingConnection c(options_);
-  if (!c.ok()) return client_keys_;
+  if (connections_.empty()) return client_keys_;
   const std::string pattern = client_keys_pattern(options_.key_prefix);
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(options_.connect_timeout_ms) * 2;
   std::string cursor = "0";
   std::uint64_t n = 0;
-  for (int round = 0; round < 10'000; ++round) {
-    auto r = c.cmd({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) return client_keys_;
-    cursor.assign(r->element[0]->str, r->element[0]->len);
-    n += r->element[1]->elements;
+  for (int round = 0; round < 10'000 && std::chrono::steady_clock::now() < deadline; ++round) {
+    const auto r = call_from_outside(connections_.front(), {"EVAL", scripts::kScanCount, "0", cursor, pattern},
+                                     milliseconds(options_.connect_timeout_ms));
+    if (!r || r->items.size() != 2) return client_keys_;
+    cursor = r->items[0];
+    n += std::strtoull(r->items[1].c_str(), nullptr, 10);
     if (cursor == "0") {
       client_keys_ = n;
       break;
@@ -666,10 +625,6 @@ RedisStats RedisStore::stats() const {
 void RedisStore::publish_metrics(prometheus::Registry& registry) const {
   const RedisStats st = stats();
   gauge(registry, "tollgate_store_up", "Whether the shared bucket store (Redis) answers.").Set(st.up ? 1 : 0);
-  advance_to(counter(registry, "tollgate_store_failures_total",
-                     "Decisions affected by a store failure (handled by the policy).",
-                     {{"policy", failure_policy_name(options_.failure_policy)}}),
-             static_cast<double>(st.failures));
   advance_to(counter(registry, "tollgate_store_incidents_total", "Store outages (each logged once at start and end)."),
              static_cast<double>(st.incidents));
   gauge(registry, "tollgate_store_live_instances", "Gateway instances heartbeating in the store.").Set(st.live_instances);

@@ -13,10 +13,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <future>
 #include <random>
 
 #include "support/manual_clock.hpp"
 #include "support/redis.hpp"
+#include "tollgate/store/failure_policy_store.hpp"
 #include "tollgate/store/local_store.hpp"
 #include "tollgate/store/redis_store.hpp"
 
@@ -408,11 +410,17 @@ TEST(RedisStoreAbandon, SlotsComeBackThroughTheStore) {
         }
         for (int i = 0; i < 4; ++i) d.push_back(co_await store.try_acquire(req));
         for (int i : {1, 3, 2}) r.push_back(co_await store.refund_slots(req, d[static_cast<std::size_t>(i)].reservation));
+        // Read as the admin API does: from another thread, over this thread's connection.
+        auto read = std::async(std::launch::async, [&] { return store.inspect(req.bucket, ""); });
+        while (read.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+          t.expires_after(std::chrono::milliseconds(5));
+          co_await t.async_wait(boost::asio::use_awaitable);
+        }
+        after = read.get();
         store.stop();
       },
       boost::asio::detached);
   ctx.run();
-  after = store.inspect(req.bucket, "");
   ASSERT_EQ(d.size(), 4u);
   for (const StoreDecision& x : d) ASSERT_FALSE(x.degraded) << x.error;
   EXPECT_EQ(d[0].decision.wait_us, 0);
@@ -433,10 +441,9 @@ TEST(RedisFallback, LocalPolicyDividesQuotasByTheFleet) {
   ManualClock clock(1'700'000'000'000'000);
   RedisOptions o;
   o.port = 1;  // never started: every decision takes the failure policy
-  o.failure_policy = FailurePolicy::local;
-  o.local_divisor = 2;
   boost::asio::io_context ctx;
-  RedisStore store(o, {&ctx}, clock);
+  FailurePolicyStore store(std::make_unique<RedisStore>(o, std::vector<boost::asio::io_context*>{&ctx}, clock),
+                           std::make_unique<LocalStore>(clock), FailurePolicy::local, /*local_divisor=*/2, {});
   AcquireRequest req{{"/q", {}}, {}, "/q", 1.0, 0};
   req.use_bucket = false;
   req.quotas = {{"q:1:a", {60'000'000, 5, limiter::WindowAlgorithm::fixed}, false}};

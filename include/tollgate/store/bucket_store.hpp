@@ -7,6 +7,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tollgate/store/decision.hpp"
 
@@ -15,6 +16,12 @@ class Registry;
 }
 
 namespace tollgate::store {
+
+// One bucket to read for the admin API: the bucket and the hash tag its requests use.
+struct BucketProbe {
+  BucketRef bucket;
+  std::string_view hash_tag;
+};
 
 class BucketStore {
  public:
@@ -34,6 +41,19 @@ class BucketStore {
   }
   // Read-only view of one bucket for the admin API (nullopt: the store cannot answer now).
   virtual std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) = 0;
+  // Several buckets at once (one /metrics scrape's debt gauges), one answer per probe in order. A
+  // remote store answers in one round trip; this default asks inspect() for each and stops at the
+  // first that cannot answer, so that one store timeout bounds the whole read.
+  virtual std::vector<std::optional<BucketSnapshot>> inspect_many(const std::vector<BucketProbe>& probes) {
+    std::vector<std::optional<BucketSnapshot>> out;
+    out.reserve(probes.size());
+    for (const BucketProbe& p : probes) {
+      out.push_back(inspect(p.bucket, p.hash_tag));
+      if (!out.back()) break;
+    }
+    out.resize(probes.size());
+    return out;
+  }
   virtual std::string name() const = 0;
   // Sets the store's own series (health, failures, client keys) in the gateway's registry, made on
   // the first call: called by each /metrics scrape, as some are counted only then.

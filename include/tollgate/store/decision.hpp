@@ -76,9 +76,11 @@ struct RefundResult {
   std::uint32_t reservations() const { return bucket > parent ? bucket : parent; }
 };
 
-// ok: a decision (from the store, or from a local fallback: see `degraded`). unavailable_*: the
-// store failed and the configured policy says forward unlimited (open) or refuse with 503 (closed).
-enum class StoreStatus { ok, unavailable_open, unavailable_closed };
+// ok: a decision (from the store, or from a local fallback: see `degraded`). unavailable: the store
+// could not decide and no failure policy has looked at it yet (FailurePolicyStore turns it into one
+// of the others; a bare store's is forwarded, like fail_open). unavailable_*: the store failed and
+// the configured policy says forward unlimited (open) or refuse with 503 (closed).
+enum class StoreStatus { ok, unavailable, unavailable_open, unavailable_closed };
 
 struct StoreDecision {
   StoreStatus status = StoreStatus::ok;

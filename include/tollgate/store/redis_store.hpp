@@ -13,16 +13,12 @@
 #include "tollgate/limiter/clock.hpp"
 #include "tollgate/store/bucket_store.hpp"
 #include "tollgate/store/key_schema.hpp"
-#include "tollgate/store/local_store.hpp"
 
 namespace boost::asio {
 class io_context;
 }
 
 namespace tollgate::store {
-
-enum class FailurePolicy { fail_open, fail_closed, local };
-const char* failure_policy_name(FailurePolicy p);
 
 struct RedisOptions {
   std::string host = "127.0.0.1";
@@ -32,15 +28,13 @@ struct RedisOptions {
   std::string key_prefix = "tollgate:";
   std::uint32_t decision_timeout_ms = 50;   // a slower answer counts as a failure
   std::uint32_t connect_timeout_ms = 1000;
-  FailurePolicy failure_policy = FailurePolicy::fail_open;
-  unsigned local_divisor = 0;               // `local` policy: rate / N; 0 = live instances (heartbeats)
-  std::uint32_t heartbeat_ms = 1000;
+  std::uint32_t heartbeat_ms = 1000;         // how often this instance says it is alive (live_instances)
   std::string instance_id;                  // heartbeat identity; empty: host:pid
 };
 
 struct RedisStats {
   bool up = false;
-  std::uint64_t failures = 0;       // decisions affected by a Redis failure (any policy)
+  std::uint64_t failures = 0;       // decisions Redis could not make (left to the failure policy)
   std::uint64_t refunds = 0;        // reservations given back (RefundResult::reservations)
   std::uint64_t incidents = 0;
   unsigned live_instances = 1;
@@ -74,13 +68,20 @@ class RedisStore final : public BucketStore {
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
+  // Read over the first thread's connection (no connection of their own), waiting at most
+  // connect_timeout_ms; inspect_many reads every probe with one script call. For a thread that runs
+  // no store connection (the admin thread): from a request thread they answer nullopt.
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
+  std::vector<std::optional<BucketSnapshot>> inspect_many(const std::vector<BucketProbe>& probes) override;
   std::string name() const override { return "redis"; }
   void publish_metrics(prometheus::Registry& registry) const override;
 
   RedisStats stats() const;
-  // Per-client keys in Redis, counted with SCAN (from the admin thread) at most every 10 s;
-  // nullopt when Redis cannot be read.
+  // Gateway instances heartbeating in this Redis (this one included once connected), for the
+  // `local` failure policy's rate / N.
+  unsigned live_instances() const { return live_instances_.load(std::memory_order_relaxed); }
+  // Per-client keys in Redis, counted with SCAN over the first thread's connection (called from the
+  // admin thread) at most every 10 s; nullopt when Redis cannot be read.
   std::optional<std::uint64_t> client_keys() const;
   const RedisOptions& options() const { return options_; }
 
@@ -91,13 +92,13 @@ class RedisStore final : public BucketStore {
   void record_success();
   void connection_ready();
   void record_failure(const std::string& error);
-  StoreDecision fallback(const AcquireRequest& req, const std::string& error);
+  // A decision Redis could not make: StoreStatus::unavailable, counted in the incident.
+  StoreDecision unavailable(std::string error);
   std::string last_error() const;
 
   RedisOptions options_;
   std::vector<boost::asio::io_context*> contexts_;
   std::vector<std::shared_ptr<Connection>> connections_;
-  LocalStore local_;  // the `local` failure policy's buckets
 
   std::string instance_id_;
   mutable std::mutex incident_mu_;

@@ -330,6 +330,10 @@ TEST_F(RequestPolicy, StoreDownFailOpenForwardsUnlimitedFailClosedIs503) {
   EXPECT_EQ(closed.outcome, Outcome::store_error);
   EXPECT_EQ(closed.retry_after_s, 1);
   EXPECT_EQ(nlohmann::json::parse(closed.body)["error"], "limiter_unavailable");
+  // A store with no failure policy around it: forwarded, as the default policy does.
+  const Verdict bare = verdict_for(p, failed(store::StoreStatus::unavailable));
+  EXPECT_EQ(bare.action, Action::forward);
+  EXPECT_EQ(bare.outcome, Outcome::store_error);
 }
 
 TEST_F(RequestPolicy, ShadowForwardsEverythingAndTellsTheUpstream) {

@@ -1,0 +1,55 @@
+// What the gateway does when the shared store cannot decide (DESIGN.md section 3): a decorator
+// around that store, composed in app/. The shared store only reports that it could not decide
+// (StoreStatus::unavailable); this store turns each such decision into the configured policy:
+//   fail_open    forward unlimited (StoreStatus::unavailable_open)
+//   fail_closed  refuse with 503 (StoreStatus::unavailable_closed)
+//   local        decide on the fallback store with this instance's share of every limit: rate / N,
+//                burst / N, quota limit / N, where N is a fixed divisor or the live instance count.
+// It counts the decisions it made, by policy; the shared store logs its incidents.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+
+#include "tollgate/store/bucket_store.hpp"
+
+namespace tollgate::store {
+
+enum class FailurePolicy { fail_open, fail_closed, local };
+const char* failure_policy_name(FailurePolicy p);
+
+// The request as this instance's share of the fleet's limits (the `local` policy), n >= 1.
+AcquireRequest local_share(const AcquireRequest& req, double n);
+
+class FailurePolicyStore final : public BucketStore {
+ public:
+  // `fallback` decides under the `local` policy (it may be null for the other two). With
+  // `local_divisor` 0, N is `instances()` (at least 1) at the time of each decision.
+  FailurePolicyStore(std::unique_ptr<BucketStore> shared, std::unique_ptr<BucketStore> fallback, FailurePolicy policy,
+                     unsigned local_divisor, std::function<unsigned()> instances);
+
+  boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
+  boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
+  boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
+  std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
+  std::vector<std::optional<BucketSnapshot>> inspect_many(const std::vector<BucketProbe>& probes) override {
+    return shared_->inspect_many(probes);
+  }
+  std::string name() const override { return shared_->name(); }
+  void publish_metrics(prometheus::Registry& registry) const override;
+
+  BucketStore& shared() { return *shared_; }
+  FailurePolicy policy() const { return policy_; }
+  std::uint64_t policy_decisions() const { return policy_decisions_.load(std::memory_order_relaxed); }
+
+ private:
+  std::unique_ptr<BucketStore> shared_;
+  std::unique_ptr<BucketStore> fallback_;
+  FailurePolicy policy_;
+  unsigned local_divisor_;
+  std::function<unsigned()> instances_;
+  std::atomic<std::uint64_t> policy_decisions_{0};
+};
+
+}  // namespace tollgate::store

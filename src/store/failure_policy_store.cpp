@@ -1,0 +1,90 @@
+#include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
+
+#include "tollgate/store/failure_policy_store.hpp"
+
+#include <algorithm>
+
+#include "tollgate/store/metric_series.hpp"
+
+namespace tollgate::store {
+
+const char* failure_policy_name(FailurePolicy p) {
+  switch (p) {
+    case FailurePolicy::fail_open: return "fail_open";
+    case FailurePolicy::fail_closed: return "fail_closed";
+    case FailurePolicy::local: return "local";
+  }
+  return "unknown";
+}
+
+AcquireRequest local_share(const AcquireRequest& req, double n) {
+  auto share = [n](BucketParams p) {
+    p.rate /= n;
+    if (p.burst) p.burst = std::max(1.0, *p.burst / n);
+    return p;
+  };
+  AcquireRequest out = req;
+  out.bucket.params = share(req.bucket.params);
+  if (req.parent) out.parent = BucketRef{req.parent->name, share(req.parent->params)};
+  // Quotas likewise: limit / N per instance (at least 1), so the fleet stays near its quota.
+  for (QuotaRef& q : out.quotas)
+    q.params.limit = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(q.params.limit) / n));
+  return out;
+}
+
+FailurePolicyStore::FailurePolicyStore(std::unique_ptr<BucketStore> shared, std::unique_ptr<BucketStore> fallback,
+                                       FailurePolicy policy, unsigned local_divisor,
+                                       std::function<unsigned()> instances)
+    : shared_(std::move(shared)),
+      fallback_(std::move(fallback)),
+      policy_(policy),
+      local_divisor_(local_divisor),
+      instances_(std::move(instances)) {
+  if (policy_ == FailurePolicy::local && !fallback_) policy_ = FailurePolicy::fail_open;  // nothing to decide on
+}
+
+boost::asio::awaitable<StoreDecision> FailurePolicyStore::try_acquire(AcquireRequest req) {
+  StoreDecision out = co_await shared_->try_acquire(req);
+  if (out.status != StoreStatus::unavailable) co_return out;
+  policy_decisions_.fetch_add(1, std::memory_order_relaxed);
+  switch (policy_) {
+    case FailurePolicy::fail_open:
+      out.status = StoreStatus::unavailable_open;
+      co_return out;
+    case FailurePolicy::fail_closed:
+      out.status = StoreStatus::unavailable_closed;
+      co_return out;
+    case FailurePolicy::local:
+      break;
+  }
+  const unsigned n = local_divisor_ ? local_divisor_ : std::max(1u, instances_ ? instances_() : 1u);
+  std::string error = std::move(out.error);
+  out = co_await fallback_->try_acquire(local_share(req, n));
+  out.degraded = true;
+  out.error = std::move(error);
+  co_return out;
+}
+
+// Grants the fallback made are not given back: it keeps them only until the shared store answers
+// again, and a refund there would find nothing of them.
+boost::asio::awaitable<bool> FailurePolicyStore::refund(AcquireRequest req, Reservation r) {
+  co_return co_await shared_->refund(std::move(req), r);
+}
+
+boost::asio::awaitable<RefundResult> FailurePolicyStore::refund_slots(AcquireRequest req, Reservation r) {
+  co_return co_await shared_->refund_slots(std::move(req), r);
+}
+
+std::optional<BucketSnapshot> FailurePolicyStore::inspect(const BucketRef& bucket, std::string_view hash_tag) {
+  return shared_->inspect(bucket, hash_tag);
+}
+
+void FailurePolicyStore::publish_metrics(prometheus::Registry& registry) const {
+  shared_->publish_metrics(registry);
+  advance_to(counter(registry, "tollgate_store_failures_total",
+                     "Decisions affected by a store failure (handled by the policy).",
+                     {{"policy", failure_policy_name(policy_)}}),
+             static_cast<double>(policy_decisions()));
+}
+
+}  // namespace tollgate::store
