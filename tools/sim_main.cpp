@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "tollgate/store/redis_store.hpp"
+#include "tollgate/store/redis_codec.hpp"
 
 int main(int argc, char** argv) {
   // --redis-script: print the Lua acquire script the Redis store runs (for redis-benchmark).

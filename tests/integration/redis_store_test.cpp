@@ -18,6 +18,7 @@
 #include "support/manual_clock.hpp"
 #include "support/redis.hpp"
 #include "tollgate/store/local_store.hpp"
+#include "tollgate/store/redis_codec.hpp"
 #include "tollgate/store/redis_store.hpp"
 
 namespace tollgate::store {
