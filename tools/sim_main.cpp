@@ -14,6 +14,11 @@ int main(int argc, char** argv) {
     std::cout << tollgate::store::acquire_script();
     return 0;
   }
+  // --redis-lean-script: the one the store runs for a request with one bucket and nothing else.
+  if (argc > 1 && !std::strcmp(argv[1], "--redis-lean-script")) {
+    std::cout << tollgate::store::lean_acquire_script();
+    return 0;
+  }
   tollgate::app::Simulator sim;
   std::string line;
   while (std::getline(std::cin, line)) {

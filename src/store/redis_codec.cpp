@@ -1,6 +1,8 @@
 #include "tollgate/store/redis_codec.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -11,6 +13,7 @@
 namespace tollgate::store {
 
 const char* acquire_script() { return scripts::kAcquire; }
+const char* lean_acquire_script() { return scripts::kAcquireLean; }
 const char* refund_script() { return scripts::kRefund; }
 
 namespace {
@@ -32,7 +35,87 @@ void shape_args(std::vector<std::string>& out, const BucketParams& p) {
   out.push_back(num(s.slope));
 }
 
+// The shortest text that reads back as the same double (Lua's tonumber is strtod).
+void push_short(std::vector<std::string>& out, double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.emplace_back(buf, r.ptr);
+}
+
+// A whole reply item as a number: nothing before or after it.
+std::optional<double> number(const std::string& s) {
+  double v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || std::isnan(v)) return std::nullopt;
+  return v;
+}
+
+// Whole microseconds; the scripts' "never" is 2^53.
+std::optional<Micros> whole_micros(const std::string& s) {
+  const auto v = number(s);
+  if (!v) return std::nullopt;
+  if (*v >= 9007199254740992.0) return limiter::kInfinite;
+  if (*v <= -9007199254740992.0) return std::nullopt;
+  return static_cast<Micros>(*v);
+}
+
 }  // namespace
+
+bool lean_request(const AcquireRequest& req) {
+  return req.use_bucket && !req.parent && req.quotas.empty() && !req.share;
+}
+
+std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std::string& prefix,
+                                           std::string_view now_override) {
+  const limiter::Shape s = limiter::shape_of(req.bucket.params);
+  std::vector<std::string> out;
+  out.reserve(s.warm ? 11 : 8);
+  out.emplace_back("1");
+  out.push_back(redis_key(prefix, req.hash_tag.empty() ? req.bucket.name : req.hash_tag, req.bucket.name));
+  out.emplace_back(now_override);
+  push_short(out, req.permits);
+  out.push_back(std::to_string(req.timeout_us));
+  out.emplace_back(req.bucket.params.mode == limiter::Mode::pay_later ? "1" : "0");
+  push_short(out, s.interval_us);
+  push_short(out, s.max_permits);
+  if (s.warm) {
+    push_short(out, s.cool_down_us);
+    push_short(out, s.threshold);
+    push_short(out, s.slope);
+  }
+  return out;
+}
+
+std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,
+                                                      const std::vector<std::string>& items) {
+  StoreDecision out;
+  auto& d = out.decision;
+  out.bound = Bound::bucket;
+  out.max_permits = limiter::shape_of(req.bucket.params).max_permits;
+  if (items.size() == 6 && items[0] == "1") {
+    const auto wait = whole_micros(items[1]), release = whole_micros(items[2]), cost = whole_micros(items[3]);
+    const auto remaining = number(items[4]), spent = number(items[5]);
+    if (!wait || !release || !cost || !remaining || !spent) return std::nullopt;
+    d.granted = true;
+    d.wait_us = *wait;
+    d.remaining = *remaining;
+    d.next_free = *release;
+    d.cost_us = *cost;
+    d.spent = *spent;
+    out.reservation = {*release, *cost, *spent, 0, 0, 0};
+    return out;
+  }
+  if (items.size() == 3 && items[0] == "0") {
+    const auto retry = whole_micros(items[1]);
+    const auto remaining = number(items[2]);
+    if (!retry || !remaining) return std::nullopt;
+    d.granted = false;
+    d.retry_after_us = *retry;
+    d.remaining = *remaining;
+    return out;
+  }
+  return std::nullopt;
+}
 
 std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
                                       std::string_view now_override) {

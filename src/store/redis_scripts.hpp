@@ -1,7 +1,9 @@
 // The Lua scripts the Redis store runs. They are DESIGN.md section 2 line for line, in the same
 // operation order as src/limiter/token_bucket.cpp, so that both stores compute the same doubles
 // and truncate them the same way (tests/integration/redis_store_test.cpp replays one sequence
-// against both). Numbers cross the wire as %.17g strings, which round-trip doubles exactly.
+// against both). Numbers cross the wire as %.17g strings or as the shortest text of the same
+// double (std::to_chars), both of which Lua's tonumber reads back exactly; Redis writes a Lua
+// number handed to redis.call as %.17g.
 #pragma once
 
 namespace tollgate::store::scripts {
@@ -276,6 +278,115 @@ end
 local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, share_release, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
 for _, v in ipairs(qout) do table.insert(out, v) end
 return out
+)LUA";
+
+// The common case, lean: one bucket, no channel bucket, no quotas, no maxShare. The same
+// arithmetic as kAcquire on the same hash (fields s, n, m, c, so that every script reads what
+// another wrote), with nothing else: one HMGET, and on a grant one HSET and one PEXPIRE; no write
+// on a rejection unless the rule changed (the rescaled state is kept, as the in-process store
+// keeps it). Flat code, no closures: each call pays only for what it runs. Numbers handed to
+// redis.call cross as %.17g, hence exactly.
+// KEYS[1] the bucket.
+// ARGV[1] now_us ("" = Redis TIME, as in kAcquire), ARGV[2] permits, ARGV[3] timeout_us,
+// ARGV[4] mode (0 pay_now, 1 pay_later), ARGV[5] interval_us, ARGV[6] max_permits, and only with
+// warm-up: ARGV[7] cool_down_us, ARGV[8] threshold, ARGV[9] slope (without it cool_down = interval).
+// Returns {1, wait_us, release_us, cost_us, remaining, spent} on a grant, {0, retry_after_us,
+// remaining} on a rejection (remaining and spent as %.17g strings, the rest integers).
+inline constexpr const char* kAcquireLean = R"LUA(
+local SAT = 9007199254740992 -- 2^53, as in kAcquire
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local permits, timeout = tonumber(ARGV[2]), tonumber(ARGV[3])
+local interval, max = tonumber(ARGV[5]), tonumber(ARGV[6])
+local cool, warm = interval, ARGV[7] ~= nil
+if warm then cool = tonumber(ARGV[7]) end
+local key = KEYS[1]
+
+local h = redis.call('HMGET', key, 's', 'n', 'm', 'c')
+local stored, nxt, same, rescaled = max, now, false, false
+if h[1] then
+  stored, nxt = tonumber(h[1]), tonumber(h[2])
+  local om, oc = tonumber(h[3]), tonumber(h[4])
+  if om == max and oc == cool then
+    same = true
+  else
+    -- The rule changed: resync with the old shape, rescale to the new maximum (Guava's setRate).
+    rescaled = true
+    if now > nxt then
+      stored = math.min(om, stored + (now - nxt) / oc)
+      nxt = now
+    end
+    if om > 0 then
+      stored = stored * max / om
+    elseif warm then
+      stored = max
+    else
+      stored = 0
+    end
+    stored = math.min(stored, max)
+  end
+end
+
+-- resync on a copy
+local s, n = stored, nxt
+if now > n then
+  s = math.min(max, s + (now - n) / cool)
+  n = now
+end
+local spend = math.min(permits, s)
+local fresh = permits - spend
+-- Each cost term truncated toward zero on its own and saturated at SAT (kAcquire's trunc, sat_add).
+local cost = fresh * interval
+if cost ~= cost then cost = 0 elseif cost >= SAT then cost = SAT
+elseif cost >= 0 then cost = math.floor(cost) else cost = math.ceil(cost) end
+if warm then
+  local threshold, slope = tonumber(ARGV[8]), tonumber(ARGV[9])
+  local micros, take_rest = 0, spend
+  local above = s - threshold
+  if above > 0 then
+    local take = math.min(above, spend)
+    local length = (interval + above * slope) + (interval + (above - take) * slope)
+    micros = take * length / 2.0
+    if micros ~= micros then micros = 0 elseif micros >= SAT then micros = SAT
+    elseif micros >= 0 then micros = math.floor(micros) else micros = math.ceil(micros) end
+    take_rest = spend - take
+  end
+  local rest = interval * take_rest
+  if rest ~= rest then rest = 0 elseif rest >= SAT then rest = SAT
+  elseif rest >= 0 then rest = math.floor(rest) else rest = math.ceil(rest) end
+  local sc = micros + rest
+  if sc > SAT then sc = SAT end
+  cost = sc + cost
+  if cost > SAT then cost = SAT end
+end
+local release = n + cost
+if release > SAT then release = SAT end
+local ready = release
+if ARGV[4] == '1' then ready = n end
+local wait = ready - now
+if wait < 0 then wait = 0 end
+
+if wait > timeout then
+  if rescaled then
+    redis.call('HSET', key, 's', stored, 'n', nxt, 'm', max, 'c', cool)
+    redis.call('PEXPIRE', key, math.floor(((nxt - now) + (max - stored) * cool) / 1000) + 1000)
+  end
+  return {0, ready - timeout - now, string.format('%.17g', s)}
+end
+local left = s - spend
+if same then
+  redis.call('HSET', key, 's', left, 'n', release)
+else
+  redis.call('HSET', key, 's', left, 'n', release, 'm', max, 'c', cool)
+end
+-- Expire when the bucket would be full anyway: a missing key then means the same thing.
+redis.call('PEXPIRE', key, math.floor(((release - now) + (max - left) * cool) / 1000) + 1000)
+return {1, wait, release, cost, string.format('%.17g', left), string.format('%.17g', spend)}
 )LUA";
 
 // KEYS: the request's bucket keys (ARGV[1] of them), then each one's set of abandoned slots (same

@@ -118,7 +118,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   milliseconds backoff{100};
   net::steady_timer watchdog, retry, heartbeat;
   bool ever_ready = false;
-  std::string acquire_sha, refund_sha;
+  std::string acquire_sha, lean_sha, refund_sha;
   bool beats;
 
   static Connection* of(const redisAsyncContext* c) { return static_cast<Connection*>(c->data); }
@@ -232,6 +232,9 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       internal({"SELECT", std::to_string(opt.database)}, [after](Reply r) { after(std::move(r), "SELECT"); });
     internal({"SCRIPT", "LOAD", refund_script()}, [self = shared_from_this(), after](Reply r) {
       if (after(r, "SCRIPT LOAD")) self->refund_sha = r.text;
+    });
+    internal({"SCRIPT", "LOAD", lean_acquire_script()}, [self = shared_from_this(), after](Reply r) {
+      if (after(r, "SCRIPT LOAD")) self->lean_sha = r.text;
     });
     internal({"SCRIPT", "LOAD", acquire_script()}, [self = shared_from_this(), after](Reply r) {
       if (!after(r, "SCRIPT LOAD")) return;
@@ -504,11 +507,15 @@ StoreDecision RedisStore::fallback(const AcquireRequest& req, const std::string&
 boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req) {
   Connection* c = connection_for_current_thread();
   if (c == nullptr || !c->ready) co_return fallback(req, c ? last_error() : "redis store not on this thread");
-  std::vector<std::string> args{"EVALSHA", c->acquire_sha};
-  for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
-  Reply r = co_await c->async_call(std::move(args), acquire_script(), net::use_awaitable);
+  // The common case (one bucket, nothing else) takes the lean script; both decide alike.
+  const bool lean = lean_request(req);
+  std::vector<std::string> args{"EVALSHA", lean ? c->lean_sha : c->acquire_sha};
+  for (auto& a : lean ? lean_acquire_call(req, options_.key_prefix, "") : acquire_call(req, options_.key_prefix, ""))
+    args.push_back(std::move(a));
+  Reply r = co_await c->async_call(std::move(args), lean ? lean_acquire_script() : acquire_script(),
+                                   net::use_awaitable);
   std::optional<StoreDecision> out;
-  if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size());
+  if (r.ok) out = lean ? parse_lean_acquire_reply(req, r.items) : parse_acquire_reply(r.items, req.quotas.size());
   if (!out) co_return fallback(req, r.ok ? "redis: unexpected script reply" : r.error);
   record_success();
   co_return std::move(*out);

@@ -30,7 +30,19 @@ std::vector<std::string> refund_call(const AcquireRequest& req, const std::strin
 // The refund script's reply as a result (nullopt when malformed).
 std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const std::vector<std::string>& items);
 
+// The lean acquire script: the common case, a request with its one bucket and nothing else (no
+// channel bucket, quotas or maxShare). It sends the bucket's shape compactly (interval and size;
+// the warm-up numbers only with warm-up) and gets a short reply, for the same decision as the
+// general script's, double for double.
+bool lean_request(const AcquireRequest& req);
+std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std::string& prefix,
+                                           std::string_view now_override);
+// Its reply as a decision (nullopt when malformed); `req` is the request it answers.
+std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,
+                                                      const std::vector<std::string>& items);
+
 const char* acquire_script();
+const char* lean_acquire_script();
 const char* refund_script();
 
 }  // namespace tollgate::store

@@ -28,6 +28,8 @@ double as_double(const std::string& s) { return std::stod(s); }
 
 constexpr const char* kNever = "9007199254740992";  // the scripts' 2^53
 
+// ---- the general script ----
+
 TEST(RedisCodec, AcquireCallOfABucketAlone) {
   AcquireRequest req{{"/a", rate(4)}, {}, {}, 1.5, 250'000};
   const Args a = acquire_call(req, "p:", "");
@@ -206,8 +208,144 @@ TEST(RedisCodec, RefundCallAndReply) {
   EXPECT_FALSE(parse_refund_reply(req, {"x", "0", "0", "0"}).has_value());
 }
 
-TEST(RedisCodec, ScriptsAreThere) {
+// ---- the lean script ----
+
+TEST(RedisCodec, LeanCoversOneBucketAndNothingElse) {
+  AcquireRequest req{{"/a", rate(5)}, {}, {}, 1.0, 0};
+  EXPECT_TRUE(lean_request(req));
+  AcquireRequest keyed = req;
+  keyed.per_client_bucket = true;  // another key, the same script
+  EXPECT_TRUE(lean_request(keyed));
+  AcquireRequest parent = req;
+  parent.parent = BucketRef{"channel:X", rate(8)};
+  EXPECT_FALSE(lean_request(parent));
+  AcquireRequest quota = req;
+  quota.quotas.push_back({"q:1:", {1'000'000, 6, limiter::WindowAlgorithm::fixed}, true});
+  EXPECT_FALSE(lean_request(quota));
+  AcquireRequest share = req;
+  share.share = ShareRef{"s:1:k", 1};
+  EXPECT_FALSE(lean_request(share));
+  AcquireRequest none = req;
+  none.use_bucket = false;
+  EXPECT_FALSE(lean_request(none));
+}
+
+TEST(RedisCodec, LeanCallSendsTheShapeCompactly) {
+  BucketParams p = rate(3);
+  p.burst = 2;
+  AcquireRequest req{{"/b", p}, {}, "X", 1.0, 1'500'000};
+  const Args a = lean_acquire_call(req, "t:", "");
+  ASSERT_EQ(a.size(), 8u);
+  EXPECT_EQ(a[0], "1");
+  EXPECT_EQ(a[1], "t:{X}/b");
+  EXPECT_EQ(a[2], "");         // ARGV[1] now: Redis TIME
+  EXPECT_EQ(a[3], "1");        // ARGV[2] permits
+  EXPECT_EQ(a[4], "1500000");  // ARGV[3] timeout_us
+  EXPECT_EQ(a[5], "0");        // ARGV[4] pay_now
+  EXPECT_EQ(a[6], "333333.3333333333");  // ARGV[5] interval: the shortest text of the same double
+  EXPECT_EQ(as_double(a[6]), 1e6 / 3);
+  EXPECT_EQ(a[7], "2");        // ARGV[6] max_permits
+
+  req.permits = 0.1;
+  req.bucket.params.mode = limiter::Mode::pay_later;
+  const Args b = lean_acquire_call(req, "t:", "1700000000000000");
+  EXPECT_EQ(b[2], "1700000000000000");
+  EXPECT_EQ(b[3], "0.1");
+  EXPECT_EQ(b[5], "1");
+}
+
+TEST(RedisCodec, LeanCallSendsTheWarmUpNumbersOnlyWhenWarm) {
+  AcquireRequest req{{"/w", warming(2, 3'000'000)}, {}, {}, 2.5, 0};
+  const Args a = lean_acquire_call(req, "t:", "");
+  ASSERT_EQ(a.size(), 11u);
+  EXPECT_EQ(a[1], "t:{/w}");
+  const limiter::Shape s = limiter::shape_of(req.bucket.params);
+  EXPECT_EQ(as_double(a[3]), 2.5);
+  EXPECT_EQ(as_double(a[6]), s.interval_us);
+  EXPECT_EQ(as_double(a[7]), s.max_permits);
+  EXPECT_EQ(as_double(a[8]), s.cool_down_us);
+  EXPECT_EQ(as_double(a[9]), s.threshold);
+  EXPECT_EQ(as_double(a[10]), s.slope);
+}
+
+TEST(RedisCodec, ParsesALeanGrant) {
+  BucketParams p = rate(5);
+  p.burst = 3;
+  const AcquireRequest req{{"/a", p}, {}, {}, 1.0, 1'000'000};
+  const auto d = parse_lean_acquire_reply(req, {"1", "200000", "1700000000200000", "200000", "0.30000000000000004", "0.7"});
+  ASSERT_TRUE(d.has_value());
+  EXPECT_TRUE(d->decision.granted);
+  EXPECT_EQ(d->decision.wait_us, 200'000);
+  EXPECT_EQ(d->decision.retry_after_us, 0);
+  EXPECT_EQ(d->decision.remaining, 0.1 + 0.2);  // exactly
+  EXPECT_EQ(d->decision.next_free, 1'700'000'000'200'000);
+  EXPECT_EQ(d->decision.cost_us, 200'000);
+  EXPECT_EQ(d->decision.spent, 0.7);
+  EXPECT_EQ(d->max_permits, 3);  // the request's own bucket: not sent back
+  EXPECT_EQ(d->bound, Bound::bucket);
+  EXPECT_FALSE(d->parent_bound);
+  EXPECT_EQ(d->reservation.release, 1'700'000'000'200'000);
+  EXPECT_EQ(d->reservation.cost, 200'000);
+  EXPECT_EQ(d->reservation.spent, 0.7);
+  EXPECT_EQ(d->reservation.parent_release, 0);
+  EXPECT_EQ(d->reservation.share_release, 0);
+  EXPECT_TRUE(d->quotas.empty());
+
+  // A release that saturated: "never".
+  const auto never = parse_lean_acquire_reply(req, {"1", "0", kNever, kNever, "0", "0"});
+  ASSERT_TRUE(never.has_value());
+  EXPECT_EQ(never->reservation.release, limiter::kInfinite);
+  EXPECT_EQ(never->reservation.cost, limiter::kInfinite);
+}
+
+TEST(RedisCodec, ParsesALeanRejection) {
+  const AcquireRequest req{{"/a", warming(2, 3'000'000)}, {}, {}, 1.0, 0};
+  const auto d = parse_lean_acquire_reply(req, {"0", "123456", "0.99999999999999989"});
+  ASSERT_TRUE(d.has_value());
+  EXPECT_FALSE(d->decision.granted);
+  EXPECT_EQ(d->decision.wait_us, 0);
+  EXPECT_EQ(d->decision.retry_after_us, 123'456);
+  EXPECT_EQ(d->decision.remaining, 0.99999999999999989);
+  EXPECT_EQ(d->max_permits, limiter::shape_of(req.bucket.params).max_permits);
+  EXPECT_EQ(d->reservation.release, 0);  // nothing reserved
+  EXPECT_EQ(d->reservation.cost, 0);
+  EXPECT_EQ(d->reservation.spent, 0);
+
+  const auto never = parse_lean_acquire_reply(req, {"0", kNever, "0"});
+  ASSERT_TRUE(never.has_value());
+  EXPECT_EQ(never->decision.retry_after_us, limiter::kInfinite);
+}
+
+TEST(RedisCodec, RejectsMalformedLeanReplies) {
+  const AcquireRequest req{{"/a", rate(5)}, {}, {}, 1.0, 0};
+  const Args grant{"1", "0", "100", "0", "4", "1"};
+  const Args reject{"0", "5", "0.5"};
+  ASSERT_TRUE(parse_lean_acquire_reply(req, grant).has_value());
+  ASSERT_TRUE(parse_lean_acquire_reply(req, reject).has_value());
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {}).has_value());
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {"1", "0", "100", "0", "4"}).has_value());  // short grant
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {"0", "5"}).has_value());                   // short rejection
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {"1", "5", "0.5"}).has_value());            // a grant's flag, a rejection's length
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {"0", "0", "100", "0", "4", "1"}).has_value());
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {"2", "5", "0.5"}).has_value());            // no such outcome
+  for (std::size_t i = 1; i < grant.size(); ++i) {
+    for (const char* junk : {"", "x", "1x", " 1", "nan"}) {
+      Args bad = grant;
+      bad[i] = std::string(junk);
+      EXPECT_FALSE(parse_lean_acquire_reply(req, bad).has_value()) << "item " << i << " '" << junk << "'";
+    }
+  }
+  for (std::size_t i = 1; i < reject.size(); ++i) {
+    Args bad = reject;
+    bad[i] = std::string("1.5.2");
+    EXPECT_FALSE(parse_lean_acquire_reply(req, bad).has_value()) << "item " << i;
+  }
+}
+
+TEST(RedisCodec, ScriptsAreDistinct) {
+  EXPECT_NE(std::string(acquire_script()), std::string(lean_acquire_script()));
   EXPECT_NE(std::string(acquire_script()).find("HMGET"), std::string::npos);
+  EXPECT_NE(std::string(lean_acquire_script()).find("HMGET"), std::string::npos);
   EXPECT_NE(std::string(refund_script()).find("HINCRBY"), std::string::npos);
 }
 
