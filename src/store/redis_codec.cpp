@@ -35,7 +35,7 @@ void shape_args(std::vector<std::string>& out, const BucketParams& p) {
   out.push_back(num(s.slope));
 }
 
-// The shortest text that reads back as the same double (Lua's tonumber is strtod).
+// The shortest text that reads back as the same double (Lua converts with strtod).
 void push_short(std::vector<std::string>& out, double v) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
@@ -76,12 +76,14 @@ std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std:
   push_short(out, req.permits);
   out.push_back(std::to_string(req.timeout_us));
   out.emplace_back(req.bucket.params.mode == limiter::Mode::pay_later ? "1" : "0");
-  push_short(out, s.interval_us);
-  push_short(out, s.max_permits);
+  // The shape as %.17g, the text the scripts store it as (fields m, c): the lean script knows an
+  // unchanged rule by comparing that text, without converting it.
+  out.push_back(num(s.interval_us));
+  out.push_back(num(s.max_permits));
   if (s.warm) {
-    push_short(out, s.cool_down_us);
-    push_short(out, s.threshold);
-    push_short(out, s.slope);
+    out.push_back(num(s.cool_down_us));
+    out.push_back(num(s.threshold));
+    out.push_back(num(s.slope));
   }
   return out;
 }

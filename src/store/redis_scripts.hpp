@@ -284,51 +284,64 @@ return out
 // arithmetic as kAcquire on the same hash (fields s, n, m, c, so that every script reads what
 // another wrote), with nothing else: one HMGET, and on a grant one HSET and one PEXPIRE; no write
 // on a rejection unless the rule changed (the rescaled state is kept, as the in-process store
-// keeps it). Flat code, no closures: each call pays only for what it runs. Numbers handed to
-// redis.call cross as %.17g, hence exactly.
+// keeps it). Flat code: each call pays only for what it runs. What it costs Redis is mostly
+// number conversion, so it converts as little as it can:
+//  - strings become numbers by arithmetic (x + 0: one strtod), not tonumber (two: it checks first);
+//  - the shape is sent as %.17g text and stored as that text (m, c), so that an unchanged rule is
+//    recognised by comparing strings; only if they differ are they compared as numbers;
+//  - a whole remaining or spent count goes back as an integer, with no string.format.
+// Numbers handed to redis.call are written by Redis as %.17g, hence exactly (formatting them in
+// Lua instead, with '%d' where whole, measured no cheaper).
 // KEYS[1] the bucket.
 // ARGV[1] now_us ("" = Redis TIME, as in kAcquire), ARGV[2] permits, ARGV[3] timeout_us,
 // ARGV[4] mode (0 pay_now, 1 pay_later), ARGV[5] interval_us, ARGV[6] max_permits, and only with
 // warm-up: ARGV[7] cool_down_us, ARGV[8] threshold, ARGV[9] slope (without it cool_down = interval).
 // Returns {1, wait_us, release_us, cost_us, remaining, spent} on a grant, {0, retry_after_us,
-// remaining} on a rejection (remaining and spent as %.17g strings, the rest integers).
+// remaining} on a rejection (remaining and spent: integers when whole, else %.17g strings).
 inline constexpr const char* kAcquireLean = R"LUA(
 local SAT = 9007199254740992 -- 2^53, as in kAcquire
 local now
 if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
+  now = ARGV[1] + 0
 else
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 end
-local permits, timeout = tonumber(ARGV[2]), tonumber(ARGV[3])
-local interval, max = tonumber(ARGV[5]), tonumber(ARGV[6])
+local permits, timeout = ARGV[2] + 0, ARGV[3] + 0
+local interval, max = ARGV[5] + 0, ARGV[6] + 0
+local max_text, cool_text = ARGV[6], ARGV[5]
 local cool, warm = interval, ARGV[7] ~= nil
-if warm then cool = tonumber(ARGV[7]) end
+if warm then
+  cool_text = ARGV[7]
+  cool = cool_text + 0
+end
 local key = KEYS[1]
 
 local h = redis.call('HMGET', key, 's', 'n', 'm', 'c')
 local stored, nxt, same, rescaled = max, now, false, false
 if h[1] then
-  stored, nxt = tonumber(h[1]), tonumber(h[2])
-  local om, oc = tonumber(h[3]), tonumber(h[4])
-  if om == max and oc == cool then
-    same = true
-  else
-    -- The rule changed: resync with the old shape, rescale to the new maximum (Guava's setRate).
-    rescaled = true
-    if now > nxt then
-      stored = math.min(om, stored + (now - nxt) / oc)
-      nxt = now
-    end
-    if om > 0 then
-      stored = stored * max / om
-    elseif warm then
-      stored = max
+  stored, nxt = h[1] + 0, h[2] + 0
+  same = h[3] == max_text and h[4] == cool_text
+  if not same then
+    local om, oc = h[3] + 0, h[4] + 0
+    if om == max and oc == cool then
+      same = true -- the same shape, written as other text
     else
-      stored = 0
+      -- The rule changed: resync with the old shape, rescale to the new maximum (Guava's setRate).
+      rescaled = true
+      if now > nxt then
+        stored = math.min(om, stored + (now - nxt) / oc)
+        nxt = now
+      end
+      if om > 0 then
+        stored = stored * max / om
+      elseif warm then
+        stored = max
+      else
+        stored = 0
+      end
+      stored = math.min(stored, max)
     end
-    stored = math.min(stored, max)
   end
 end
 
@@ -345,7 +358,7 @@ local cost = fresh * interval
 if cost ~= cost then cost = 0 elseif cost >= SAT then cost = SAT
 elseif cost >= 0 then cost = math.floor(cost) else cost = math.ceil(cost) end
 if warm then
-  local threshold, slope = tonumber(ARGV[8]), tonumber(ARGV[9])
+  local threshold, slope = ARGV[8] + 0, ARGV[9] + 0
   local micros, take_rest = 0, spend
   local above = s - threshold
   if above > 0 then
@@ -373,20 +386,24 @@ if wait < 0 then wait = 0 end
 
 if wait > timeout then
   if rescaled then
-    redis.call('HSET', key, 's', stored, 'n', nxt, 'm', max, 'c', cool)
+    redis.call('HSET', key, 's', stored, 'n', nxt, 'm', max_text, 'c', cool_text)
     redis.call('PEXPIRE', key, math.floor(((nxt - now) + (max - stored) * cool) / 1000) + 1000)
   end
-  return {0, ready - timeout - now, string.format('%.17g', s)}
+  if s % 1 ~= 0 or s >= SAT then s = string.format('%.17g', s) end
+  return {0, ready - timeout - now, s}
 end
 local left = s - spend
 if same then
   redis.call('HSET', key, 's', left, 'n', release)
 else
-  redis.call('HSET', key, 's', left, 'n', release, 'm', max, 'c', cool)
+  redis.call('HSET', key, 's', left, 'n', release, 'm', max_text, 'c', cool_text)
 end
 -- Expire when the bucket would be full anyway: a missing key then means the same thing.
 redis.call('PEXPIRE', key, math.floor(((release - now) + (max - left) * cool) / 1000) + 1000)
-return {1, wait, release, cost, string.format('%.17g', left), string.format('%.17g', spend)}
+local rem = left
+if rem % 1 ~= 0 or rem >= SAT then rem = string.format('%.17g', rem) end
+if spend % 1 ~= 0 or spend >= SAT then spend = string.format('%.17g', spend) end
+return {1, wait, release, cost, rem, spend}
 )LUA";
 
 // KEYS: the request's bucket keys (ARGV[1] of them), then each one's set of abandoned slots (same

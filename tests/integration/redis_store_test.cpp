@@ -467,6 +467,15 @@ TEST_F(RedisScript, LeanScriptWritesOnlyGrantsAndRescales) {
   const auto l = local.inspect(req.bucket, "");
   EXPECT_EQ(after.stored, l->stored);
   EXPECT_EQ(after.next_free, l->next_free);
+
+  // The same shape stored as other text (written by another formatter) is no rule change.
+  freeReplyObject(redis->cmd({"HSET", redis_key("t:", "", "/lean"), "m", "1.0", "c", "1e6"}));
+  const long long writes = command_calls(*redis, "hset");
+  clock.advance(10'000);
+  EXPECT_FALSE(decide(req).decision.granted);
+  EXPECT_EQ(command_calls(*redis, "hset"), writes);  // not rescaled: nothing written
+  clock.advance(1'000'000);
+  EXPECT_TRUE(decide(req).decision.granted);
 }
 
 TEST_F(RedisScript, UsesRedisTimeWithoutOverride) {

@@ -242,11 +242,11 @@ TEST(RedisCodec, LeanCallSendsTheShapeCompactly) {
   EXPECT_EQ(a[3], "1");        // ARGV[2] permits
   EXPECT_EQ(a[4], "1500000");  // ARGV[3] timeout_us
   EXPECT_EQ(a[5], "0");        // ARGV[4] pay_now
-  EXPECT_EQ(a[6], "333333.3333333333");  // ARGV[5] interval: the shortest text of the same double
+  EXPECT_EQ(a[6], "333333.33333333331");  // ARGV[5] interval, as %.17g: the text the scripts store
   EXPECT_EQ(as_double(a[6]), 1e6 / 3);
   EXPECT_EQ(a[7], "2");        // ARGV[6] max_permits
 
-  req.permits = 0.1;
+  req.permits = 0.1;  // permits: the shortest text of the same double
   req.bucket.params.mode = limiter::Mode::pay_later;
   const Args b = lean_acquire_call(req, "t:", "1700000000000000");
   EXPECT_EQ(b[2], "1700000000000000");
