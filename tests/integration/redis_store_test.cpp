@@ -557,6 +557,64 @@ TEST(RedisStoreAbandon, SlotsComeBackThroughTheStore) {
   EXPECT_EQ(after->abandoned, 0u);
 }
 
+// Through the store: a request with one bucket takes the lean script, one with a channel bucket the
+// general one; after SCRIPT FLUSH (a restarted or failed-over Redis) each is sent once with EVAL and
+// nothing falls to the failure policy.
+TEST(RedisStoreScripts, BothScriptsAreSentAgainAfterAFlush) {
+  if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+  RedisServer::shared().flush();
+  Sync admin(RedisServer::shared().port());
+  ASSERT_TRUE(admin.ok());
+  limiter::SteadyClock clock;
+  RedisOptions o;
+  o.port = static_cast<std::uint16_t>(RedisServer::shared().port());
+  o.key_prefix = "flush:";
+  o.decision_timeout_ms = 2000;
+  o.failure_policy = FailurePolicy::fail_closed;
+  o.heartbeat_ms = 60'000;  // its EVAL would count with the scripts' below
+  boost::asio::io_context ctx;
+  RedisStore store(o, {&ctx}, clock);
+  store.start();
+  BucketParams p;
+  p.rate = 1;  // 10 stored; a permit per second comes back: a few ms of test add ~0.00x
+  p.burst = 10;
+  const AcquireRequest lean{{"/one", p}, {}, "X", 1.0, 0};
+  const AcquireRequest general{{"/one", p}, BucketRef{"channel:X", p}, "X", 1.0, 0};
+  ASSERT_TRUE(lean_request(lean));
+  ASSERT_FALSE(lean_request(general));
+  std::vector<StoreDecision> d;
+  long long evalsha_before = -1, eval_after = -1;
+  boost::asio::co_spawn(
+      ctx,
+      [&]() -> boost::asio::awaitable<void> {
+        boost::asio::steady_timer t(ctx);
+        for (int i = 0; i < 200 && !store.stats().up; ++i) {
+          t.expires_after(std::chrono::milliseconds(10));
+          co_await t.async_wait(boost::asio::use_awaitable);
+        }
+        freeReplyObject(admin.cmd({"CONFIG", "RESETSTAT"}));
+        d.push_back(co_await store.try_acquire(lean));
+        d.push_back(co_await store.try_acquire(general));
+        evalsha_before = command_calls(admin, "evalsha");
+        freeReplyObject(admin.cmd({"SCRIPT", "FLUSH"}));
+        d.push_back(co_await store.try_acquire(lean));
+        d.push_back(co_await store.try_acquire(general));
+        eval_after = command_calls(admin, "eval");
+        store.stop();
+      },
+      boost::asio::detached);
+  ctx.run();
+  ASSERT_EQ(d.size(), 4u);
+  for (const StoreDecision& x : d) {
+    EXPECT_EQ(x.status, StoreStatus::ok) << x.error;
+    EXPECT_FALSE(x.degraded) << x.error;
+    EXPECT_TRUE(x.decision.granted);
+  }
+  EXPECT_EQ(evalsha_before, 2);
+  EXPECT_EQ(eval_after, 2);  // each body once, after its NOSCRIPT
+  EXPECT_NEAR(d[2].decision.remaining, 7, 0.1);  // one permit each from 10: the same key both ways
+}
+
 // The `local` failure policy shares quotas like buckets: limitCount / N per instance.
 TEST(RedisFallback, LocalPolicyDividesQuotasByTheFleet) {
   ManualClock clock(1'700'000'000'000'000);
