@@ -288,10 +288,11 @@ DESC = {
     "T2": "Tollgate, never-binding rule, Redis store (gateway only)",
     "RT": "redis-server per Tollgate decision (T2 traffic, gateway not under callgrind)",
     "RS": "redis-server per EVALSHA of Tollgate's acquire script (redis-benchmark -c 1)",
+    "RL": "redis-server per EVALSHA of Tollgate's lean script: one bucket, nothing else (-c 1)",
     "RM": "redis-server per EVALSHA of a minimal token bucket (TIME HMGET HSET PEXPIRE; -c 1)",
     "RP": "redis-server per PING (redis-benchmark -c 1): the fixed cost of one call",
 }
-ORDER = ["N0", "N1", "T0", "T1", "T2", "RT", "RS", "RM", "RP"]
+ORDER = ["N0", "N1", "T0", "T1", "T2", "RT", "RS", "RL", "RM", "RP"]
 
 
 def report(runs_tsv, out_txt, header):
@@ -310,7 +311,7 @@ def report(runs_tsv, out_txt, header):
         lines.append(f"{case:<5} {slope[case]:>11,.0f} {ir_lo:>15,} {ir_hi:>15,}  {DESC.get(case, case)}"
                      + (f" [{note}]" if note else ""))
     lines.append("")
-    for a, b in (("T0", "N0"), ("T1", "N1"), ("T2", "T1"), ("T1", "T0"), ("N1", "N0"), ("RS", "RM")):
+    for a, b in (("T0", "N0"), ("T1", "N1"), ("T2", "T1"), ("T1", "T0"), ("N1", "N0"), ("RS", "RM"), ("RL", "RM")):
         if a in slope and b in slope:
             lines.append(f"{a}/{b} = {slope[a] / slope[b]:.3f}   ({slope[a] - slope[b]:+,.0f} Ir/request)")
     if "T2" in slope and "RT" in slope:

@@ -17,8 +17,9 @@
 #   T0 Tollgate, no matching rule       T1 Tollgate, never-binding rule, in-process store
 #   T2 Tollgate, never-binding rule, Redis store (gateway under callgrind, Redis not)
 #   R0 redis-server under callgrind: RT per Tollgate decision (T2 traffic, gateway not under
-#      callgrind), RS per EVALSHA of Tollgate's script, RM per EVALSHA of a minimal token bucket,
-#      RP per PING (the last three with redis-benchmark -c 1).
+#      callgrind), RS per EVALSHA of Tollgate's general script, RL of its lean script (one bucket
+#      and nothing else), RM per EVALSHA of a minimal token bucket, RP per PING (the last four with
+#      redis-benchmark -c 1).
 # Writes bench/results/instructions-<time>.txt (the table, the T1 and T2 profiles) and keeps every
 # callgrind file in bench/results/instructions-<time>/ for callgrind_annotate.
 set -euo pipefail
@@ -310,6 +311,7 @@ run_redis_bench() { # CASE N ARGS...: redis-benchmark -c 1 (one call per read: n
   local rpid=$LAST_PID sha
   case $case in
     RS) sha=$(redis_cli SCRIPT LOAD "$("$TOLLGATE_SIM" --redis-script)") ;;
+    RL) sha=$(redis_cli SCRIPT LOAD "$("$TOLLGATE_SIM" --redis-lean-script)") ;;
     RM) sha=$(redis_cli SCRIPT LOAD "$MINIMAL_LUA") ;;
   esac
   local cmd=()
@@ -317,6 +319,9 @@ run_redis_bench() { # CASE N ARGS...: redis-benchmark -c 1 (one call per read: n
     # permits 1, timeout 0.5 s, pay now, Redis TIME, one bucket, no parent, no quota, no maxShare,
     # then the bucket: 1 µs interval, a bucket that never empties, not warm (bench/run.sh's shape).
     RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 1 1000000000000 1 0 0 0 0) ;;
+    # The lean script, as the store sends it for that bucket: Redis TIME, permits, timeout, pay now,
+    # interval, size.
+    RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 1 500000 0 1 1000000000000) ;;
     RM) cmd=(EVALSHA "$sha" 1 "bench:{bucket}" 1000000 1000000) ;;
     RP) cmd=(PING) ;;
   esac
@@ -352,7 +357,8 @@ for c in $CASES; do
         run_tollgate T2 redis /ibe/nobind "$n" ;;
       R0)
         run_redis_gateway "$n"
-        if [[ -x $TOLLGATE_SIM ]]; then run_redis_bench RS "$n"; else echo "instructions: no $TOLLGATE_SIM: RS skipped"; fi
+        if [[ -x $TOLLGATE_SIM ]]; then run_redis_bench RS "$n"; run_redis_bench RL "$n"
+        else echo "instructions: no $TOLLGATE_SIM: RS and RL skipped"; fi
         run_redis_bench RM "$n"
         run_redis_bench RP "$n" ;;
       *) fail "unknown case $c (N0 N1 T0 T1 T2 R0)" ;;

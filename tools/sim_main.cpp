@@ -6,12 +6,17 @@
 
 #include <cstring>
 
-#include "tollgate/store/redis_store.hpp"
+#include "tollgate/store/redis_codec.hpp"
 
 int main(int argc, char** argv) {
   // --redis-script: print the Lua acquire script the Redis store runs (for redis-benchmark).
   if (argc > 1 && !std::strcmp(argv[1], "--redis-script")) {
     std::cout << tollgate::store::acquire_script();
+    return 0;
+  }
+  // --redis-lean-script: the one the store runs for a request with one bucket and nothing else.
+  if (argc > 1 && !std::strcmp(argv[1], "--redis-lean-script")) {
+    std::cout << tollgate::store::lean_acquire_script();
     return 0;
   }
   tollgate::app::Simulator sim;

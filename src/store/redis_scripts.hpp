@@ -1,7 +1,9 @@
 // The Lua scripts the Redis store runs. They are DESIGN.md section 2 line for line, in the same
 // operation order as src/limiter/token_bucket.cpp, so that both stores compute the same doubles
 // and truncate them the same way (tests/integration/redis_store_test.cpp replays one sequence
-// against both). Numbers cross the wire as %.17g strings, which round-trip doubles exactly.
+// against both). Numbers cross the wire as %.17g strings or as the shortest text of the same
+// double (std::to_chars), both of which Lua's tonumber reads back exactly; Redis writes a Lua
+// number handed to redis.call as %.17g.
 #pragma once
 
 namespace tollgate::store::scripts {
@@ -276,6 +278,132 @@ end
 local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, share_release, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
 for _, v in ipairs(qout) do table.insert(out, v) end
 return out
+)LUA";
+
+// The common case, lean: one bucket, no channel bucket, no quotas, no maxShare. The same
+// arithmetic as kAcquire on the same hash (fields s, n, m, c, so that every script reads what
+// another wrote), with nothing else: one HMGET, and on a grant one HSET and one PEXPIRE; no write
+// on a rejection unless the rule changed (the rescaled state is kept, as the in-process store
+// keeps it). Flat code: each call pays only for what it runs. What it costs Redis is mostly
+// number conversion, so it converts as little as it can:
+//  - strings become numbers by arithmetic (x + 0: one strtod), not tonumber (two: it checks first);
+//  - the shape is sent as %.17g text and stored as that text (m, c), so that an unchanged rule is
+//    recognised by comparing strings; only if they differ are they compared as numbers;
+//  - a whole remaining or spent count goes back as an integer, with no string.format.
+// Numbers handed to redis.call are written by Redis as %.17g, hence exactly (formatting them in
+// Lua instead, with '%d' where whole, measured no cheaper).
+// KEYS[1] the bucket.
+// ARGV[1] now_us ("" = Redis TIME, as in kAcquire), ARGV[2] permits, ARGV[3] timeout_us,
+// ARGV[4] mode (0 pay_now, 1 pay_later), ARGV[5] interval_us, ARGV[6] max_permits, and only with
+// warm-up: ARGV[7] cool_down_us, ARGV[8] threshold, ARGV[9] slope (without it cool_down = interval).
+// Returns {1, wait_us, release_us, cost_us, remaining, spent} on a grant, {0, retry_after_us,
+// remaining} on a rejection (remaining and spent: integers when whole, else %.17g strings).
+inline constexpr const char* kAcquireLean = R"LUA(
+local SAT = 9007199254740992 -- 2^53, as in kAcquire
+local now
+if ARGV[1] ~= '' then
+  now = ARGV[1] + 0
+else
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local permits, timeout = ARGV[2] + 0, ARGV[3] + 0
+local interval, max = ARGV[5] + 0, ARGV[6] + 0
+local max_text, cool_text = ARGV[6], ARGV[5]
+local cool, warm = interval, ARGV[7] ~= nil
+if warm then
+  cool_text = ARGV[7]
+  cool = cool_text + 0
+end
+local key = KEYS[1]
+
+local h = redis.call('HMGET', key, 's', 'n', 'm', 'c')
+local stored, nxt, same, rescaled = max, now, false, false
+if h[1] then
+  stored, nxt = h[1] + 0, h[2] + 0
+  same = h[3] == max_text and h[4] == cool_text
+  if not same then
+    local om, oc = h[3] + 0, h[4] + 0
+    if om == max and oc == cool then
+      same = true -- the same shape, written as other text
+    else
+      -- The rule changed: resync with the old shape, rescale to the new maximum (Guava's setRate).
+      rescaled = true
+      if now > nxt then
+        stored = math.min(om, stored + (now - nxt) / oc)
+        nxt = now
+      end
+      if om > 0 then
+        stored = stored * max / om
+      elseif warm then
+        stored = max
+      else
+        stored = 0
+      end
+      stored = math.min(stored, max)
+    end
+  end
+end
+
+-- resync on a copy
+local s, n = stored, nxt
+if now > n then
+  s = math.min(max, s + (now - n) / cool)
+  n = now
+end
+local spend = math.min(permits, s)
+local fresh = permits - spend
+-- Each cost term truncated toward zero on its own and saturated at SAT (kAcquire's trunc, sat_add).
+local cost = fresh * interval
+if cost ~= cost then cost = 0 elseif cost >= SAT then cost = SAT
+elseif cost >= 0 then cost = math.floor(cost) else cost = math.ceil(cost) end
+if warm then
+  local threshold, slope = ARGV[8] + 0, ARGV[9] + 0
+  local micros, take_rest = 0, spend
+  local above = s - threshold
+  if above > 0 then
+    local take = math.min(above, spend)
+    local length = (interval + above * slope) + (interval + (above - take) * slope)
+    micros = take * length / 2.0
+    if micros ~= micros then micros = 0 elseif micros >= SAT then micros = SAT
+    elseif micros >= 0 then micros = math.floor(micros) else micros = math.ceil(micros) end
+    take_rest = spend - take
+  end
+  local rest = interval * take_rest
+  if rest ~= rest then rest = 0 elseif rest >= SAT then rest = SAT
+  elseif rest >= 0 then rest = math.floor(rest) else rest = math.ceil(rest) end
+  local sc = micros + rest
+  if sc > SAT then sc = SAT end
+  cost = sc + cost
+  if cost > SAT then cost = SAT end
+end
+local release = n + cost
+if release > SAT then release = SAT end
+local ready = release
+if ARGV[4] == '1' then ready = n end
+local wait = ready - now
+if wait < 0 then wait = 0 end
+
+if wait > timeout then
+  if rescaled then
+    redis.call('HSET', key, 's', stored, 'n', nxt, 'm', max_text, 'c', cool_text)
+    redis.call('PEXPIRE', key, math.floor(((nxt - now) + (max - stored) * cool) / 1000) + 1000)
+  end
+  if s % 1 ~= 0 or s >= SAT then s = string.format('%.17g', s) end
+  return {0, ready - timeout - now, s}
+end
+local left = s - spend
+if same then
+  redis.call('HSET', key, 's', left, 'n', release)
+else
+  redis.call('HSET', key, 's', left, 'n', release, 'm', max_text, 'c', cool_text)
+end
+-- Expire when the bucket would be full anyway: a missing key then means the same thing.
+redis.call('PEXPIRE', key, math.floor(((release - now) + (max - left) * cool) / 1000) + 1000)
+local rem = left
+if rem % 1 ~= 0 or rem >= SAT then rem = string.format('%.17g', rem) end
+if spend % 1 ~= 0 or spend >= SAT then spend = string.format('%.17g', spend) end
+return {1, wait, release, cost, rem, spend}
 )LUA";
 
 // KEYS: the request's bucket keys (ARGV[1] of them), then each one's set of abandoned slots (same

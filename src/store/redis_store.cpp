@@ -13,7 +13,7 @@
 #include <future>
 #include <iostream>
 
-#include "redis_scripts.hpp"
+#include "tollgate/store/redis_codec.hpp"
 #include "tollgate/store/metric_series.hpp"
 
 namespace tollgate::store {
@@ -21,27 +21,8 @@ namespace tollgate::store {
 namespace net = boost::asio;
 using std::chrono::milliseconds;
 
-const char* acquire_script() { return scripts::kAcquire; }
-const char* refund_script() { return scripts::kRefund; }
 
 namespace {
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-void shape_args(std::vector<std::string>& out, const BucketParams& p) {
-  const limiter::Shape s = limiter::shape_of(p);
-  out.push_back(num(s.interval_us));
-  out.push_back(num(s.max_permits));
-  out.push_back(num(s.cool_down_us));
-  out.push_back(s.warm ? "1" : "0");
-  out.push_back(num(s.threshold));
-  out.push_back(num(s.cold_interval_us));
-  out.push_back(num(s.slope));
-}
 
 struct Reply {
   bool ok = false;
@@ -130,7 +111,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   milliseconds backoff{100};
   net::steady_timer watchdog, retry, heartbeat;
   bool ever_ready = false;
-  std::string acquire_sha, refund_sha;
+  std::string acquire_sha, lean_sha, refund_sha;
   bool beats;
 
   static Connection* of(const redisAsyncContext* c) { return static_cast<Connection*>(c->data); }
@@ -242,10 +223,13 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     if (!opt.password.empty()) internal({"AUTH", opt.password}, [after](Reply r) { after(std::move(r), "AUTH"); });
     if (opt.database != 0)
       internal({"SELECT", std::to_string(opt.database)}, [after](Reply r) { after(std::move(r), "SELECT"); });
-    internal({"SCRIPT", "LOAD", scripts::kRefund}, [self = shared_from_this(), after](Reply r) {
+    internal({"SCRIPT", "LOAD", refund_script()}, [self = shared_from_this(), after](Reply r) {
       if (after(r, "SCRIPT LOAD")) self->refund_sha = r.text;
     });
-    internal({"SCRIPT", "LOAD", scripts::kAcquire}, [self = shared_from_this(), after](Reply r) {
+    internal({"SCRIPT", "LOAD", lean_acquire_script()}, [self = shared_from_this(), after](Reply r) {
+      if (after(r, "SCRIPT LOAD")) self->lean_sha = r.text;
+    });
+    internal({"SCRIPT", "LOAD", acquire_script()}, [self = shared_from_this(), after](Reply r) {
       if (!after(r, "SCRIPT LOAD")) return;
       self->acquire_sha = r.text;
       self->ready = true;
@@ -489,13 +473,25 @@ StoreDecision RedisStore::unavailable(std::string error) {
 
 boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req) {
   Connection* c = connection_for_current_thread();
-  if (c == nullptr || !c->ready) co_return unavailable(c ? last_error() : "redis store not on this thread");
-  std::vector<std::string> args{"EVALSHA", c->acquire_sha};
-  for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
-  Reply r = co_await c->async_call(std::move(args), scripts::kAcquire, net::use_awaitable);
+  if (c == nullptr || !c->ready) {
+    // Named, not a temporary of the co_return expression (g++ 12 may destroy a conditional's
+    // string temporary there twice).
+    std::string why = c ? last_error() : "redis store not on this thread";
+    co_return unavailable(std::move(why));
+  }
+  // The common case (one bucket, nothing else) takes the lean script; both decide alike.
+  const bool lean = lean_request(req);
+  std::vector<std::string> args{"EVALSHA", lean ? c->lean_sha : c->acquire_sha};
+  for (auto& a : lean ? lean_acquire_call(req, options_.key_prefix, "") : acquire_call(req, options_.key_prefix, ""))
+    args.push_back(std::move(a));
+  Reply r = co_await c->async_call(std::move(args), lean ? lean_acquire_script() : acquire_script(),
+                                   net::use_awaitable);
   std::optional<StoreDecision> out;
-  if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size());
-  if (!out) co_return unavailable(r.ok ? "redis: unexpected script reply" : r.error);
+  if (r.ok) out = lean ? parse_lean_acquire_reply(req, r.items) : parse_acquire_reply(r.items, req.quotas.size());
+  if (!out) {
+    std::string why = r.ok ? "redis: unexpected script reply" : std::move(r.error);
+    co_return unavailable(std::move(why));
+  }
   record_success();
   co_return std::move(*out);
 }
@@ -509,7 +505,7 @@ boost::asio::awaitable<RefundResult> RedisStore::refund_slots(AcquireRequest req
   if (c == nullptr || !c->ready) co_return RefundResult{};
   std::vector<std::string> args{"EVALSHA", c->refund_sha};
   for (auto& a : refund_call(req, options_.key_prefix, res)) args.push_back(std::move(a));
-  Reply r = co_await c->async_call(std::move(args), scripts::kRefund, net::use_awaitable);
+  Reply r = co_await c->async_call(std::move(args), refund_script(), net::use_awaitable);
   std::optional<RefundResult> out;
   if (r.ok) out = parse_refund_reply(req, r.items);
   if (!out) co_return RefundResult{};
@@ -637,122 +633,6 @@ void RedisStore::publish_metrics(prometheus::Registry& registry) const {
     keys.Add({}).Set(static_cast<double>(*n));
   } else if (keys.Has({})) {
     keys.Remove(&keys.Add({}));  // Redis cannot be read: no figure rather than a stale one
-  }
-}
-
-std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
-                                      std::string_view now_override) {
-  const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
-  const bool has_a = req.use_bucket;
-  const bool has_b = req.parent.has_value();
-  std::vector<std::string> out;
-  out.reserve(4 + 8 + 14 + 4 * req.quotas.size());
-  out.push_back(std::to_string((has_a ? 1 : 0) + (has_b ? 1 : 0) + req.quotas.size() + (req.share ? 1 : 0)));
-  if (has_a) out.push_back(redis_key(prefix, tag, req.bucket.name));
-  if (has_b) out.push_back(redis_key(prefix, tag, req.parent->name));
-  for (const QuotaRef& q : req.quotas) out.push_back(redis_key(prefix, tag, q.key));
-  if (req.share) out.push_back(redis_key(prefix, tag, req.share->key));
-  out.push_back(num(req.permits));
-  out.push_back(std::to_string(req.timeout_us));
-  out.push_back(req.bucket.params.mode == limiter::Mode::pay_later ? "1" : "0");
-  out.emplace_back(now_override);
-  out.push_back(has_a ? "1" : "0");
-  out.push_back(has_b ? "1" : "0");
-  out.push_back(std::to_string(req.quotas.size()));
-  out.push_back(req.share ? std::to_string(std::max<std::int64_t>(1, req.share->max_held)) : "0");
-  if (has_a) shape_args(out, req.bucket.params);
-  if (has_b) shape_args(out, req.parent->params);
-  for (const QuotaRef& q : req.quotas) {
-    out.push_back(std::to_string(q.params.period_us));
-    out.push_back(std::to_string(q.params.limit));
-    out.push_back(q.params.algorithm == limiter::WindowAlgorithm::sliding ? "1" : "0");
-  }
-  return out;
-}
-
-std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res,
-                                     std::string_view now_override, std::size_t max_abandoned) {
-  const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
-  const int buckets = (req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0);
-  const bool share = req.share && res.share_release != 0;
-  std::vector<std::string> out{std::to_string(2 * buckets + (share ? 1 : 0))};
-  if (req.use_bucket) out.push_back(redis_key(prefix, tag, req.bucket.name));
-  if (req.parent) out.push_back(redis_key(prefix, tag, req.parent->name));
-  if (req.use_bucket) out.push_back(abandoned_key(prefix, tag, req.bucket.name));
-  if (req.parent) out.push_back(abandoned_key(prefix, tag, req.parent->name));
-  if (share) out.push_back(redis_key(prefix, tag, req.share->key));
-  out.push_back(std::to_string(buckets));
-  out.emplace_back(now_override);
-  out.push_back(std::to_string(max_abandoned));
-  auto add = [&out](Micros release, Micros cost, double spent) {
-    out.push_back(num(static_cast<double>(release)));
-    out.push_back(num(static_cast<double>(cost)));
-    out.push_back(num(spent));
-  };
-  if (req.use_bucket) add(res.release, res.cost, res.spent);
-  if (req.parent) add(res.parent_release, res.parent_cost, res.parent_spent);
-  if (share) out.push_back(num(static_cast<double>(res.share_release)));
-  return out;
-}
-
-std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const std::vector<std::string>& items) {
-  const std::size_t buckets = (req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0);
-  if (items.size() != 2 * buckets) return std::nullopt;
-  RefundResult out;
-  try {
-    std::size_t i = 0;
-    auto bucket = [&](std::uint32_t& returned) {
-      returned = static_cast<std::uint32_t>(std::stoul(items[i]));
-      out.remembered = out.remembered || items[i + 1] == "1";
-      i += 2;
-    };
-    if (req.use_bucket) bucket(out.bucket);
-    if (req.parent) bucket(out.parent);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  return out;
-}
-
-std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas) {
-  if (items.size() != 13 + 5 * quotas) return std::nullopt;
-  auto micros = [](const std::string& s) {
-    const double v = std::stod(s);  // the script's "never" is 2^53
-    return v >= 9007199254740992.0 ? limiter::kInfinite : static_cast<Micros>(v);
-  };
-  try {
-    StoreDecision out;
-    auto& d = out.decision;
-    d.granted = items[0] == "1";
-    d.wait_us = micros(items[1]);
-    d.retry_after_us = micros(items[2]);
-    d.remaining = std::stod(items[3]);
-    out.max_permits = std::stod(items[4]);
-    const int bound = std::stoi(items[5]);
-    if (bound < 0 || bound > 3) return std::nullopt;
-    out.bound = static_cast<Bound>(bound);
-    out.parent_bound = out.bound == Bound::parent;
-    out.reservation = {micros(items[7]), micros(items[8]), std::stod(items[9]),
-                       micros(items[10]), micros(items[11]), std::stod(items[12])};
-    if (d.granted) out.reservation.share_release = micros(items[6]);
-    else out.bound_quota = std::stoul(items[6]);
-    d.next_free = out.reservation.release;
-    d.cost_us = out.reservation.cost;
-    d.spent = out.reservation.spent;
-    out.quotas.reserve(quotas);
-    for (std::size_t i = 0; i < quotas; ++i) {
-      const std::size_t b = 13 + 5 * i;
-      limiter::WindowDecision q;
-      q.admitted = items[b] == "1";
-      q.used = std::stod(items[b + 1]);
-      q.remaining = std::stod(items[b + 2]);
-      q.retry_after_us = micros(items[b + 3]);
-      q.reset_us = micros(items[b + 4]);
-      out.quotas.push_back(q);
-    }
-    return out;
-  } catch (const std::exception&) {  // stod/stoll on something that is not a number
-    return std::nullopt;
   }
 }
 

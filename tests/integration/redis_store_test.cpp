@@ -1,7 +1,8 @@
 // The Redis script against the in-process store: one random sequence of decisions (rate changes,
 // channel pairs, warm-up, fractions, refunds of departed callers in any order) replayed against both
 // must give the same answers, double for double. Redis gets each step's time as the scripts' `now`
-// override.
+// override. Each replay runs through the general script alone, through the lean one wherever it
+// applies (as the store sends them), and through either at random, so that both scripts share keys.
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "support/redis.hpp"
 #include "tollgate/store/failure_policy_store.hpp"
 #include "tollgate/store/local_store.hpp"
+#include "tollgate/store/redis_codec.hpp"
 #include "tollgate/store/redis_store.hpp"
 
 namespace tollgate::store {
@@ -88,14 +90,30 @@ class RedisScript : public ::testing::Test {
     for (std::size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) out.push_back(str(r->element[i]));
     return out;
   }
+  // Which acquire script a replay sends a request that the lean one covers: always the general
+  // one, always the lean one (as the store does), or either at random (both on one key).
+  enum class Route { general, lean, mixed };
+  static constexpr Route kRoutes[] = {Route::general, Route::lean, Route::mixed};
+  static const char* route_name(Route r) {
+    return r == Route::general ? "general script" : r == Route::lean ? "lean script" : "both scripts";
+  }
+  // A fresh start for one route of a replay.
+  void begin(Route r) {
+    route = r;
+    RedisServer::shared().flush();
+    lean_calls = 0;
+  }
   StoreDecision acquire(const AcquireRequest& req, Micros now) {
-    std::vector<std::string> args{"EVAL", acquire_script()};
-    for (auto& a : acquire_call(req, "t:", std::to_string(now))) args.push_back(a);
+    const bool lean = lean_request(req) && (route == Route::lean || (route == Route::mixed && coin() % 2 == 0));
+    std::vector<std::string> args{"EVAL", lean ? lean_acquire_script() : acquire_script()};
+    for (auto& a : lean ? lean_acquire_call(req, "t:", std::to_string(now)) : acquire_call(req, "t:", std::to_string(now)))
+      args.push_back(a);
     redisReply* r = redis->cmd(args);
     EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
-    auto d = parse_acquire_reply(items(r), req.quotas.size());
+    auto d = lean ? parse_lean_acquire_reply(req, items(r)) : parse_acquire_reply(items(r), req.quotas.size());
     EXPECT_TRUE(d.has_value()) << "malformed reply";
     if (r) freeReplyObject(r);
+    lean_calls += lean;
     return d.value_or(StoreDecision{});
   }
   RefundResult give_back(const AcquireRequest& req, const Reservation& res, Micros now,
@@ -131,58 +149,71 @@ class RedisScript : public ::testing::Test {
     return out;
   }
   std::unique_ptr<Sync> redis;
+  Route route = Route::general;
+  std::mt19937_64 coin{99};  // its own sequence: the replays' draws stay as they are
+  int lean_calls = 0;
 };
 
 TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
-  ManualClock clock(1'700'000'000'000'000);
-  LocalStore local(clock);
-  std::mt19937_64 rng(42);
-  // Three interface buckets, one of them warming up, and a channel bucket over two of them.
-  std::vector<BucketParams> params(4);
-  params[0].rate = 5;
-  params[1].rate = 3;
-  params[1].burst = 2;
-  params[2].rate = 2;
-  params[2].warmup_us = 3'000'000;
-  params[3].rate = 4;  // the channel
-  const char* names[] = {"/a", "/b", "/w"};
-  int granted = 0, rejected = 0, refunded = 0;
-  std::vector<std::pair<AcquireRequest, Reservation>> held;
-  for (int step = 0; step < 3000; ++step) {
-    clock.advance(static_cast<Micros>(rng() % 300'000));
-    if (rng() % 100 == 0) params[rng() % 4].rate = 1 + static_cast<double>(rng() % 9);  // an operator edit
-    const int b = static_cast<int>(rng() % 3);
-    // /a and /b belong to channel X (the gateway tags their keys with the channel), /w to none.
-    AcquireRequest req{{names[b], params[b]}, {}, b < 2 ? "X" : names[b], 1.0,
-                       static_cast<Micros>(rng() % 1'500'000)};
-    if (b < 2 && rng() % 2) req.parent = BucketRef{"channel:X", params[3]};
-    if (rng() % 5 == 0) req.permits = 0.5 + static_cast<double>(rng() % 3);
-    const StoreDecision l = local.decide(req);
-    const StoreDecision r = acquire(req, clock.now_us());
-    SCOPED_TRACE("step " + std::to_string(step));
-    if (std::getenv("REPLAY_DEBUG"))
-      std::fprintf(stderr, "%d %s parent=%d permits=%g timeout=%lld rate=%g | L g=%d w=%lld rem=%.17g | R g=%d w=%lld rem=%.17g\n", step,
-                   names[b], req.parent ? 1 : 0, req.permits, (long long)req.timeout_us, req.bucket.params.rate,
-                   l.decision.granted, (long long)l.decision.wait_us, l.decision.remaining, r.decision.granted,
-                   (long long)r.decision.wait_us, r.decision.remaining);
-    ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
-    if (l.decision.granted) {
-      ++granted;
-      if (l.decision.wait_us > 0) held.push_back({req, l.reservation});
-    } else {
-      ++rejected;
-    }
-    if (!held.empty() && rng() % 7 == 0) {  // a held caller leaves
-      auto [hreq, res] = held.back();
-      held.pop_back();
-      const RefundResult lb = local.give_back_slots(hreq, res);
-      ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(hreq, res, clock.now_us())));
-      refunded += lb.any();
+  for (const limiter::Mode mode : {limiter::Mode::pay_now, limiter::Mode::pay_later}) {
+    for (const Route rt : kRoutes) {
+      SCOPED_TRACE(std::string(route_name(rt)) + (mode == limiter::Mode::pay_now ? ", pay now" : ", pay later"));
+      begin(rt);
+      ManualClock clock(1'700'000'000'000'000);
+      LocalStore local(clock);
+      std::mt19937_64 rng(42);
+      // Three interface buckets, one of them warming up, and a channel bucket over two of them.
+      std::vector<BucketParams> params(4);
+      params[0].rate = 5;
+      params[1].rate = 3;
+      params[1].burst = 2;
+      params[2].rate = 2;
+      params[2].warmup_us = 3'000'000;
+      params[3].rate = 4;  // the channel
+      for (BucketParams& p : params) p.mode = mode;
+      const char* names[] = {"/a", "/b", "/w"};
+      int granted = 0, rejected = 0, refunded = 0;
+      std::vector<std::pair<AcquireRequest, Reservation>> held;
+      for (int step = 0; step < 3000; ++step) {
+        clock.advance(static_cast<Micros>(rng() % 300'000));
+        if (rng() % 100 == 0) params[rng() % 4].rate = 1 + static_cast<double>(rng() % 9);  // an operator edit
+        const int b = static_cast<int>(rng() % 3);
+        // /a and /b belong to channel X (the gateway tags their keys with the channel), /w to none.
+        AcquireRequest req{{names[b], params[b]}, {}, b < 2 ? "X" : names[b], 1.0,
+                           static_cast<Micros>(rng() % 1'500'000)};
+        if (b < 2 && rng() % 2) req.parent = BucketRef{"channel:X", params[3]};
+        if (rng() % 5 == 0) req.permits = 0.5 + static_cast<double>(rng() % 3);
+        const StoreDecision l = local.decide(req);
+        const StoreDecision r = acquire(req, clock.now_us());
+        SCOPED_TRACE("step " + std::to_string(step));
+        if (std::getenv("REPLAY_DEBUG"))
+          std::fprintf(stderr, "%d %s parent=%d permits=%g timeout=%lld rate=%g | L g=%d w=%lld rem=%.17g | R g=%d w=%lld rem=%.17g\n", step,
+                       names[b], req.parent ? 1 : 0, req.permits, (long long)req.timeout_us, req.bucket.params.rate,
+                       l.decision.granted, (long long)l.decision.wait_us, l.decision.remaining, r.decision.granted,
+                       (long long)r.decision.wait_us, r.decision.remaining);
+        ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
+        if (l.decision.granted) {
+          ++granted;
+          if (l.decision.wait_us > 0) held.push_back({req, l.reservation});
+        } else {
+          ++rejected;
+        }
+        if (!held.empty() && rng() % 7 == 0) {  // a held caller leaves
+          auto [hreq, res] = held.back();
+          held.pop_back();
+          const RefundResult lb = local.give_back_slots(hreq, res);
+          ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(hreq, res, clock.now_us())));
+          refunded += lb.any();
+        }
+      }
+      EXPECT_GT(granted, 500);
+      EXPECT_GT(rejected, mode == limiter::Mode::pay_now ? 500 : 250);  // pay later waits less: fewer rejections
+      EXPECT_GT(refunded, 10);
+      if (rt != Route::general) {
+        EXPECT_GT(lean_calls, rt == Route::lean ? 1000 : 500);
+      }
     }
   }
-  EXPECT_GT(granted, 500);
-  EXPECT_GT(rejected, 500);
-  EXPECT_GT(refunded, 10);
 }
 
 // Held requests whose callers leave in random order, one by one or in crowds, some after their
@@ -190,145 +221,155 @@ TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
 // every bucket in the same state (stored permits, next_free, remembered slots), with the default
 // bound and with a bound small enough to be reached all the time.
 TEST_F(RedisScript, ReplaysAbandonedSlotsTheSameAsTheLocalStore) {
-  for (const std::size_t cap : {limiter::kMaxAbandoned, std::size_t{3}}) {
-    SCOPED_TRACE("bound " + std::to_string(cap));
-    RedisServer::shared().flush();
-    ManualClock clock(1'700'000'000'000'000);
-    LocalStore local(clock, LocalStore::kDefaultMaxClientKeys, cap);
-    std::mt19937_64 rng(cap);
-    std::vector<BucketParams> params(4);
-    params[0].rate = 5;
-    params[1].rate = 3;
-    params[1].burst = 2;
-    params[2].rate = 2;
-    params[2].warmup_us = 3'000'000;
-    params[3].rate = 4;  // the channel of /a and /b
-    const char* names[] = {"/a", "/b", "/w"};
-    int remembered = 0, collapses = 0, given = 0, late = 0;
-    std::vector<std::pair<AcquireRequest, Reservation>> held;
-    for (int step = 0; step < 6000; ++step) {
-      SCOPED_TRACE("step " + std::to_string(step));
-      clock.advance(static_cast<Micros>(rng() % 60'000));
-      if (rng() % 400 == 0) params[rng() % 4].rate = 1 + static_cast<double>(rng() % 9);  // an operator edit
-      if (rng() % 5 < 3) {
-        const int b = static_cast<int>(rng() % 3);
-        AcquireRequest req{{names[b], params[b]}, {}, b < 2 ? "X" : names[b], 1.0,
-                           static_cast<Micros>(rng() % 8'000'000)};
-        if (b < 2 && rng() % 2) req.parent = BucketRef{"channel:X", params[3]};
-        switch (rng() % 8) {
-          case 0: req.permits = 0.5 + static_cast<double>(rng() % 3); break;
-          case 1: req.permits = 1e-7; break;  // takes no time: shares the release before it
-          default: break;
+  for (const Route rt : kRoutes) {
+    SCOPED_TRACE(route_name(rt));
+    for (const std::size_t cap : {limiter::kMaxAbandoned, std::size_t{3}}) {
+      SCOPED_TRACE("bound " + std::to_string(cap));
+      begin(rt);
+      ManualClock clock(1'700'000'000'000'000);
+      LocalStore local(clock, LocalStore::kDefaultMaxClientKeys, cap);
+      std::mt19937_64 rng(cap);
+      std::vector<BucketParams> params(4);
+      params[0].rate = 5;
+      params[1].rate = 3;
+      params[1].burst = 2;
+      params[2].rate = 2;
+      params[2].warmup_us = 3'000'000;
+      params[3].rate = 4;  // the channel of /a and /b
+      const char* names[] = {"/a", "/b", "/w"};
+      int remembered = 0, collapses = 0, given = 0, late = 0;
+      std::vector<std::pair<AcquireRequest, Reservation>> held;
+      for (int step = 0; step < 6000; ++step) {
+        SCOPED_TRACE("step " + std::to_string(step));
+        clock.advance(static_cast<Micros>(rng() % 60'000));
+        if (rng() % 400 == 0) params[rng() % 4].rate = 1 + static_cast<double>(rng() % 9);  // an operator edit
+        if (rng() % 5 < 3) {
+          const int b = static_cast<int>(rng() % 3);
+          AcquireRequest req{{names[b], params[b]}, {}, b < 2 ? "X" : names[b], 1.0,
+                             static_cast<Micros>(rng() % 8'000'000)};
+          if (b < 2 && rng() % 2) req.parent = BucketRef{"channel:X", params[3]};
+          switch (rng() % 8) {
+            case 0: req.permits = 0.5 + static_cast<double>(rng() % 3); break;
+            case 1: req.permits = 1e-7; break;  // takes no time: shares the release before it
+            default: break;
+          }
+          const StoreDecision l = local.decide(req);
+          const StoreDecision r = acquire(req, clock.now_us());
+          ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
+          if (l.decision.granted && l.decision.wait_us > 0) held.push_back({req, l.reservation});
+          continue;
         }
-        const StoreDecision l = local.decide(req);
-        const StoreDecision r = acquire(req, clock.now_us());
-        ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
-        if (l.decision.granted && l.decision.wait_us > 0) held.push_back({req, l.reservation});
-        continue;
+        // Callers leave: one, or a crowd (oldest first, newest first, or any order).
+        const std::size_t crowd = rng() % 4 == 0 ? 1 + rng() % 12 : 1;
+        const int how = static_cast<int>(rng() % 3);
+        for (std::size_t k = 0; k < crowd && !held.empty(); ++k) {
+          const std::size_t pick = how == 0 ? 0 : how == 1 ? held.size() - 1 : rng() % held.size();
+          auto [hreq, res] = held[pick];
+          held.erase(held.begin() + static_cast<std::ptrdiff_t>(pick));
+          late += std::max(res.release, res.parent_release) <= clock.now_us();
+          const RefundResult l = local.give_back_slots(hreq, res);
+          ASSERT_NO_FATAL_FAILURE(expect_same_refund(l, give_back(hreq, res, clock.now_us(), cap)));
+          remembered += l.remembered;
+          collapses += l.bucket > 1 || l.parent > 1;
+          given += static_cast<int>(l.bucket + l.parent);
+        }
+        // Every bucket the same in both stores, remembered slots included.
+        for (const auto& [tag, ref] : {std::pair<std::string_view, BucketRef>{"X", {"/a", params[0]}},
+                                       {"X", {"/b", params[1]}}, {"/w", {"/w", params[2]}},
+                                       {"X", {"channel:X", params[3]}}}) {
+          const auto l = local.inspect(ref, tag);
+          const BucketSnapshot r = snapshot(tag, ref.name, clock.now_us());
+          if (!r.tracked) continue;  // not used yet (the in-process store may have swept nothing)
+          ASSERT_EQ(l->stored, r.stored) << ref.name;
+          ASSERT_EQ(l->next_free, r.next_free) << ref.name;
+          ASSERT_EQ(l->abandoned, r.abandoned) << ref.name;
+        }
       }
-      // Callers leave: one, or a crowd (oldest first, newest first, or any order).
-      const std::size_t crowd = rng() % 4 == 0 ? 1 + rng() % 12 : 1;
-      const int how = static_cast<int>(rng() % 3);
-      for (std::size_t k = 0; k < crowd && !held.empty(); ++k) {
-        const std::size_t pick = how == 0 ? 0 : how == 1 ? held.size() - 1 : rng() % held.size();
-        auto [hreq, res] = held[pick];
-        held.erase(held.begin() + static_cast<std::ptrdiff_t>(pick));
-        late += std::max(res.release, res.parent_release) <= clock.now_us();
-        const RefundResult l = local.give_back_slots(hreq, res);
-        ASSERT_NO_FATAL_FAILURE(expect_same_refund(l, give_back(hreq, res, clock.now_us(), cap)));
-        remembered += l.remembered;
-        collapses += l.bucket > 1 || l.parent > 1;
-        given += static_cast<int>(l.bucket + l.parent);
-      }
-      // Every bucket the same in both stores, remembered slots included.
-      for (const auto& [tag, ref] : {std::pair<std::string_view, BucketRef>{"X", {"/a", params[0]}},
-                                     {"X", {"/b", params[1]}}, {"/w", {"/w", params[2]}},
-                                     {"X", {"channel:X", params[3]}}}) {
-        const auto l = local.inspect(ref, tag);
-        const BucketSnapshot r = snapshot(tag, ref.name, clock.now_us());
-        if (!r.tracked) continue;  // not used yet (the in-process store may have swept nothing)
-        ASSERT_EQ(l->stored, r.stored) << ref.name;
-        ASSERT_EQ(l->next_free, r.next_free) << ref.name;
-        ASSERT_EQ(l->abandoned, r.abandoned) << ref.name;
-      }
+      std::printf("bound %zu: remembered %d, collapses %d, slots given back %d, left after their slot %d\n", cap,
+                  remembered, collapses, given, late);
+      EXPECT_GT(remembered, 300);
+      EXPECT_GT(collapses, 50);
+      EXPECT_GT(late, 50);
     }
-    std::printf("bound %zu: remembered %d, collapses %d, slots given back %d, left after their slot %d\n", cap,
-                remembered, collapses, given, late);
-    EXPECT_GT(remembered, 300);
-    EXPECT_GT(collapses, 50);
-    EXPECT_GT(late, 50);
   }
 }
 
 // Issue 7: the same replay with everything a request can carry: per-client buckets, quota-only
 // rules, fixed and sliding quotas (shared and per client), maxShare, a channel bucket, quota edits.
 TEST_F(RedisScript, ReplaysQuotasSharesAndClientBucketsTheSameAsTheLocalStore) {
-  ManualClock clock(1'700'000'000'000'000);
-  LocalStore local(clock);
-  std::mt19937_64 rng(7);
-  const std::string clients[] = {"10.0.0.1", "10.0.0.2", "h=key-a"};
-  const std::string client_buckets[] = {"c:5:10.0.0.1", "c:5:10.0.0.2", "c:5:h=key-a"};
-  BucketParams bucket, channel;
-  bucket.rate = 5;
-  bucket.burst = 2;
-  channel.rate = 8;
-  std::int64_t limits[] = {6, 12, 60};
-  int granted = 0, by_quota = 0, by_share = 0, by_bucket = 0, refunded = 0;
-  std::vector<std::pair<AcquireRequest, Reservation>> held;
-  for (int step = 0; step < 8000; ++step) {
-    clock.advance(static_cast<Micros>(rng() % 100'000));
-    if (rng() % 300 == 0) limits[rng() % 3] = 3 + static_cast<std::int64_t>(rng() % 40);  // an operator edit
-    const int c = static_cast<int>(rng() % 3);
-    AcquireRequest req{{"/a", bucket}, {}, "X", 1.0, static_cast<Micros>(rng() % 1'000'000)};
-    switch (rng() % 3) {
-      case 0: break;                                                   // the shared bucket
-      case 1: req.bucket.name = client_buckets[c]; req.per_client_bucket = true; break;
-      case 2: req.use_bucket = false; break;                           // quotas only
-    }
-    if (rng() % 3 == 0) req.parent = BucketRef{"channel:X", channel};
-    if (rng() % 2 != 0) req.quotas.push_back({"q:1:" + clients[c], {1'000'000, limits[0], limiter::WindowAlgorithm::fixed}, false});
-    if (rng() % 2 == 0) req.quotas.push_back({"q:2:" + clients[c], {3'000'000, limits[1], limiter::WindowAlgorithm::sliding}, false});
-    if (rng() % 3 == 0) req.quotas.push_back({"q:3:", {10'000'000, limits[2], limiter::WindowAlgorithm::sliding}, true});
-    if (req.use_bucket && rng() % 4 != 0) req.share = ShareRef{"s:5:" + clients[c], 1 + static_cast<std::int64_t>(rng() % 2)};
-    const StoreDecision l = local.decide(req);
-    const StoreDecision r = acquire(req, clock.now_us());
-    SCOPED_TRACE("step " + std::to_string(step));
-    ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
-    ASSERT_EQ(static_cast<int>(l.bound), static_cast<int>(r.bound));
-    ASSERT_EQ(l.quotas.size(), r.quotas.size());
-    for (std::size_t i = 0; i < l.quotas.size(); ++i) {
-      ASSERT_EQ(l.quotas[i].admitted, r.quotas[i].admitted) << "quota " << i;
-      ASSERT_EQ(l.quotas[i].used, r.quotas[i].used) << "quota " << i;
-      ASSERT_EQ(l.quotas[i].remaining, r.quotas[i].remaining) << "quota " << i;
-      ASSERT_EQ(l.quotas[i].retry_after_us, r.quotas[i].retry_after_us) << "quota " << i;
-      ASSERT_EQ(l.quotas[i].reset_us, r.quotas[i].reset_us) << "quota " << i;
-    }
-    if (l.decision.granted) {
-      ++granted;
-      if (l.decision.wait_us > 0) held.push_back({req, l.reservation});
-      if (!held.empty() && rng() % 8 == 0) {  // a held caller leaves (often the newest): its slot and its share come back
-        const std::size_t pick = rng() % 2 ? held.size() - 1 : rng() % held.size();
-        auto [hreq, res] = held[pick];
-        held.erase(held.begin() + static_cast<std::ptrdiff_t>(pick));
-        const RefundResult lb = local.give_back_slots(hreq, res);
-        ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(hreq, res, clock.now_us())));
-        refunded += lb.any();
+  for (const Route rt : kRoutes) {
+    SCOPED_TRACE(route_name(rt));
+    begin(rt);
+    ManualClock clock(1'700'000'000'000'000);
+    LocalStore local(clock);
+    std::mt19937_64 rng(7);
+    const std::string clients[] = {"10.0.0.1", "10.0.0.2", "h=key-a"};
+    const std::string client_buckets[] = {"c:5:10.0.0.1", "c:5:10.0.0.2", "c:5:h=key-a"};
+    BucketParams bucket, channel;
+    bucket.rate = 5;
+    bucket.burst = 2;
+    channel.rate = 8;
+    std::int64_t limits[] = {6, 12, 60};
+    int granted = 0, by_quota = 0, by_share = 0, by_bucket = 0, refunded = 0;
+    std::vector<std::pair<AcquireRequest, Reservation>> held;
+    for (int step = 0; step < 8000; ++step) {
+      clock.advance(static_cast<Micros>(rng() % 100'000));
+      if (rng() % 300 == 0) limits[rng() % 3] = 3 + static_cast<std::int64_t>(rng() % 40);  // an operator edit
+      const int c = static_cast<int>(rng() % 3);
+      AcquireRequest req{{"/a", bucket}, {}, "X", 1.0, static_cast<Micros>(rng() % 1'000'000)};
+      switch (rng() % 3) {
+        case 0: break;                                                   // the shared bucket
+        case 1: req.bucket.name = client_buckets[c]; req.per_client_bucket = true; break;
+        case 2: req.use_bucket = false; break;                           // quotas only
       }
-    } else {
-      ASSERT_EQ(l.bound_quota, r.bound_quota);
-      by_quota += l.bound == Bound::quota;
-      by_share += l.bound == Bound::share;
-      by_bucket += l.bound == Bound::bucket || l.bound == Bound::parent;
+      if (rng() % 3 == 0) req.parent = BucketRef{"channel:X", channel};
+      if (rng() % 2 != 0) req.quotas.push_back({"q:1:" + clients[c], {1'000'000, limits[0], limiter::WindowAlgorithm::fixed}, false});
+      if (rng() % 2 == 0) req.quotas.push_back({"q:2:" + clients[c], {3'000'000, limits[1], limiter::WindowAlgorithm::sliding}, false});
+      if (rng() % 3 == 0) req.quotas.push_back({"q:3:", {10'000'000, limits[2], limiter::WindowAlgorithm::sliding}, true});
+      if (req.use_bucket && rng() % 4 != 0) req.share = ShareRef{"s:5:" + clients[c], 1 + static_cast<std::int64_t>(rng() % 2)};
+      const StoreDecision l = local.decide(req);
+      const StoreDecision r = acquire(req, clock.now_us());
+      SCOPED_TRACE("step " + std::to_string(step));
+      ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
+      ASSERT_EQ(static_cast<int>(l.bound), static_cast<int>(r.bound));
+      ASSERT_EQ(l.quotas.size(), r.quotas.size());
+      for (std::size_t i = 0; i < l.quotas.size(); ++i) {
+        ASSERT_EQ(l.quotas[i].admitted, r.quotas[i].admitted) << "quota " << i;
+        ASSERT_EQ(l.quotas[i].used, r.quotas[i].used) << "quota " << i;
+        ASSERT_EQ(l.quotas[i].remaining, r.quotas[i].remaining) << "quota " << i;
+        ASSERT_EQ(l.quotas[i].retry_after_us, r.quotas[i].retry_after_us) << "quota " << i;
+        ASSERT_EQ(l.quotas[i].reset_us, r.quotas[i].reset_us) << "quota " << i;
+      }
+      if (l.decision.granted) {
+        ++granted;
+        if (l.decision.wait_us > 0) held.push_back({req, l.reservation});
+        if (!held.empty() && rng() % 8 == 0) {  // a held caller leaves (often the newest): its slot and its share come back
+          const std::size_t pick = rng() % 2 ? held.size() - 1 : rng() % held.size();
+          auto [hreq, res] = held[pick];
+          held.erase(held.begin() + static_cast<std::ptrdiff_t>(pick));
+          const RefundResult lb = local.give_back_slots(hreq, res);
+          ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(hreq, res, clock.now_us())));
+          refunded += lb.any();
+        }
+      } else {
+        ASSERT_EQ(l.bound_quota, r.bound_quota);
+        by_quota += l.bound == Bound::quota;
+        by_share += l.bound == Bound::share;
+        by_bucket += l.bound == Bound::bucket || l.bound == Bound::parent;
+      }
+    }
+    // The sequence exercised every kind of outcome.
+    std::printf("granted %d, bound by quota %d, share %d, bucket %d, refunded %d\n", granted, by_quota, by_share,
+                by_bucket, refunded);
+    EXPECT_GT(granted, 1000);
+    EXPECT_GT(by_quota, 100);
+    EXPECT_GT(by_share, 20);
+    EXPECT_GT(by_bucket, 100);
+    EXPECT_GT(refunded, 20);
+    if (rt != Route::general) {  // most requests here carry a quota, a share or a channel bucket
+      EXPECT_GT(lean_calls, rt == Route::lean ? 100 : 40);
     }
   }
-  // The sequence exercised every kind of outcome.
-  std::printf("granted %d, bound by quota %d, share %d, bucket %d, refunded %d\n", granted, by_quota, by_share,
-              by_bucket, refunded);
-  EXPECT_GT(granted, 1000);
-  EXPECT_GT(by_quota, 100);
-  EXPECT_GT(by_share, 20);
-  EXPECT_GT(by_bucket, 100);
-  EXPECT_GT(refunded, 20);
 }
 
 TEST_F(RedisScript, QuotaKeysExpireWithTheirWindow) {
@@ -350,23 +391,102 @@ TEST_F(RedisScript, QuotaKeysExpireWithTheirWindow) {
 }
 
 TEST_F(RedisScript, StateExpiresWhenTheBucketWouldBeFullAnyway) {
+  for (const Route rt : {Route::general, Route::lean}) {
+    SCOPED_TRACE(route_name(rt));
+    begin(rt);
+    BucketParams p;
+    p.rate = 10;  // 100 ms per permit, 10 stored
+    AcquireRequest req{{"/ttl", p}, {}, {}, 1.0, 0};
+    const Micros now = 1'700'000'000'000'000;
+    for (int i = 0; i < 4; ++i) acquire(req, now);
+    redisReply* r = redis->cmd({"PTTL", redis_key("t:", "", "/ttl")});
+    ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
+    // 4 permits to refill at 100 ms each: 400 ms, plus the one second of margin.
+    EXPECT_GE(r->integer, 1300);
+    EXPECT_LE(r->integer, 1400);
+    freeReplyObject(r);
+  }
+}
+
+// How many times Redis ran `command` (scripts' calls included) since the last CONFIG RESETSTAT.
+long long command_calls(Sync& redis, const std::string& command) {
+  redisReply* r = redis.cmd({"INFO", "commandstats"});
+  long long n = 0;
+  if (r && r->type == REDIS_REPLY_STRING) {
+    const std::string text(r->str, r->len);
+    const std::string tag = "cmdstat_" + command + ":calls=";
+    if (const auto at = text.find(tag); at != std::string::npos) n = std::stoll(text.substr(at + tag.size()));
+  }
+  if (r) freeReplyObject(r);
+  return n;
+}
+
+// The lean script reads the bucket once, writes it once on a grant (HSET, PEXPIRE), and writes
+// nothing on a rejection, unless the rule changed: then the rescaled state is kept, as the
+// in-process store keeps it, and the next decisions agree with that store's.
+TEST_F(RedisScript, LeanScriptWritesOnlyGrantsAndRescales) {
+  begin(Route::lean);
+  ManualClock clock(1'700'000'000'000'000);
+  LocalStore local(clock);
   BucketParams p;
-  p.rate = 10;  // 100 ms per permit, 10 stored
-  AcquireRequest req{{"/ttl", p}, {}, {}, 1.0, 0};
-  const Micros now = 1'700'000'000'000'000;
-  for (int i = 0; i < 4; ++i) acquire(req, now);
-  redisReply* r = redis->cmd({"PTTL", redis_key("t:", "", "/ttl")});
-  ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
-  // 4 permits to refill at 100 ms each: 400 ms, plus the one second of margin.
-  EXPECT_GE(r->integer, 1300);
-  EXPECT_LE(r->integer, 1400);
-  freeReplyObject(r);
+  p.rate = 2;  // 500 ms per permit, 2 stored
+  AcquireRequest req{{"/lean", p}, {}, {}, 1.0, 0};
+  auto decide = [&](const AcquireRequest& x) {
+    const StoreDecision l = local.decide(x);
+    const StoreDecision r = acquire(x, clock.now_us());
+    EXPECT_NO_FATAL_FAILURE(expect_same(l, r));
+    return r;
+  };
+  freeReplyObject(redis->cmd({"CONFIG", "RESETSTAT"}));
+  EXPECT_TRUE(decide(req).decision.granted);
+  EXPECT_TRUE(decide(req).decision.granted);
+  EXPECT_EQ(command_calls(*redis, "hmget"), 2);
+  EXPECT_EQ(command_calls(*redis, "hset"), 2);
+  EXPECT_EQ(command_calls(*redis, "pexpire"), 2);
+  for (int i = 0; i < 3; ++i) {
+    clock.advance(100'000);
+    EXPECT_FALSE(decide(req).decision.granted);
+  }
+  EXPECT_EQ(command_calls(*redis, "hmget"), 5);
+  EXPECT_EQ(command_calls(*redis, "hset"), 2);  // rejections: no write
+  EXPECT_EQ(command_calls(*redis, "pexpire"), 2);
+  EXPECT_EQ(lean_calls, 5);
+
+  // An operator halves the rate: the first decision after it is a rejection, and it keeps the
+  // rescaled state (0.6 of 2 stored becomes 0.3 of 1).
+  req.bucket.params.rate = 1;
+  EXPECT_FALSE(decide(req).decision.granted);  // the next permit is 0.7 s away
+  EXPECT_EQ(command_calls(*redis, "hset"), 3);
+  EXPECT_EQ(command_calls(*redis, "pexpire"), 3);
+  clock.advance(50'000);
+  EXPECT_FALSE(decide(req).decision.granted);  // no edit since: no write
+  EXPECT_EQ(command_calls(*redis, "hset"), 3);
+  clock.advance(800'000);
+  const StoreDecision g = decide(req);
+  EXPECT_TRUE(g.decision.granted);
+  EXPECT_EQ(command_calls(*redis, "hset"), 4);
+  const BucketSnapshot after = snapshot("", "/lean", clock.now_us());
+  const auto l = local.inspect(req.bucket, "");
+  EXPECT_EQ(after.stored, l->stored);
+  EXPECT_EQ(after.next_free, l->next_free);
+
+  // The same shape stored as other text (written by another formatter) is no rule change.
+  freeReplyObject(redis->cmd({"HSET", redis_key("t:", "", "/lean"), "m", "1.0", "c", "1e6"}));
+  const long long writes = command_calls(*redis, "hset");
+  clock.advance(10'000);
+  EXPECT_FALSE(decide(req).decision.granted);
+  EXPECT_EQ(command_calls(*redis, "hset"), writes);  // not rescaled: nothing written
+  clock.advance(1'000'000);
+  EXPECT_TRUE(decide(req).decision.granted);
 }
 
 TEST_F(RedisScript, UsesRedisTimeWithoutOverride) {
   BucketParams p;
   p.rate = 1;
   AcquireRequest req{{"/time", p}, {}, {}, 1.0, 0};
+  const double unix_us = static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                 std::chrono::system_clock::now().time_since_epoch())
+                                                 .count());
   std::vector<std::string> args{"EVAL", acquire_script()};
   for (auto& a : acquire_call(req, "t:", "")) args.push_back(a);
   redisReply* r = redis->cmd(args);
@@ -374,10 +494,19 @@ TEST_F(RedisScript, UsesRedisTimeWithoutOverride) {
   EXPECT_EQ(r->element[0]->integer, 1);
   // The release time is the server's clock in microseconds (a Unix time, not this process's clock).
   const double release = std::stod(str(r->element[7]));
-  const double unix_us = static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                 std::chrono::system_clock::now().time_since_epoch())
-                                                 .count());
   EXPECT_NEAR(release, unix_us, 5e6);
+  freeReplyObject(r);
+
+  // The lean script likewise (a bucket of its own: this one's slot is taken).
+  req.bucket.name = "/time-lean";
+  args = {"EVAL", lean_acquire_script()};
+  for (auto& a : lean_acquire_call(req, "t:", "")) args.push_back(a);
+  r = redis->cmd(args);
+  ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "");
+  const auto d = parse_lean_acquire_reply(req, items(r));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_TRUE(d->decision.granted);
+  EXPECT_NEAR(static_cast<double>(d->reservation.release), unix_us, 5e6);
   freeReplyObject(r);
 }
 
@@ -434,6 +563,63 @@ TEST(RedisStoreAbandon, SlotsComeBackThroughTheStore) {
   ASSERT_TRUE(after.has_value());
   EXPECT_LE(after->next_free, after->now);  // no debt left
   EXPECT_EQ(after->abandoned, 0u);
+}
+
+// Through the store: a request with one bucket takes the lean script, one with a channel bucket the
+// general one; after SCRIPT FLUSH (a restarted or failed-over Redis) each is sent once with EVAL and
+// nothing falls to the failure policy.
+TEST(RedisStoreScripts, BothScriptsAreSentAgainAfterAFlush) {
+  if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+  RedisServer::shared().flush();
+  Sync admin(RedisServer::shared().port());
+  ASSERT_TRUE(admin.ok());
+  limiter::SteadyClock clock;
+  RedisOptions o;
+  o.port = static_cast<std::uint16_t>(RedisServer::shared().port());
+  o.key_prefix = "flush:";
+  o.decision_timeout_ms = 2000;
+  o.heartbeat_ms = 60'000;  // its EVAL would count with the scripts' below
+  boost::asio::io_context ctx;
+  RedisStore store(o, {&ctx}, clock);
+  store.start();
+  BucketParams p;
+  p.rate = 1;  // 10 stored; a permit per second comes back: a few ms of test add ~0.00x
+  p.burst = 10;
+  const AcquireRequest lean{{"/one", p}, {}, "X", 1.0, 0};
+  const AcquireRequest general{{"/one", p}, BucketRef{"channel:X", p}, "X", 1.0, 0};
+  ASSERT_TRUE(lean_request(lean));
+  ASSERT_FALSE(lean_request(general));
+  std::vector<StoreDecision> d;
+  long long evalsha_before = -1, eval_after = -1;
+  boost::asio::co_spawn(
+      ctx,
+      [&]() -> boost::asio::awaitable<void> {
+        boost::asio::steady_timer t(ctx);
+        for (int i = 0; i < 200 && !store.stats().up; ++i) {
+          t.expires_after(std::chrono::milliseconds(10));
+          co_await t.async_wait(boost::asio::use_awaitable);
+        }
+        freeReplyObject(admin.cmd({"CONFIG", "RESETSTAT"}));
+        d.push_back(co_await store.try_acquire(lean));
+        d.push_back(co_await store.try_acquire(general));
+        evalsha_before = command_calls(admin, "evalsha");
+        freeReplyObject(admin.cmd({"SCRIPT", "FLUSH"}));
+        d.push_back(co_await store.try_acquire(lean));
+        d.push_back(co_await store.try_acquire(general));
+        eval_after = command_calls(admin, "eval");
+        store.stop();
+      },
+      boost::asio::detached);
+  ctx.run();
+  ASSERT_EQ(d.size(), 4u);
+  for (const StoreDecision& x : d) {
+    EXPECT_EQ(x.status, StoreStatus::ok) << x.error;
+    EXPECT_FALSE(x.degraded) << x.error;
+    EXPECT_TRUE(x.decision.granted);
+  }
+  EXPECT_EQ(evalsha_before, 2);
+  EXPECT_EQ(eval_after, 2);  // each body once, after its NOSCRIPT
+  EXPECT_NEAR(d[2].decision.remaining, 7, 0.1);  // one permit each from 10: the same key both ways
 }
 
 // The `local` failure policy shares quotas like buckets: limitCount / N per instance.

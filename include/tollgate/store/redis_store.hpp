@@ -41,22 +41,6 @@ struct RedisStats {
   std::string last_error;
 };
 
-
-// numkeys, KEYS and ARGV of the acquire script for a request (what follows "EVALSHA <sha>"), and
-// its reply as a decision (nullopt when malformed). Exposed for the replay tests.
-std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
-                                      std::string_view now_override);
-std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas);
-// numkeys, KEYS and ARGV of the refund script; now_override and max_abandoned as in acquire_call and
-// LocalStore (a value only for replays/tests).
-std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res,
-                                     std::string_view now_override = {},
-                                     std::size_t max_abandoned = limiter::kMaxAbandoned);
-// The refund script's reply as a result (nullopt when malformed).
-std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const std::vector<std::string>& items);
-const char* acquire_script();
-const char* refund_script();
-
 class RedisStore final : public BucketStore {
  public:
   // One connection per context; try_acquire must be called from a thread running one of them.

@@ -1,0 +1,48 @@
+// The Redis store's script codec: what a request sends to the Lua scripts (numkeys, KEYS and ARGV:
+// everything that follows "EVALSHA <sha>") and what their replies mean. Plain strings in,
+// decisions out: no hiredis, no Asio, so that it is unit-tested without a server and the replay
+// tests can drive the scripts through a plain connection.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tollgate/limiter/token_bucket.hpp"
+#include "tollgate/store/decision.hpp"
+
+namespace tollgate::store {
+
+// The general acquire script: any request (bucket, channel bucket, quotas, maxShare).
+// now_override: "" in production (the script reads Redis TIME); a Unix time in microseconds only
+// for replays and tests.
+std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
+                                      std::string_view now_override);
+// Its reply as a decision (nullopt when malformed). `quotas`: how many the request carried.
+std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas);
+
+// The refund script; now_override as above, max_abandoned as in LocalStore.
+std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res,
+                                     std::string_view now_override = {},
+                                     std::size_t max_abandoned = limiter::kMaxAbandoned);
+// The refund script's reply as a result (nullopt when malformed).
+std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const std::vector<std::string>& items);
+
+// The lean acquire script: the common case, a request with its one bucket and nothing else (no
+// channel bucket, quotas or maxShare). It sends the bucket's shape compactly (interval and size;
+// the warm-up numbers only with warm-up) and gets a short reply, for the same decision as the
+// general script's, double for double.
+bool lean_request(const AcquireRequest& req);
+std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std::string& prefix,
+                                           std::string_view now_override);
+// Its reply as a decision (nullopt when malformed); `req` is the request it answers.
+std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,
+                                                      const std::vector<std::string>& items);
+
+const char* acquire_script();
+const char* lean_acquire_script();
+const char* refund_script();
+
+}  // namespace tollgate::store

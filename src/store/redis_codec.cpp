@@ -1,0 +1,238 @@
+#include "tollgate/store/redis_codec.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "redis_scripts.hpp"
+#include "tollgate/store/key_schema.hpp"
+
+namespace tollgate::store {
+
+const char* acquire_script() { return scripts::kAcquire; }
+const char* lean_acquire_script() { return scripts::kAcquireLean; }
+const char* refund_script() { return scripts::kRefund; }
+
+namespace {
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+void shape_args(std::vector<std::string>& out, const BucketParams& p) {
+  const limiter::Shape s = limiter::shape_of(p);
+  out.push_back(num(s.interval_us));
+  out.push_back(num(s.max_permits));
+  out.push_back(num(s.cool_down_us));
+  out.push_back(s.warm ? "1" : "0");
+  out.push_back(num(s.threshold));
+  out.push_back(num(s.cold_interval_us));
+  out.push_back(num(s.slope));
+}
+
+// The shortest text that reads back as the same double (Lua converts with strtod).
+void push_short(std::vector<std::string>& out, double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.emplace_back(buf, r.ptr);
+}
+
+// A whole reply item as a number: nothing before or after it.
+std::optional<double> number(const std::string& s) {
+  double v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || std::isnan(v)) return std::nullopt;
+  return v;
+}
+
+// Whole microseconds; the scripts' "never" is 2^53.
+std::optional<Micros> whole_micros(const std::string& s) {
+  const auto v = number(s);
+  if (!v) return std::nullopt;
+  if (*v >= 9007199254740992.0) return limiter::kInfinite;
+  if (*v <= -9007199254740992.0) return std::nullopt;
+  return static_cast<Micros>(*v);
+}
+
+}  // namespace
+
+bool lean_request(const AcquireRequest& req) {
+  return req.use_bucket && !req.parent && req.quotas.empty() && !req.share;
+}
+
+std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std::string& prefix,
+                                           std::string_view now_override) {
+  const limiter::Shape s = limiter::shape_of(req.bucket.params);
+  std::vector<std::string> out;
+  out.reserve(s.warm ? 11 : 8);
+  out.emplace_back("1");
+  out.push_back(redis_key(prefix, req.hash_tag.empty() ? req.bucket.name : req.hash_tag, req.bucket.name));
+  out.emplace_back(now_override);
+  push_short(out, req.permits);
+  out.push_back(std::to_string(req.timeout_us));
+  out.emplace_back(req.bucket.params.mode == limiter::Mode::pay_later ? "1" : "0");
+  // The shape as %.17g, the text the scripts store it as (fields m, c): the lean script knows an
+  // unchanged rule by comparing that text, without converting it.
+  out.push_back(num(s.interval_us));
+  out.push_back(num(s.max_permits));
+  if (s.warm) {
+    out.push_back(num(s.cool_down_us));
+    out.push_back(num(s.threshold));
+    out.push_back(num(s.slope));
+  }
+  return out;
+}
+
+std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,
+                                                      const std::vector<std::string>& items) {
+  StoreDecision out;
+  auto& d = out.decision;
+  out.bound = Bound::bucket;
+  out.max_permits = limiter::shape_of(req.bucket.params).max_permits;
+  if (items.size() == 6 && items[0] == "1") {
+    const auto wait = whole_micros(items[1]), release = whole_micros(items[2]), cost = whole_micros(items[3]);
+    const auto remaining = number(items[4]), spent = number(items[5]);
+    if (!wait || !release || !cost || !remaining || !spent) return std::nullopt;
+    d.granted = true;
+    d.wait_us = *wait;
+    d.remaining = *remaining;
+    d.next_free = *release;
+    d.cost_us = *cost;
+    d.spent = *spent;
+    out.reservation = {*release, *cost, *spent, 0, 0, 0};
+    return out;
+  }
+  if (items.size() == 3 && items[0] == "0") {
+    const auto retry = whole_micros(items[1]);
+    const auto remaining = number(items[2]);
+    if (!retry || !remaining) return std::nullopt;
+    d.granted = false;
+    d.retry_after_us = *retry;
+    d.remaining = *remaining;
+    return out;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
+                                      std::string_view now_override) {
+  const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
+  const bool has_a = req.use_bucket;
+  const bool has_b = req.parent.has_value();
+  std::vector<std::string> out;
+  out.reserve(4 + 8 + 14 + 4 * req.quotas.size());
+  out.push_back(std::to_string((has_a ? 1 : 0) + (has_b ? 1 : 0) + req.quotas.size() + (req.share ? 1 : 0)));
+  if (has_a) out.push_back(redis_key(prefix, tag, req.bucket.name));
+  if (has_b) out.push_back(redis_key(prefix, tag, req.parent->name));
+  for (const QuotaRef& q : req.quotas) out.push_back(redis_key(prefix, tag, q.key));
+  if (req.share) out.push_back(redis_key(prefix, tag, req.share->key));
+  out.push_back(num(req.permits));
+  out.push_back(std::to_string(req.timeout_us));
+  out.push_back(req.bucket.params.mode == limiter::Mode::pay_later ? "1" : "0");
+  out.emplace_back(now_override);
+  out.push_back(has_a ? "1" : "0");
+  out.push_back(has_b ? "1" : "0");
+  out.push_back(std::to_string(req.quotas.size()));
+  out.push_back(req.share ? std::to_string(std::max<std::int64_t>(1, req.share->max_held)) : "0");
+  if (has_a) shape_args(out, req.bucket.params);
+  if (has_b) shape_args(out, req.parent->params);
+  for (const QuotaRef& q : req.quotas) {
+    out.push_back(std::to_string(q.params.period_us));
+    out.push_back(std::to_string(q.params.limit));
+    out.push_back(q.params.algorithm == limiter::WindowAlgorithm::sliding ? "1" : "0");
+  }
+  return out;
+}
+
+std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res,
+                                     std::string_view now_override, std::size_t max_abandoned) {
+  const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
+  const int buckets = (req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0);
+  const bool share = req.share && res.share_release != 0;
+  std::vector<std::string> out{std::to_string(2 * buckets + (share ? 1 : 0))};
+  if (req.use_bucket) out.push_back(redis_key(prefix, tag, req.bucket.name));
+  if (req.parent) out.push_back(redis_key(prefix, tag, req.parent->name));
+  if (req.use_bucket) out.push_back(abandoned_key(prefix, tag, req.bucket.name));
+  if (req.parent) out.push_back(abandoned_key(prefix, tag, req.parent->name));
+  if (share) out.push_back(redis_key(prefix, tag, req.share->key));
+  out.push_back(std::to_string(buckets));
+  out.emplace_back(now_override);
+  out.push_back(std::to_string(max_abandoned));
+  auto add = [&out](Micros release, Micros cost, double spent) {
+    out.push_back(num(static_cast<double>(release)));
+    out.push_back(num(static_cast<double>(cost)));
+    out.push_back(num(spent));
+  };
+  if (req.use_bucket) add(res.release, res.cost, res.spent);
+  if (req.parent) add(res.parent_release, res.parent_cost, res.parent_spent);
+  if (share) out.push_back(num(static_cast<double>(res.share_release)));
+  return out;
+}
+
+std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const std::vector<std::string>& items) {
+  const std::size_t buckets = (req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0);
+  if (items.size() != 2 * buckets) return std::nullopt;
+  RefundResult out;
+  try {
+    std::size_t i = 0;
+    auto bucket = [&](std::uint32_t& returned) {
+      returned = static_cast<std::uint32_t>(std::stoul(items[i]));
+      out.remembered = out.remembered || items[i + 1] == "1";
+      i += 2;
+    };
+    if (req.use_bucket) bucket(out.bucket);
+    if (req.parent) bucket(out.parent);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas) {
+  if (items.size() != 13 + 5 * quotas) return std::nullopt;
+  auto micros = [](const std::string& s) {
+    const double v = std::stod(s);  // the script's "never" is 2^53
+    return v >= 9007199254740992.0 ? limiter::kInfinite : static_cast<Micros>(v);
+  };
+  try {
+    StoreDecision out;
+    auto& d = out.decision;
+    d.granted = items[0] == "1";
+    d.wait_us = micros(items[1]);
+    d.retry_after_us = micros(items[2]);
+    d.remaining = std::stod(items[3]);
+    out.max_permits = std::stod(items[4]);
+    const int bound = std::stoi(items[5]);
+    if (bound < 0 || bound > 3) return std::nullopt;
+    out.bound = static_cast<Bound>(bound);
+    out.parent_bound = out.bound == Bound::parent;
+    out.reservation = {micros(items[7]), micros(items[8]), std::stod(items[9]),
+                       micros(items[10]), micros(items[11]), std::stod(items[12])};
+    if (d.granted) out.reservation.share_release = micros(items[6]);
+    else out.bound_quota = std::stoul(items[6]);
+    d.next_free = out.reservation.release;
+    d.cost_us = out.reservation.cost;
+    d.spent = out.reservation.spent;
+    out.quotas.reserve(quotas);
+    for (std::size_t i = 0; i < quotas; ++i) {
+      const std::size_t b = 13 + 5 * i;
+      limiter::WindowDecision q;
+      q.admitted = items[b] == "1";
+      q.used = std::stod(items[b + 1]);
+      q.remaining = std::stod(items[b + 2]);
+      q.retry_after_us = micros(items[b + 3]);
+      q.reset_us = micros(items[b + 4]);
+      out.quotas.push_back(q);
+    }
+    return out;
+  } catch (const std::exception&) {  // stod/stoll on something that is not a number
+    return std::nullopt;
+  }
+}
+
+}  // namespace tollgate::store

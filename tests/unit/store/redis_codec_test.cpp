@@ -1,0 +1,353 @@
+// The Redis scripts' codec without a server: what each request sends, argument by argument, and
+// what each reply means (a malformed one is no decision at all).
+#include "tollgate/store/redis_codec.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace tollgate::store {
+namespace {
+
+using Args = std::vector<std::string>;
+
+BucketParams rate(double r) {
+  BucketParams p;
+  p.rate = r;
+  return p;
+}
+
+BucketParams warming(double r, Micros warmup_us) {
+  BucketParams p = rate(r);
+  p.warmup_us = warmup_us;
+  return p;
+}
+
+double as_double(const std::string& s) { return std::stod(s); }
+
+constexpr const char* kNever = "9007199254740992";  // the scripts' 2^53
+
+// ---- the general script ----
+
+TEST(RedisCodec, AcquireCallOfABucketAlone) {
+  AcquireRequest req{{"/a", rate(4)}, {}, {}, 1.5, 250'000};
+  const Args a = acquire_call(req, "p:", "");
+  ASSERT_EQ(a.size(), 1u + 1 + 8 + 7);
+  EXPECT_EQ(a[0], "1");                 // numkeys
+  EXPECT_EQ(a[1], "p:{/a}");            // the bucket, tagged with its own name
+  EXPECT_EQ(as_double(a[2]), 1.5);      // ARGV[1] permits
+  EXPECT_EQ(a[3], "250000");            // ARGV[2] timeout_us
+  EXPECT_EQ(a[4], "0");                 // ARGV[3] pay_now
+  EXPECT_EQ(a[5], "");                  // ARGV[4] now: Redis TIME
+  EXPECT_EQ(a[6], "1");                 // ARGV[5] has bucket
+  EXPECT_EQ(a[7], "0");                 // ARGV[6] no parent
+  EXPECT_EQ(a[8], "0");                 // ARGV[7] no quotas
+  EXPECT_EQ(a[9], "0");                 // ARGV[8] no share
+  EXPECT_EQ(as_double(a[10]), 250'000);  // interval_us
+  EXPECT_EQ(as_double(a[11]), 4);        // max_permits
+  EXPECT_EQ(as_double(a[12]), 250'000);  // cool_down_us
+  EXPECT_EQ(a[13], "0");                 // not warm
+  EXPECT_EQ(as_double(a[14]), 0);        // threshold
+  EXPECT_EQ(as_double(a[15]), 0);        // cold interval
+  EXPECT_EQ(as_double(a[16]), 0);        // slope
+}
+
+TEST(RedisCodec, AcquireCallOfEverything) {
+  BucketParams p = warming(2, 3'000'000);
+  p.mode = limiter::Mode::pay_later;
+  AcquireRequest req{{"c:5:10.0.0.1", p}, BucketRef{"channel:X", rate(8)}, "X", 1.0, 0};
+  req.quotas.push_back({"q:1:10.0.0.1", {1'000'000, 6, limiter::WindowAlgorithm::fixed}, false});
+  req.quotas.push_back({"q:2:", {3'000'000, 12, limiter::WindowAlgorithm::sliding}, true});
+  req.share = ShareRef{"s:5:10.0.0.1", 0};  // at least 1 is sent
+  const Args a = acquire_call(req, "t:", "1700000000000000");
+  ASSERT_EQ(a.size(), 1u + 5 + 8 + 14 + 6);
+  EXPECT_EQ(a[0], "5");
+  EXPECT_EQ(a[1], "t:{X}c:5:10.0.0.1");
+  EXPECT_EQ(a[2], "t:{X}channel:X");
+  EXPECT_EQ(a[3], "t:{X}q:1:10.0.0.1");
+  EXPECT_EQ(a[4], "t:{X}q:2:");
+  EXPECT_EQ(a[5], "t:{X}s:5:10.0.0.1");
+  EXPECT_EQ(a[8], "1");                  // pay_later
+  EXPECT_EQ(a[9], "1700000000000000");   // now override
+  EXPECT_EQ(a[10], "1");
+  EXPECT_EQ(a[11], "1");                 // parent
+  EXPECT_EQ(a[12], "2");                 // quotas
+  EXPECT_EQ(a[13], "1");                 // max held
+  const limiter::Shape w = limiter::shape_of(p);
+  EXPECT_EQ(as_double(a[14]), w.interval_us);
+  EXPECT_EQ(as_double(a[15]), w.max_permits);  // %.17g: the same double back
+  EXPECT_EQ(as_double(a[16]), w.cool_down_us);
+  EXPECT_EQ(a[17], "1");
+  EXPECT_EQ(as_double(a[18]), w.threshold);
+  EXPECT_EQ(as_double(a[19]), w.cold_interval_us);
+  EXPECT_EQ(as_double(a[20]), w.slope);
+  EXPECT_EQ(as_double(a[21]), 125'000);  // the channel's interval
+  EXPECT_EQ(as_double(a[22]), 8);
+  EXPECT_EQ(a[24], "0");
+  EXPECT_EQ(a[28], "1000000");  // quota 1: period, limit, fixed
+  EXPECT_EQ(a[29], "6");
+  EXPECT_EQ(a[30], "0");
+  EXPECT_EQ(a[31], "3000000");  // quota 2: sliding
+  EXPECT_EQ(a[32], "12");
+  EXPECT_EQ(a[33], "1");
+}
+
+TEST(RedisCodec, AcquireCallOfQuotasOnly) {
+  AcquireRequest req{{"/q", rate(1)}, {}, "/q", 1.0, 0};
+  req.use_bucket = false;
+  req.quotas.push_back({"q:1:a", {60'000'000, 5, limiter::WindowAlgorithm::fixed}, false});
+  const Args a = acquire_call(req, "t:", "");
+  ASSERT_EQ(a.size(), 1u + 1 + 8 + 3);
+  EXPECT_EQ(a[0], "1");
+  EXPECT_EQ(a[1], "t:{/q}q:1:a");
+  EXPECT_EQ(a[6], "0");  // no bucket: no shape sent
+  EXPECT_EQ(a[8], "1");
+  EXPECT_EQ(a[10], "60000000");
+}
+
+TEST(RedisCodec, ParsesAGrantWithParentQuotasAndShare) {
+  const Args items{"1", "400000", "0", "0.5", "8", "1", "1700000000400000",
+                   "1700000000200000", "200000", "1", "1700000000400000", "125000", "0.25",
+                   "1", "3", "3", "0", "600000",
+                   "1", "2.5", "9.5", "0", "2000000"};
+  const auto d = parse_acquire_reply(items, 2);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_TRUE(d->decision.granted);
+  EXPECT_EQ(d->decision.wait_us, 400'000);
+  EXPECT_EQ(d->decision.remaining, 0.5);
+  EXPECT_EQ(d->max_permits, 8);
+  EXPECT_EQ(d->bound, Bound::parent);
+  EXPECT_TRUE(d->parent_bound);
+  EXPECT_EQ(d->reservation.share_release, 1'700'000'000'400'000);
+  EXPECT_EQ(d->reservation.release, 1'700'000'000'200'000);
+  EXPECT_EQ(d->reservation.cost, 200'000);
+  EXPECT_EQ(d->reservation.spent, 1);
+  EXPECT_EQ(d->reservation.parent_release, 1'700'000'000'400'000);
+  EXPECT_EQ(d->reservation.parent_cost, 125'000);
+  EXPECT_EQ(d->reservation.parent_spent, 0.25);
+  EXPECT_EQ(d->decision.next_free, d->reservation.release);
+  ASSERT_EQ(d->quotas.size(), 2u);
+  EXPECT_TRUE(d->quotas[0].admitted);
+  EXPECT_EQ(d->quotas[0].used, 3);
+  EXPECT_EQ(d->quotas[0].reset_us, 600'000);
+  EXPECT_EQ(d->quotas[1].used, 2.5);
+  EXPECT_EQ(d->quotas[1].remaining, 9.5);
+  EXPECT_EQ(d->quotas[1].reset_us, 2'000'000);
+}
+
+TEST(RedisCodec, ParsesARejectionBoundByAQuotaThatNeverFits) {
+  const Args items{"0", "0", kNever, "2", "5", "3", "1", "0", "0", "0", "0", "0", "0",
+                   "1", "0", "6", "0", "100",
+                   "0", "7", "0", kNever, "200"};
+  const auto d = parse_acquire_reply(items, 2);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_FALSE(d->decision.granted);
+  EXPECT_EQ(d->decision.retry_after_us, limiter::kInfinite);  // 2^53 is "never"
+  EXPECT_EQ(d->bound, Bound::quota);
+  EXPECT_EQ(d->bound_quota, 1u);
+  EXPECT_EQ(d->reservation.share_release, 0);
+  EXPECT_EQ(d->quotas[1].retry_after_us, limiter::kInfinite);
+}
+
+TEST(RedisCodec, RejectsMalformedAcquireReplies) {
+  const Args good{"1", "0", "0", "4", "5", "0", "0", "100", "0", "1", "0", "0", "0"};
+  ASSERT_TRUE(parse_acquire_reply(good, 0).has_value());
+  EXPECT_FALSE(parse_acquire_reply(good, 1).has_value());  // a quota's five items missing
+  EXPECT_FALSE(parse_acquire_reply(Args(good.begin(), good.end() - 1), 0).has_value());
+  EXPECT_FALSE(parse_acquire_reply({}, 0).has_value());
+  for (std::size_t i : {1u, 3u, 4u, 5u, 9u}) {
+    Args bad = good;
+    bad[i] = std::string("x");
+    EXPECT_FALSE(parse_acquire_reply(bad, 0).has_value()) << "item " << i;
+  }
+  Args bound = good;
+  bound[5] = std::string("4");  // no such check
+  EXPECT_FALSE(parse_acquire_reply(bound, 0).has_value());
+  bound[5] = std::string("-1");
+  EXPECT_FALSE(parse_acquire_reply(bound, 0).has_value());
+}
+
+TEST(RedisCodec, RefundCallAndReply) {
+  AcquireRequest req{{"/a", rate(5)}, BucketRef{"channel:X", rate(8)}, "X", 1.0, 0};
+  req.share = ShareRef{"s:5:k", 1};
+  const Reservation res{1'700'000'000'200'000, 200'000, 0.5, 1'700'000'000'125'000, 125'000, 1,
+                        1'700'000'000'200'000};
+  const Args a = refund_call(req, "t:", res, "17", 3);
+  ASSERT_EQ(a.size(), 1u + 5 + 3 + 6 + 1);
+  EXPECT_EQ(a[0], "5");
+  EXPECT_EQ(a[1], "t:{X}/a");
+  EXPECT_EQ(a[2], "t:{X}channel:X");
+  EXPECT_EQ(a[3], "t:{X}a:/a");
+  EXPECT_EQ(a[4], "t:{X}a:channel:X");
+  EXPECT_EQ(a[5], "t:{X}s:5:k");
+  EXPECT_EQ(a[6], "2");   // buckets
+  EXPECT_EQ(a[7], "17");  // now override
+  EXPECT_EQ(a[8], "3");   // abandoned slots kept per bucket
+  EXPECT_EQ(as_double(a[9]), 1'700'000'000'200'000.0);
+  EXPECT_EQ(as_double(a[10]), 200'000);
+  EXPECT_EQ(as_double(a[11]), 0.5);
+  EXPECT_EQ(as_double(a[12]), 1'700'000'000'125'000.0);
+  EXPECT_EQ(as_double(a[13]), 125'000);
+  EXPECT_EQ(as_double(a[14]), 1);
+  EXPECT_EQ(as_double(a[15]), 1'700'000'000'200'000.0);  // the share member
+
+  // No share recorded: no share key, no member.
+  const Args b = refund_call(req, "t:", {1, 2, 3, 4, 5, 6, 0});
+  EXPECT_EQ(b[0], "4");
+  EXPECT_EQ(b.size(), 1u + 4 + 3 + 6);
+  EXPECT_EQ(b[6], "");  // Redis TIME
+
+  const auto r = parse_refund_reply(req, {"2", "0", "0", "1"});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->bucket, 2u);
+  EXPECT_EQ(r->parent, 0u);
+  EXPECT_TRUE(r->remembered);
+  EXPECT_EQ(r->reservations(), 2u);
+  EXPECT_FALSE(parse_refund_reply(req, {"1", "0"}).has_value());
+  EXPECT_FALSE(parse_refund_reply(req, {"x", "0", "0", "0"}).has_value());
+}
+
+// ---- the lean script ----
+
+TEST(RedisCodec, LeanCoversOneBucketAndNothingElse) {
+  AcquireRequest req{{"/a", rate(5)}, {}, {}, 1.0, 0};
+  EXPECT_TRUE(lean_request(req));
+  AcquireRequest keyed = req;
+  keyed.per_client_bucket = true;  // another key, the same script
+  EXPECT_TRUE(lean_request(keyed));
+  AcquireRequest parent = req;
+  parent.parent = BucketRef{"channel:X", rate(8)};
+  EXPECT_FALSE(lean_request(parent));
+  AcquireRequest quota = req;
+  quota.quotas.push_back({"q:1:", {1'000'000, 6, limiter::WindowAlgorithm::fixed}, true});
+  EXPECT_FALSE(lean_request(quota));
+  AcquireRequest share = req;
+  share.share = ShareRef{"s:1:k", 1};
+  EXPECT_FALSE(lean_request(share));
+  AcquireRequest none = req;
+  none.use_bucket = false;
+  EXPECT_FALSE(lean_request(none));
+}
+
+TEST(RedisCodec, LeanCallSendsTheShapeCompactly) {
+  BucketParams p = rate(3);
+  p.burst = 2;
+  AcquireRequest req{{"/b", p}, {}, "X", 1.0, 1'500'000};
+  const Args a = lean_acquire_call(req, "t:", "");
+  ASSERT_EQ(a.size(), 8u);
+  EXPECT_EQ(a[0], "1");
+  EXPECT_EQ(a[1], "t:{X}/b");
+  EXPECT_EQ(a[2], "");         // ARGV[1] now: Redis TIME
+  EXPECT_EQ(a[3], "1");        // ARGV[2] permits
+  EXPECT_EQ(a[4], "1500000");  // ARGV[3] timeout_us
+  EXPECT_EQ(a[5], "0");        // ARGV[4] pay_now
+  EXPECT_EQ(a[6], "333333.33333333331");  // ARGV[5] interval, as %.17g: the text the scripts store
+  EXPECT_EQ(as_double(a[6]), 1e6 / 3);
+  EXPECT_EQ(a[7], "2");        // ARGV[6] max_permits
+
+  req.permits = 0.1;  // permits: the shortest text of the same double
+  req.bucket.params.mode = limiter::Mode::pay_later;
+  const Args b = lean_acquire_call(req, "t:", "1700000000000000");
+  EXPECT_EQ(b[2], "1700000000000000");
+  EXPECT_EQ(b[3], "0.1");
+  EXPECT_EQ(b[5], "1");
+}
+
+TEST(RedisCodec, LeanCallSendsTheWarmUpNumbersOnlyWhenWarm) {
+  AcquireRequest req{{"/w", warming(2, 3'000'000)}, {}, {}, 2.5, 0};
+  const Args a = lean_acquire_call(req, "t:", "");
+  ASSERT_EQ(a.size(), 11u);
+  EXPECT_EQ(a[1], "t:{/w}");
+  const limiter::Shape s = limiter::shape_of(req.bucket.params);
+  EXPECT_EQ(as_double(a[3]), 2.5);
+  EXPECT_EQ(as_double(a[6]), s.interval_us);
+  EXPECT_EQ(as_double(a[7]), s.max_permits);
+  EXPECT_EQ(as_double(a[8]), s.cool_down_us);
+  EXPECT_EQ(as_double(a[9]), s.threshold);
+  EXPECT_EQ(as_double(a[10]), s.slope);
+}
+
+TEST(RedisCodec, ParsesALeanGrant) {
+  BucketParams p = rate(5);
+  p.burst = 3;
+  const AcquireRequest req{{"/a", p}, {}, {}, 1.0, 1'000'000};
+  const auto d = parse_lean_acquire_reply(req, {"1", "200000", "1700000000200000", "200000", "0.30000000000000004", "0.7"});
+  ASSERT_TRUE(d.has_value());
+  EXPECT_TRUE(d->decision.granted);
+  EXPECT_EQ(d->decision.wait_us, 200'000);
+  EXPECT_EQ(d->decision.retry_after_us, 0);
+  EXPECT_EQ(d->decision.remaining, 0.1 + 0.2);  // exactly
+  EXPECT_EQ(d->decision.next_free, 1'700'000'000'200'000);
+  EXPECT_EQ(d->decision.cost_us, 200'000);
+  EXPECT_EQ(d->decision.spent, 0.7);
+  EXPECT_EQ(d->max_permits, 3);  // the request's own bucket: not sent back
+  EXPECT_EQ(d->bound, Bound::bucket);
+  EXPECT_FALSE(d->parent_bound);
+  EXPECT_EQ(d->reservation.release, 1'700'000'000'200'000);
+  EXPECT_EQ(d->reservation.cost, 200'000);
+  EXPECT_EQ(d->reservation.spent, 0.7);
+  EXPECT_EQ(d->reservation.parent_release, 0);
+  EXPECT_EQ(d->reservation.share_release, 0);
+  EXPECT_TRUE(d->quotas.empty());
+
+  // A release that saturated: "never".
+  const auto never = parse_lean_acquire_reply(req, {"1", "0", kNever, kNever, "0", "0"});
+  ASSERT_TRUE(never.has_value());
+  EXPECT_EQ(never->reservation.release, limiter::kInfinite);
+  EXPECT_EQ(never->reservation.cost, limiter::kInfinite);
+}
+
+TEST(RedisCodec, ParsesALeanRejection) {
+  const AcquireRequest req{{"/a", warming(2, 3'000'000)}, {}, {}, 1.0, 0};
+  const auto d = parse_lean_acquire_reply(req, {"0", "123456", "0.99999999999999989"});
+  ASSERT_TRUE(d.has_value());
+  EXPECT_FALSE(d->decision.granted);
+  EXPECT_EQ(d->decision.wait_us, 0);
+  EXPECT_EQ(d->decision.retry_after_us, 123'456);
+  EXPECT_EQ(d->decision.remaining, 0.99999999999999989);
+  EXPECT_EQ(d->max_permits, limiter::shape_of(req.bucket.params).max_permits);
+  EXPECT_EQ(d->reservation.release, 0);  // nothing reserved
+  EXPECT_EQ(d->reservation.cost, 0);
+  EXPECT_EQ(d->reservation.spent, 0);
+
+  const auto never = parse_lean_acquire_reply(req, {"0", kNever, "0"});
+  ASSERT_TRUE(never.has_value());
+  EXPECT_EQ(never->decision.retry_after_us, limiter::kInfinite);
+}
+
+TEST(RedisCodec, RejectsMalformedLeanReplies) {
+  const AcquireRequest req{{"/a", rate(5)}, {}, {}, 1.0, 0};
+  const Args grant{"1", "0", "100", "0", "4", "1"};
+  const Args reject{"0", "5", "0.5"};
+  ASSERT_TRUE(parse_lean_acquire_reply(req, grant).has_value());
+  ASSERT_TRUE(parse_lean_acquire_reply(req, reject).has_value());
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {}).has_value());
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {"1", "0", "100", "0", "4"}).has_value());  // short grant
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {"0", "5"}).has_value());                   // short rejection
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {"1", "5", "0.5"}).has_value());            // a grant's flag, a rejection's length
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {"0", "0", "100", "0", "4", "1"}).has_value());
+  EXPECT_FALSE(parse_lean_acquire_reply(req, {"2", "5", "0.5"}).has_value());            // no such outcome
+  for (std::size_t i = 1; i < grant.size(); ++i) {
+    for (const char* junk : {"", "x", "1x", " 1", "nan"}) {
+      Args bad = grant;
+      bad[i] = std::string(junk);
+      EXPECT_FALSE(parse_lean_acquire_reply(req, bad).has_value()) << "item " << i << " '" << junk << "'";
+    }
+  }
+  for (std::size_t i = 1; i < reject.size(); ++i) {
+    Args bad = reject;
+    bad[i] = std::string("1.5.2");
+    EXPECT_FALSE(parse_lean_acquire_reply(req, bad).has_value()) << "item " << i;
+  }
+}
+
+TEST(RedisCodec, ScriptsAreDistinct) {
+  EXPECT_NE(std::string(acquire_script()), std::string(lean_acquire_script()));
+  EXPECT_NE(std::string(acquire_script()).find("HMGET"), std::string::npos);
+  EXPECT_NE(std::string(lean_acquire_script()).find("HMGET"), std::string::npos);
+  EXPECT_NE(std::string(refund_script()).find("HINCRBY"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tollgate::store
