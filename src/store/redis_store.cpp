@@ -13,6 +13,7 @@
 #include <future>
 #include <iostream>
 
+#include "redis_scripts.hpp"
 #include "tollgate/store/redis_codec.hpp"
 #include "tollgate/store/metric_series.hpp"
 
