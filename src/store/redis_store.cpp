@@ -12,7 +12,9 @@
 #include <deque>
 #include <future>
 #include <iostream>
+#include <unordered_map>
 
+#include "redis_scripts.hpp"
 #include "tollgate/store/redis_codec.hpp"
 #include "tollgate/store/metric_series.hpp"
 
@@ -354,6 +356,99 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
         token, std::move(args), script);
   }
 
+  // ---- coalesced decisions (the lean script) ----
+  // At most one lean call per bucket key in flight on this connection: decisions that arrive
+  // meanwhile queue in the key's lane and go together in the next call, decided in arrival order at
+  // one Redis TIME. A script runs atomically, so each gets what a call of its own at that instant
+  // would have given it; under load N decisions cost one round trip and one read and write.
+  struct Waiter {
+    explicit Waiter(AcquireRequest r) : req(std::move(r)) {}
+    virtual ~Waiter() = default;
+    virtual void complete(StoreDecision d) = 0;  // never inline: completions are posted
+    AcquireRequest req;
+  };
+  template <class Handler>
+  struct WaiterImpl final : Waiter {
+    WaiterImpl(AcquireRequest r, Handler h, net::any_io_executor e)
+        : Waiter(std::move(r)), handler(std::move(h)), ex(std::move(e)) {}
+    void complete(StoreDecision d) override {
+      net::post(ex, [h = std::move(handler), d = std::move(d)]() mutable { h(std::move(d)); });
+    }
+    Handler handler;
+    net::any_io_executor ex;
+  };
+  using Batch = std::vector<std::unique_ptr<Waiter>>;
+  struct Lane {
+    bool busy = false;  // a call for this key is in flight
+    std::deque<std::unique_ptr<Waiter>> queued;
+  };
+  static constexpr std::size_t kMaxBatch = 128;  // bounds one script's run time and arguments
+  std::unordered_map<std::string, Lane> lanes;
+
+  // One lean decision: its answer, or a StoreDecision with status `unavailable` and the error.
+  template <class Token>
+  auto async_decide(AcquireRequest req, Token&& token) {
+    return net::async_initiate<Token, void(StoreDecision)>(
+        [this](auto handler, AcquireRequest r) {
+          auto ex = net::get_associated_executor(handler, ctx.get_executor());
+          std::string key = redis_key(opt.key_prefix, r.hash_tag.empty() ? r.bucket.name : r.hash_tag, r.bucket.name);
+          Lane& lane = lanes[key];
+          lane.queued.push_back(std::make_unique<WaiterImpl<decltype(handler)>>(std::move(r), std::move(handler), ex));
+          if (!lane.busy) send_batch(key);
+        },
+        token, std::move(req));
+  }
+
+  // Sends the key's next batch: the oldest waiter and those queued after it that can share its
+  // call (same shape: a rule edited in between starts the next batch). No waiter left: the lane goes.
+  void send_batch(const std::string& key) {
+    auto it = lanes.find(key);
+    if (it == lanes.end()) return;
+    Lane& lane = it->second;
+    if (lane.queued.empty()) {
+      lanes.erase(it);
+      return;
+    }
+    auto batch = std::make_shared<Batch>();
+    do {
+      batch->push_back(std::move(lane.queued.front()));
+      lane.queued.pop_front();
+    } while (!lane.queued.empty() && batch->size() < kMaxBatch && batchable(batch->front()->req, lane.queued.front()->req));
+    lane.busy = true;
+    std::vector<const AcquireRequest*> reqs;
+    reqs.reserve(batch->size());
+    for (const auto& w : *batch) reqs.push_back(&w->req);
+    std::vector<std::string> args{"EVALSHA", lean_sha};
+    for (auto& a : lean_batch_call(reqs, opt.key_prefix, "")) args.push_back(std::move(a));
+    auto done = [self = shared_from_this(), key, batch](Reply r) { self->finish_batch(key, *batch, std::move(r)); };
+    auto* op = new OpImpl<decltype(done)>(std::move(done), ctx.get_executor());
+    op->args = std::move(args);
+    op->script = lean_acquire_script();
+    send(op, false);
+  }
+
+  void finish_batch(const std::string& key, Batch& batch, Reply r) {
+    std::vector<const AcquireRequest*> reqs;
+    reqs.reserve(batch.size());
+    for (const auto& w : batch) reqs.push_back(&w->req);
+    std::optional<std::vector<StoreDecision>> ds;
+    if (r.ok) ds = parse_lean_batch_reply(reqs, r.items);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (ds) {
+        batch[i]->complete(std::move((*ds)[i]));
+        continue;
+      }
+      StoreDecision failed;
+      failed.status = StoreStatus::unavailable;
+      failed.error = r.ok ? "redis: unexpected script reply" : r.error;
+      batch[i]->complete(std::move(failed));
+    }
+    if (auto it = lanes.find(key); it != lanes.end()) {
+      it->second.busy = false;
+      send_batch(key);
+    }
+  }
+
   // ---- heartbeats: how many instances share the fleet's limits (for the `local` policy) ----
   void beat() {
     if (stopping || !ready) return;
@@ -479,15 +574,18 @@ boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req
     std::string why = c ? last_error() : "redis store not on this thread";
     co_return unavailable(std::move(why));
   }
-  // The common case (one bucket, nothing else) takes the lean script; both decide alike.
-  const bool lean = lean_request(req);
-  std::vector<std::string> args{"EVALSHA", lean ? c->lean_sha : c->acquire_sha};
-  for (auto& a : lean ? lean_acquire_call(req, options_.key_prefix, "") : acquire_call(req, options_.key_prefix, ""))
-    args.push_back(std::move(a));
-  Reply r = co_await c->async_call(std::move(args), lean ? lean_acquire_script() : acquire_script(),
-                                   net::use_awaitable);
+  // The common case (one bucket, nothing else) takes the lean script, coalesced per bucket.
+  if (lean_request(req)) {
+    StoreDecision d = co_await c->async_decide(std::move(req), net::use_awaitable);
+    if (d.status == StoreStatus::unavailable) co_return unavailable(std::move(d.error));
+    record_success();
+    co_return d;
+  }
+  std::vector<std::string> args{"EVALSHA", c->acquire_sha};
+  for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
+  Reply r = co_await c->async_call(std::move(args), acquire_script(), net::use_awaitable);
   std::optional<StoreDecision> out;
-  if (r.ok) out = lean ? parse_lean_acquire_reply(req, r.items) : parse_acquire_reply(r.items, req.quotas.size());
+  if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size());
   if (!out) {
     std::string why = r.ok ? "redis: unexpected script reply" : std::move(r.error);
     co_return unavailable(std::move(why));
