@@ -65,9 +65,10 @@ run() {
     # permits 1, timeout 0.5 s, pay now, Redis TIME, one bucket, no parent, no quota, no maxShare,
     # then its shape: 1 µs interval, 1e12 permits (never empties), cool-down 1 µs, not warm.
     RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 1 1000000000000 1 0 0 0 0) ;;
-    # Redis TIME, permits 1, timeout 0.5 s, pay now, interval 1 µs, 1e12 permits (what the store sends).
-    RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 1 500000 0 1 1000000000000) ;;
-    RF) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 1 500000 0 1 1000000000000.5) ;;
+    # Redis TIME, pay now, interval 1 µs, 1e12 permits, then one decision: permits 1, timeout 0.5 s
+    # (what the store sends for a decision alone).
+    RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000 1 500000) ;;
+    RF) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000.5 1 500000) ;;
     RM) cmd=(EVALSHA "$sha" 1 "bench:{bucket}" 1000000 1000000) ;;
     RP) cmd=(PING) ;;
   esac
