@@ -33,17 +33,7 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
-MINIMAL_LUA='local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local rate, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
-local h = redis.call("HMGET", KEYS[1], "tokens", "ts")
-local tokens, ts = tonumber(h[1]) or cap, tonumber(h[2]) or now
-tokens = math.min(cap, tokens + (now - ts) * rate / 1000000)
-local ok = 0
-if tokens >= 1 then tokens = tokens - 1; ok = 1 end
-redis.call("HSET", KEYS[1], "tokens", tostring(tokens), "ts", tostring(now))
-redis.call("PEXPIRE", KEYS[1], math.ceil((cap - tokens) / rate * 1000) + 1000)
-return ok'
+MINIMAL_LUA=$(cat bench/minimal_bucket.lua)  # the reference token bucket (read from the repository root)
 
 # CASE N: prints the Ir of one redis-server run that served N calls of CASE.
 run() {
