@@ -261,19 +261,7 @@ start_redis_cg() { # NAME FILE: sets REDIS_PORT, LAST_PID
     redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$W/$1.dir"
   wait_listen "$REDIS_PORT" "$LAST_PID" "$1"
 }
-# The minimal token bucket a Redis limiter needs: clock, read the state, refill and take one,
-# write it back, expire it when it would be full again. No rule changes, warm-up or quotas.
-MINIMAL_LUA='local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local rate, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
-local h = redis.call("HMGET", KEYS[1], "tokens", "ts")
-local tokens, ts = tonumber(h[1]) or cap, tonumber(h[2]) or now
-tokens = math.min(cap, tokens + (now - ts) * rate / 1000000)
-local ok = 0
-if tokens >= 1 then tokens = tokens - 1; ok = 1 end
-redis.call("HSET", KEYS[1], "tokens", tostring(tokens), "ts", tostring(now))
-redis.call("PEXPIRE", KEYS[1], math.ceil((cap - tokens) / rate * 1000) + 1000)
-return ok'
+MINIMAL_LUA=$(cat bench/minimal_bucket.lua)  # the reference token bucket (read from the repository root)
 # With Redis under callgrind, probing Redis would count; the gateway is not measured here, so its
 # metrics say when its scripts are loaded (store up), and its first heartbeat is already sent.
 wait_store_metric() { # NAME PID
@@ -319,9 +307,9 @@ run_redis_bench() { # CASE N ARGS...: redis-benchmark -c 1 (one call per read: n
     # permits 1, timeout 0.5 s, pay now, Redis TIME, one bucket, no parent, no quota, no maxShare,
     # then the bucket: 1 µs interval, a bucket that never empties, not warm (bench/run.sh's shape).
     RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 1 1000000000000 1 0 0 0 0) ;;
-    # The lean script, as the store sends it for that bucket: Redis TIME, permits, timeout, pay now,
-    # interval, size.
-    RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 1 500000 0 1 1000000000000) ;;
+    # The lean script, as the store sends a decision alone for that bucket: Redis TIME, pay now,
+    # interval, size, then permits and timeout.
+    RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000 1 500000) ;;
     RM) cmd=(EVALSHA "$sha" 1 "bench:{bucket}" 1000000 1000000) ;;
     RP) cmd=(PING) ;;
   esac

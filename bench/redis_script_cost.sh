@@ -33,17 +33,7 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
-MINIMAL_LUA='local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local rate, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
-local h = redis.call("HMGET", KEYS[1], "tokens", "ts")
-local tokens, ts = tonumber(h[1]) or cap, tonumber(h[2]) or now
-tokens = math.min(cap, tokens + (now - ts) * rate / 1000000)
-local ok = 0
-if tokens >= 1 then tokens = tokens - 1; ok = 1 end
-redis.call("HSET", KEYS[1], "tokens", tostring(tokens), "ts", tostring(now))
-redis.call("PEXPIRE", KEYS[1], math.ceil((cap - tokens) / rate * 1000) + 1000)
-return ok'
+MINIMAL_LUA=$(cat bench/minimal_bucket.lua)  # the reference token bucket (read from the repository root)
 
 # CASE N: prints the Ir of one redis-server run that served N calls of CASE.
 run() {
@@ -65,9 +55,10 @@ run() {
     # permits 1, timeout 0.5 s, pay now, Redis TIME, one bucket, no parent, no quota, no maxShare,
     # then its shape: 1 µs interval, 1e12 permits (never empties), cool-down 1 µs, not warm.
     RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 1 1000000000000 1 0 0 0 0) ;;
-    # Redis TIME, permits 1, timeout 0.5 s, pay now, interval 1 µs, 1e12 permits (what the store sends).
-    RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 1 500000 0 1 1000000000000) ;;
-    RF) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 1 500000 0 1 1000000000000.5) ;;
+    # Redis TIME, pay now, interval 1 µs, 1e12 permits, then one decision: permits 1, timeout 0.5 s
+    # (what the store sends for a decision alone).
+    RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000 1 500000) ;;
+    RF) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000.5 1 500000) ;;
     RM) cmd=(EVALSHA "$sha" 1 "bench:{bucket}" 1000000 1000000) ;;
     RP) cmd=(PING) ;;
   esac

@@ -65,17 +65,21 @@ bool lean_request(const AcquireRequest& req) {
   return req.use_bucket && !req.parent && req.quotas.empty() && !req.share;
 }
 
-std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std::string& prefix,
-                                           std::string_view now_override) {
+bool batchable(const AcquireRequest& a, const AcquireRequest& b) {
+  return a.bucket.name == b.bucket.name && a.hash_tag == b.hash_tag && a.bucket.params == b.bucket.params;
+}
+
+std::vector<std::string> lean_batch_call(const std::vector<const AcquireRequest*>& reqs, const std::string& prefix,
+                                         std::string_view now_override) {
+  const AcquireRequest& req = *reqs.front();
   const limiter::Shape s = limiter::shape_of(req.bucket.params);
   std::vector<std::string> out;
-  out.reserve(s.warm ? 11 : 8);
+  out.reserve((s.warm ? 9 : 6) + 2 * reqs.size());
   out.emplace_back("1");
   out.push_back(redis_key(prefix, req.hash_tag.empty() ? req.bucket.name : req.hash_tag, req.bucket.name));
   out.emplace_back(now_override);
-  push_short(out, req.permits);
-  out.push_back(std::to_string(req.timeout_us));
-  out.emplace_back(req.bucket.params.mode == limiter::Mode::pay_later ? "1" : "0");
+  out.emplace_back(1, static_cast<char>('0' + (req.bucket.params.mode == limiter::Mode::pay_later ? 1 : 0) +
+                                        (s.warm ? 2 : 0)));
   // The shape as %.17g, the text the scripts store it as (fields m, c): the lean script knows an
   // unchanged rule by comparing that text, without converting it.
   out.push_back(num(s.interval_us));
@@ -85,38 +89,63 @@ std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std:
     out.push_back(num(s.threshold));
     out.push_back(num(s.slope));
   }
+  for (const AcquireRequest* r : reqs) {
+    push_short(out, r->permits);
+    out.push_back(std::to_string(r->timeout_us));
+  }
+  return out;
+}
+
+std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std::string& prefix,
+                                           std::string_view now_override) {
+  return lean_batch_call({&req}, prefix, now_override);
+}
+
+std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
+                                                                 const std::vector<std::string>& items) {
+  std::vector<StoreDecision> out;
+  out.reserve(reqs.size());
+  std::size_t i = 0;
+  for (const AcquireRequest* req : reqs) {
+    StoreDecision sd;
+    auto& d = sd.decision;
+    sd.bound = Bound::bucket;
+    sd.max_permits = limiter::shape_of(req->bucket.params).max_permits;
+    if (i + 6 <= items.size() && items[i] == "1") {
+      const auto wait = whole_micros(items[i + 1]), release = whole_micros(items[i + 2]),
+                 cost = whole_micros(items[i + 3]);
+      const auto remaining = number(items[i + 4]), spent = number(items[i + 5]);
+      if (!wait || !release || !cost || !remaining || !spent) return std::nullopt;
+      d.granted = true;
+      d.wait_us = *wait;
+      d.remaining = *remaining;
+      d.next_free = *release;
+      d.cost_us = *cost;
+      d.spent = *spent;
+      sd.reservation = {*release, *cost, *spent, 0, 0, 0};
+      i += 6;
+    } else if (i + 3 <= items.size() && items[i] == "0") {
+      const auto retry = whole_micros(items[i + 1]);
+      const auto remaining = number(items[i + 2]);
+      if (!retry || !remaining) return std::nullopt;
+      d.granted = false;
+      d.retry_after_us = *retry;
+      d.remaining = *remaining;
+      i += 3;
+    } else {
+      return std::nullopt;
+    }
+    out.push_back(std::move(sd));
+  }
+  if (i != items.size()) return std::nullopt;  // answers for requests that were not asked
   return out;
 }
 
 std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,
                                                       const std::vector<std::string>& items) {
-  StoreDecision out;
-  auto& d = out.decision;
-  out.bound = Bound::bucket;
-  out.max_permits = limiter::shape_of(req.bucket.params).max_permits;
-  if (items.size() == 6 && items[0] == "1") {
-    const auto wait = whole_micros(items[1]), release = whole_micros(items[2]), cost = whole_micros(items[3]);
-    const auto remaining = number(items[4]), spent = number(items[5]);
-    if (!wait || !release || !cost || !remaining || !spent) return std::nullopt;
-    d.granted = true;
-    d.wait_us = *wait;
-    d.remaining = *remaining;
-    d.next_free = *release;
-    d.cost_us = *cost;
-    d.spent = *spent;
-    out.reservation = {*release, *cost, *spent, 0, 0, 0};
-    return out;
-  }
-  if (items.size() == 3 && items[0] == "0") {
-    const auto retry = whole_micros(items[1]);
-    const auto remaining = number(items[2]);
-    if (!retry || !remaining) return std::nullopt;
-    d.granted = false;
-    d.retry_after_us = *retry;
-    d.remaining = *remaining;
-    return out;
-  }
-  return std::nullopt;
+  auto out = parse_lean_batch_reply({&req}, items);
+  if (!out) return std::nullopt;
+  return std::move(out->front());
 }
 
 std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,

@@ -280,12 +280,15 @@ for _, v in ipairs(qout) do table.insert(out, v) end
 return out
 )LUA";
 
-// The common case, lean: one bucket, no channel bucket, no quotas, no maxShare. The same
-// arithmetic as kAcquire on the same hash (fields s, n, m, c, so that every script reads what
-// another wrote), with nothing else: one HMGET, and on a grant one HSET and one PEXPIRE; no write
-// on a rejection unless the rule changed (the rescaled state is kept, as the in-process store
-// keeps it). Flat code: each call pays only for what it runs. What it costs Redis is mostly
-// number conversion, so it converts as little as it can:
+// The common case, lean: one bucket, no channel bucket, no quotas, no maxShare, for one decision or
+// a batch of them on the same bucket (the decisions that arrived while the previous call for the
+// bucket was in flight). The same arithmetic as kAcquire on the same hash (fields s, n, m, c, so
+// that every script reads what another wrote), with nothing else: one HMGET, the decisions in
+// arrival order at one Redis TIME on the state in memory, then at most one HSET and one PEXPIRE; no
+// write when nothing was granted unless the rule changed (the rescaled state is kept, as the
+// in-process store keeps it). A script runs atomically, so a batch decides exactly as separate
+// calls at that instant would. Flat code: each call pays only for what it runs. What it costs
+// Redis is mostly number conversion, so it converts as little as it can:
 //  - strings become numbers by arithmetic (x + 0: one strtod), not tonumber (two: it checks first);
 //  - the shape is sent as %.17g text and stored as that text (m, c), so that an unchanged rule is
 //    recognised by comparing strings; only if they differ are they compared as numbers;
@@ -293,11 +296,12 @@ return out
 // Numbers handed to redis.call are written by Redis as %.17g, hence exactly (formatting them in
 // Lua instead, with '%d' where whole, measured no cheaper).
 // KEYS[1] the bucket.
-// ARGV[1] now_us ("" = Redis TIME, as in kAcquire), ARGV[2] permits, ARGV[3] timeout_us,
-// ARGV[4] mode (0 pay_now, 1 pay_later), ARGV[5] interval_us, ARGV[6] max_permits, and only with
-// warm-up: ARGV[7] cool_down_us, ARGV[8] threshold, ARGV[9] slope (without it cool_down = interval).
-// Returns {1, wait_us, release_us, cost_us, remaining, spent} on a grant, {0, retry_after_us,
-// remaining} on a rejection (remaining and spent: integers when whole, else %.17g strings).
+// ARGV[1] now_us ("" = Redis TIME, as in kAcquire), ARGV[2] flags: 1 pay_later, + 2 with warm-up,
+// ARGV[3] interval_us, ARGV[4] max_permits, with warm-up ARGV[5] cool_down_us, ARGV[6] threshold,
+// ARGV[7] slope (without it cool_down = interval); then per decision: permits, timeout_us.
+// Returns per decision, in order: {1, wait_us, release_us, cost_us, remaining, spent} for a grant,
+// {0, retry_after_us, remaining} for a rejection (remaining and spent: integers when whole, else
+// %.17g strings).
 inline constexpr const char* kAcquireLean = R"LUA(
 local SAT = 9007199254740992 -- 2^53, as in kAcquire
 local now
@@ -307,13 +311,14 @@ else
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local permits, timeout = ARGV[2] + 0, ARGV[3] + 0
-local interval, max = ARGV[5] + 0, ARGV[6] + 0
-local max_text, cool_text = ARGV[6], ARGV[5]
-local cool, warm = interval, ARGV[7] ~= nil
+local flags = ARGV[2] + 0
+local pay_later, warm = flags % 2 == 1, flags >= 2
+local interval, max = ARGV[3] + 0, ARGV[4] + 0
+local max_text, cool_text = ARGV[4], ARGV[3]
+local cool, threshold, slope, first = interval, 0, 0, 5
 if warm then
-  cool_text = ARGV[7]
-  cool = cool_text + 0
+  cool_text = ARGV[5]
+  cool, threshold, slope, first = cool_text + 0, ARGV[6] + 0, ARGV[7] + 0, 8
 end
 local key = KEYS[1]
 
@@ -345,65 +350,69 @@ if h[1] then
   end
 end
 
--- resync on a copy
-local s, n = stored, nxt
-if now > n then
-  s = math.min(max, s + (now - n) / cool)
-  n = now
-end
-local spend = math.min(permits, s)
-local fresh = permits - spend
--- Each cost term truncated toward zero on its own and saturated at SAT (kAcquire's trunc, sat_add).
-local cost = fresh * interval
-if cost ~= cost then cost = 0 elseif cost >= SAT then cost = SAT
-elseif cost >= 0 then cost = math.floor(cost) else cost = math.ceil(cost) end
-if warm then
-  local threshold, slope = ARGV[8] + 0, ARGV[9] + 0
-  local micros, take_rest = 0, spend
-  local above = s - threshold
-  if above > 0 then
-    local take = math.min(above, spend)
-    local length = (interval + above * slope) + (interval + (above - take) * slope)
-    micros = take * length / 2.0
-    if micros ~= micros then micros = 0 elseif micros >= SAT then micros = SAT
-    elseif micros >= 0 then micros = math.floor(micros) else micros = math.ceil(micros) end
-    take_rest = spend - take
+local out, granted = {}, false
+for i = first, #ARGV, 2 do
+  local permits, timeout = ARGV[i] + 0, ARGV[i + 1] + 0
+  -- resync on a copy
+  local s, n = stored, nxt
+  if now > n then
+    s = math.min(max, s + (now - n) / cool)
+    n = now
   end
-  local rest = interval * take_rest
-  if rest ~= rest then rest = 0 elseif rest >= SAT then rest = SAT
-  elseif rest >= 0 then rest = math.floor(rest) else rest = math.ceil(rest) end
-  local sc = micros + rest
-  if sc > SAT then sc = SAT end
-  cost = sc + cost
-  if cost > SAT then cost = SAT end
+  local spend = math.min(permits, s)
+  local fresh = permits - spend
+  -- Each cost term truncated toward zero on its own and saturated at SAT (kAcquire's trunc, sat_add).
+  local cost = fresh * interval
+  if cost ~= cost then cost = 0 elseif cost >= SAT then cost = SAT
+  elseif cost >= 0 then cost = math.floor(cost) else cost = math.ceil(cost) end
+  if warm then
+    local micros, take_rest = 0, spend
+    local above = s - threshold
+    if above > 0 then
+      local take = math.min(above, spend)
+      local length = (interval + above * slope) + (interval + (above - take) * slope)
+      micros = take * length / 2.0
+      if micros ~= micros then micros = 0 elseif micros >= SAT then micros = SAT
+      elseif micros >= 0 then micros = math.floor(micros) else micros = math.ceil(micros) end
+      take_rest = spend - take
+    end
+    local rest = interval * take_rest
+    if rest ~= rest then rest = 0 elseif rest >= SAT then rest = SAT
+    elseif rest >= 0 then rest = math.floor(rest) else rest = math.ceil(rest) end
+    local sc = micros + rest
+    if sc > SAT then sc = SAT end
+    cost = sc + cost
+    if cost > SAT then cost = SAT end
+  end
+  local release = n + cost
+  if release > SAT then release = SAT end
+  local ready = release
+  if pay_later then ready = n end
+  local wait = ready - now
+  if wait < 0 then wait = 0 end
+  local o = #out
+  if wait > timeout then
+    if s % 1 ~= 0 or s >= SAT then s = string.format('%.17g', s) end
+    out[o + 1], out[o + 2], out[o + 3] = 0, ready - timeout - now, s
+  else
+    stored, nxt, granted = s - spend, release, true
+    local rem = stored
+    if rem % 1 ~= 0 or rem >= SAT then rem = string.format('%.17g', rem) end
+    if spend % 1 ~= 0 or spend >= SAT then spend = string.format('%.17g', spend) end
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, wait, release, cost, rem, spend
+  end
 end
-local release = n + cost
-if release > SAT then release = SAT end
-local ready = release
-if ARGV[4] == '1' then ready = n end
-local wait = ready - now
-if wait < 0 then wait = 0 end
 
-if wait > timeout then
-  if rescaled then
+if granted or rescaled then
+  if same then
+    redis.call('HSET', key, 's', stored, 'n', nxt)
+  else
     redis.call('HSET', key, 's', stored, 'n', nxt, 'm', max_text, 'c', cool_text)
-    redis.call('PEXPIRE', key, math.floor(((nxt - now) + (max - stored) * cool) / 1000) + 1000)
   end
-  if s % 1 ~= 0 or s >= SAT then s = string.format('%.17g', s) end
-  return {0, ready - timeout - now, s}
+  -- Expire when the bucket would be full anyway: a missing key then means the same thing.
+  redis.call('PEXPIRE', key, math.floor(((nxt - now) + (max - stored) * cool) / 1000) + 1000)
 end
-local left = s - spend
-if same then
-  redis.call('HSET', key, 's', left, 'n', release)
-else
-  redis.call('HSET', key, 's', left, 'n', release, 'm', max_text, 'c', cool_text)
-end
--- Expire when the bucket would be full anyway: a missing key then means the same thing.
-redis.call('PEXPIRE', key, math.floor(((release - now) + (max - left) * cool) / 1000) + 1000)
-local rem = left
-if rem % 1 ~= 0 or rem >= SAT then rem = string.format('%.17g', rem) end
-if spend % 1 ~= 0 or spend >= SAT then spend = string.format('%.17g', spend) end
-return {1, wait, release, cost, rem, spend}
+return out
 )LUA";
 
 // KEYS: the request's bucket keys (ARGV[1] of them), then each one's set of abandoned slots (same

@@ -12,7 +12,9 @@
 #include <deque>
 #include <future>
 #include <iostream>
+#include <unordered_map>
 
+#include "redis_connection.hpp"
 #include "redis_scripts.hpp"
 #include "tollgate/store/redis_codec.hpp"
 #include "tollgate/store/metric_series.hpp"
@@ -24,372 +26,14 @@ using std::chrono::milliseconds;
 
 
 namespace {
-
-struct Reply {
-  bool ok = false;
-  std::string error;
-  std::vector<std::string> items;  // array elements (integers as decimal text)
-  long long integer = 0;
-  std::string text;
-};
-
-Reply parse(const redisReply* r) {
-  Reply out;
-  if (r == nullptr) {
-    out.error = "connection lost";
-    return out;
-  }
-  switch (r->type) {
-    case REDIS_REPLY_ERROR:
-      out.error = std::string(r->str, r->len);
-      return out;
-    case REDIS_REPLY_INTEGER:
-      out.integer = r->integer;
-      break;
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS:
-      out.text.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_ARRAY:
-      for (size_t i = 0; i < r->elements; ++i) {
-        const redisReply* e = r->element[i];
-        if (e->type == REDIS_REPLY_INTEGER) out.items.push_back(std::to_string(e->integer));
-        else if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) out.items.emplace_back(e->str, e->len);
-        else out.items.emplace_back();
-      }
-      break;
-    default:
-      break;
-  }
-  out.ok = true;
-  return out;
-}
-
-// A command in flight: keeps its arguments (to resend as EVAL after NOSCRIPT) and its completion.
-struct Op {
-  virtual ~Op() = default;
-  virtual void complete(Reply r) = 0;  // never inline: completions are posted
-  std::vector<std::string> args;
-  const char* script = nullptr;  // set for EVALSHA: the body to fall back on
-};
-
-template <class Handler>
-struct OpImpl final : Op {
-  OpImpl(Handler h, net::any_io_executor e) : handler(std::move(h)), ex(std::move(e)) {}
-  void complete(Reply r) override {
-    net::post(ex, [h = std::move(handler), r = std::move(r)]() mutable { h(std::move(r)); });
-  }
-  Handler handler;
-  net::any_io_executor ex;
-};
-
-std::int64_t unix_ms() {
-  return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+using redis_detail::Reply;
+using redis_detail::unix_ms;
 
 thread_local const RedisStore* t_owner = nullptr;
 thread_local RedisStore::Connection* t_connection = nullptr;
 
 }  // namespace
 
-// One hiredis async connection, owned by one io_context thread.
-struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connection> {
-  Connection(net::io_context& c, RedisStore& s, bool heartbeats)
-      : ctx(c), store(s), opt(s.options_), watchdog(c), retry(c), heartbeat(c), beats(heartbeats) {}
-
-  net::io_context& ctx;
-  RedisStore& store;
-  const RedisOptions& opt;
-  redisAsyncContext* ac = nullptr;
-  std::unique_ptr<net::posix::stream_descriptor> sd;
-  std::uint64_t generation = 0;
-  bool want_read = false, want_write = false, reading = false, writing = false;
-  bool ready = false, connecting = false, stopping = false, retry_armed = false, watchdog_armed = false;
-  std::deque<limiter::Micros> in_flight;  // send times, oldest first (replies come in order)
-  limiter::Micros connect_started = 0;
-  std::chrono::steady_clock::time_point watchdog_deadline{};
-  std::uint64_t watchdog_gen = 0;
-  milliseconds backoff{100};
-  net::steady_timer watchdog, retry, heartbeat;
-  bool ever_ready = false;
-  std::string acquire_sha, lean_sha, refund_sha;
-  bool beats;
-
-  static Connection* of(const redisAsyncContext* c) { return static_cast<Connection*>(c->data); }
-
-  // ---- event-loop hooks (hiredis asks, Asio waits) ----
-  static void add_read(void* p) {
-    auto* c = static_cast<Connection*>(p);
-    c->want_read = true;
-    c->arm_read();
-  }
-  static void del_read(void* p) { static_cast<Connection*>(p)->want_read = false; }
-  static void add_write(void* p) {
-    auto* c = static_cast<Connection*>(p);
-    c->want_write = true;
-    c->arm_write();
-  }
-  static void del_write(void* p) { static_cast<Connection*>(p)->want_write = false; }
-  static void cleanup(void* p) {
-    auto* c = static_cast<Connection*>(p);
-    c->want_read = c->want_write = false;
-    if (c->sd) c->sd->release();  // hiredis closes the fd itself
-  }
-
-  // Waits for the fd to be readable (writable) while hiredis wants it, then lets hiredis read
-  // (write) and waits again. `busy` marks a wait in progress; `want` is hiredis's wish.
-  void arm(bool Connection::*busy, bool Connection::*want, net::posix::stream_descriptor::wait_type what,
-           void (*handle)(redisAsyncContext*)) {
-    if (this->*busy || !(this->*want) || !sd || !ac) return;
-    this->*busy = true;
-    sd->async_wait(what, [self = shared_from_this(), gen = generation, busy, want, what, handle](auto ec) {
-      if (gen != self->generation) return;
-      (*self).*busy = false;
-      if (ec || !self->ac) return;
-      if ((*self).*want) handle(self->ac);
-      self->arm(busy, want, what, handle);
-    });
-  }
-  void arm_read() {
-    arm(&Connection::reading, &Connection::want_read, net::posix::stream_descriptor::wait_read, redisAsyncHandleRead);
-  }
-  void arm_write() {
-    arm(&Connection::writing, &Connection::want_write, net::posix::stream_descriptor::wait_write, redisAsyncHandleWrite);
-  }
-
-  // ---- connection lifecycle ----
-  void connect() {
-    if (stopping) return;
-    ++generation;
-    reading = writing = want_read = want_write = false;
-    ready = false;
-    in_flight.clear();
-    ac = redisAsyncConnect(opt.host.c_str(), opt.port);
-    if (ac == nullptr || ac->err) {
-      const std::string err = ac ? ac->errstr : "out of memory";
-      if (ac) redisAsyncFree(ac);
-      ac = nullptr;
-      store.record_failure("redis connect: " + err);
-      schedule_reconnect();
-      return;
-    }
-    ac->data = this;
-    ac->ev.data = this;
-    ac->ev.addRead = add_read;
-    ac->ev.delRead = del_read;
-    ac->ev.addWrite = add_write;
-    ac->ev.delWrite = del_write;
-    ac->ev.cleanup = cleanup;
-    sd = std::make_unique<net::posix::stream_descriptor>(ctx, ac->c.fd);
-    connecting = true;
-    connect_started = limiter::steady_now_us();
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    arm_watchdog(milliseconds(opt.connect_timeout_ms));
-  }
-
-  static void on_connect(const redisAsyncContext* c, int status) {
-    Connection* self = of(c);
-    self->connecting = false;
-    if (status != REDIS_OK) {
-      self->ac = nullptr;  // hiredis frees the context after this callback
-      self->store.record_failure(std::string("redis connect: ") + (c->errstr[0] ? c->errstr : "failed"));
-      self->schedule_reconnect();
-      return;
-    }
-    self->handshake();
-  }
-
-  // hiredis calls this with the context it is about to free; every command still in flight has
-  // already had its callback (with no reply).
-  static void on_disconnect(const redisAsyncContext* c, int status) {
-    Connection* self = of(c);
-    self->ac = nullptr;
-    self->ready = false;
-    self->in_flight.clear();
-    if (!self->stopping) {
-      self->store.record_failure(status == REDIS_OK ? "redis connection closed" : std::string("redis: ") + c->errstr);
-      self->schedule_reconnect();
-    }
-  }
-
-  void handshake() {
-    auto after = [self = shared_from_this()](Reply r, const char* what) -> bool {
-      if (!r.ok) {
-        self->teardown(std::string("redis ") + what + ": " + r.error);
-        return false;
-      }
-      return true;
-    };
-    if (!opt.password.empty()) internal({"AUTH", opt.password}, [after](Reply r) { after(std::move(r), "AUTH"); });
-    if (opt.database != 0)
-      internal({"SELECT", std::to_string(opt.database)}, [after](Reply r) { after(std::move(r), "SELECT"); });
-    internal({"SCRIPT", "LOAD", refund_script()}, [self = shared_from_this(), after](Reply r) {
-      if (after(r, "SCRIPT LOAD")) self->refund_sha = r.text;
-    });
-    internal({"SCRIPT", "LOAD", lean_acquire_script()}, [self = shared_from_this(), after](Reply r) {
-      if (after(r, "SCRIPT LOAD")) self->lean_sha = r.text;
-    });
-    internal({"SCRIPT", "LOAD", acquire_script()}, [self = shared_from_this(), after](Reply r) {
-      if (!after(r, "SCRIPT LOAD")) return;
-      self->acquire_sha = r.text;
-      self->ready = true;
-      self->backoff = milliseconds(100);
-      if (!self->ever_ready) {
-        self->ever_ready = true;
-        self->store.connection_ready();
-      }
-      self->store.record_success();
-      if (self->beats) self->beat();
-    });
-  }
-
-  void teardown(const std::string& why) {
-    if (!ac) return;
-    store.record_failure(why);
-    redisAsyncContext* c = ac;
-    ac = nullptr;
-    ready = false;
-    redisAsyncFree(c);  // fails every command in flight (callbacks with no reply), then on_disconnect
-    schedule_reconnect();
-  }
-
-  void schedule_reconnect() {
-    if (stopping || retry_armed) return;
-    retry_armed = true;
-    retry.expires_after(backoff);
-    backoff = std::min(backoff * 2, milliseconds(2000));
-    retry.async_wait([self = shared_from_this()](auto ec) {
-      self->retry_armed = false;
-      if (!ec && !self->stopping && !self->ac) self->connect();
-    });
-  }
-
-  // One timer per connection watches the oldest command in flight (and the connect). Arming it
-  // for an earlier deadline than the pending one moves it; a later one leaves it be.
-  void arm_watchdog(milliseconds after) {
-    const auto deadline = std::chrono::steady_clock::now() + after;
-    if (watchdog_armed && watchdog_deadline <= deadline) return;
-    watchdog_armed = true;
-    watchdog_deadline = deadline;
-    const std::uint64_t gen = ++watchdog_gen;
-    watchdog.expires_at(deadline);
-    watchdog.async_wait([self = shared_from_this(), gen](auto ec) {
-      if (gen != self->watchdog_gen) return;  // superseded by a re-arm
-      self->watchdog_armed = false;
-      if (!ec) self->check_deadlines();
-    });
-  }
-
-  void check_deadlines() {
-    if (!ac) return;
-    const limiter::Micros now = limiter::steady_now_us();
-    if (connecting) {
-      const limiter::Micros left = connect_started + opt.connect_timeout_ms * 1000LL - now;
-      if (left <= 0) return teardown("redis connect: no answer within " + std::to_string(opt.connect_timeout_ms) + " ms");
-      return arm_watchdog(milliseconds(left / 1000 + 1));
-    }
-    if (in_flight.empty()) return;
-    const limiter::Micros left = in_flight.front() + opt.decision_timeout_ms * 1000LL - now;
-    if (left <= 0)
-      return teardown("redis: no answer within " + std::to_string(opt.decision_timeout_ms) + " ms (decision timeout)");
-    arm_watchdog(milliseconds(left / 1000 + 1));
-  }
-
-  // ---- commands ----
-  static void on_reply(redisAsyncContext* c, void* r, void* privdata) {
-    Connection* self = of(c);
-    std::unique_ptr<Op> op(static_cast<Op*>(privdata));
-    if (!self->in_flight.empty()) self->in_flight.pop_front();
-    auto* reply = static_cast<redisReply*>(r);
-    if (reply && reply->type == REDIS_REPLY_ERROR && op->script &&
-        std::string_view(reply->str, reply->len).starts_with("NOSCRIPT")) {
-      // The server lost its scripts (restart, SCRIPT FLUSH): send the body once with EVAL.
-      op->args[0] = "EVAL";
-      op->args[1] = op->script;
-      op->script = nullptr;
-      self->send(op.release(), true);
-      return;
-    }
-    op->complete(parse(reply));
-  }
-
-  void send(Op* op, bool internal_ok) {
-    if (!ac || (!ready && !internal_ok)) {
-      op->complete(Reply{false, "redis not connected", {}, 0, {}});
-      delete op;
-      return;
-    }
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const auto& a : op->args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    if (redisAsyncCommandArgv(ac, on_reply, op, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
-      op->complete(Reply{false, "redis: command not accepted (disconnecting)", {}, 0, {}});
-      delete op;
-      return;
-    }
-    in_flight.push_back(limiter::steady_now_us());
-    arm_watchdog(milliseconds(opt.decision_timeout_ms));
-  }
-
-  template <class F>
-  void internal(std::vector<std::string> args, F f) {
-    auto* op = new OpImpl<F>(std::move(f), ctx.get_executor());
-    op->args = std::move(args);
-    send(op, true);
-  }
-
-  template <class Token>
-  auto async_call(std::vector<std::string> args, const char* script, Token&& token) {
-    return net::async_initiate<Token, void(Reply)>(
-        [this](auto handler, std::vector<std::string> a, const char* s) {
-          auto ex = net::get_associated_executor(handler, ctx.get_executor());
-          auto* op = new OpImpl<decltype(handler)>(std::move(handler), ex);
-          op->args = std::move(a);
-          op->script = s;
-          send(op, false);
-        },
-        token, std::move(args), script);
-  }
-
-  // ---- heartbeats: how many instances share the fleet's limits (for the `local` policy) ----
-  void beat() {
-    if (stopping || !ready) return;
-    static constexpr const char* kBeat = R"LUA(
-local t = redis.call('TIME')
-local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], ms, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms - tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
-return redis.call('ZCARD', KEYS[1])
-)LUA";
-    const std::string window = std::to_string(opt.heartbeat_ms * 3);
-    internal({"EVAL", kBeat, "1", opt.key_prefix + "{instances}", store.instance_id_, window},
-             [self = shared_from_this()](Reply r) {
-               if (r.ok && r.integer > 0) self->store.live_instances_.store(static_cast<unsigned>(r.integer));
-             });
-    heartbeat.expires_after(milliseconds(opt.heartbeat_ms));
-    heartbeat.async_wait([self = shared_from_this()](auto ec) {
-      if (!ec) self->beat();
-    });
-  }
-
-  void stop() {
-    stopping = true;
-    retry.cancel();
-    watchdog.cancel();
-    heartbeat.cancel();
-    if (ac) {
-      redisAsyncContext* c = ac;
-      ac = nullptr;
-      ready = false;
-      redisAsyncFree(c);
-    }
-  }
-};
 
 RedisStore::RedisStore(RedisOptions options, std::vector<net::io_context*> contexts, const limiter::Clock& clock)
     : options_(std::move(options)), contexts_(std::move(contexts)) {
@@ -480,15 +124,18 @@ boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req
     std::string why = c ? last_error() : "redis store not on this thread";
     co_return unavailable(std::move(why));
   }
-  // The common case (one bucket, nothing else) takes the lean script; both decide alike.
-  const bool lean = lean_request(req);
-  std::vector<std::string> args{"EVALSHA", lean ? c->lean_sha : c->acquire_sha};
-  for (auto& a : lean ? lean_acquire_call(req, options_.key_prefix, "") : acquire_call(req, options_.key_prefix, ""))
-    args.push_back(std::move(a));
-  Reply r = co_await c->async_call(std::move(args), lean ? lean_acquire_script() : acquire_script(),
-                                   net::use_awaitable);
+  // The common case (one bucket, nothing else) takes the lean script, coalesced per bucket.
+  if (lean_request(req)) {
+    StoreDecision d = co_await c->async_decide(std::move(req), net::use_awaitable);
+    if (d.status == StoreStatus::unavailable) co_return unavailable(std::move(d.error));
+    record_success();
+    co_return d;
+  }
+  std::vector<std::string> args{"EVALSHA", c->acquire_sha};
+  for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
+  Reply r = co_await c->async_call(std::move(args), acquire_script(), net::use_awaitable);
   std::optional<StoreDecision> out;
-  if (r.ok) out = lean ? parse_lean_acquire_reply(req, r.items) : parse_acquire_reply(r.items, req.quotas.size());
+  if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size());
   if (!out) {
     std::string why = r.ok ? "redis: unexpected script reply" : std::move(r.error);
     co_return unavailable(std::move(why));

@@ -216,6 +216,81 @@ TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
   }
 }
 
+// Coalesced decisions: the requests for one bucket that arrive while its call is in flight go in one
+// lean call and are decided in order at one instant. Random batches (1 to 8 requests, random
+// permits and timeouts, interleaved across buckets), rate edits between batches, warm-up, both
+// modes, refunds and general-script calls on the same keys: every decision is the in-process
+// store's, double for double, as if each had been its own call.
+TEST_F(RedisScript, ReplaysBatchesTheSameAsTheLocalStore) {
+  for (const limiter::Mode mode : {limiter::Mode::pay_now, limiter::Mode::pay_later}) {
+    SCOPED_TRACE(mode == limiter::Mode::pay_now ? "pay now" : "pay later");
+    begin(Route::general);
+    ManualClock clock(1'700'000'000'000'000);
+    LocalStore local(clock);
+    std::mt19937_64 rng(7);
+    std::vector<BucketParams> params(3);
+    params[0].rate = 5;
+    params[1].rate = 3;
+    params[1].burst = 2;
+    params[2].rate = 2;
+    params[2].warmup_us = 3'000'000;
+    for (BucketParams& p : params) p.mode = mode;
+    const char* names[] = {"/a", "/b", "/w"};
+    int granted = 0, rejected = 0, refunded = 0, batches = 0, largest = 0;
+    std::vector<std::pair<AcquireRequest, Reservation>> held;
+    for (int step = 0; step < 1500; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      clock.advance(static_cast<Micros>(rng() % 400'000));
+      if (rng() % 40 == 0) params[rng() % 3].rate = 1 + static_cast<double>(rng() % 9);  // an operator edit
+      const int b = static_cast<int>(rng() % 3);
+      std::vector<AcquireRequest> reqs(1 + rng() % 8,
+                                       AcquireRequest{{names[b], params[b]}, {}, b < 2 ? "X" : names[b], 1.0, 0});
+      for (AcquireRequest& r : reqs) {
+        r.timeout_us = static_cast<Micros>(rng() % 1'500'000);
+        if (rng() % 5 == 0) r.permits = 0.5 + static_cast<double>(rng() % 3);
+      }
+      std::vector<const AcquireRequest*> ptrs;
+      for (const AcquireRequest& r : reqs) ptrs.push_back(&r);
+      std::vector<std::string> args{"EVAL", lean_acquire_script()};
+      for (auto& a : lean_batch_call(ptrs, "t:", std::to_string(clock.now_us()))) args.push_back(a);
+      redisReply* reply = redis->cmd(args);
+      ASSERT_TRUE(reply && reply->type == REDIS_REPLY_ARRAY) << (reply && reply->str ? reply->str : "no reply");
+      const auto ds = parse_lean_batch_reply(ptrs, items(reply));
+      freeReplyObject(reply);
+      ASSERT_TRUE(ds.has_value()) << "malformed reply";
+      ++batches;
+      largest = std::max(largest, static_cast<int>(reqs.size()));
+      for (std::size_t i = 0; i < reqs.size(); ++i) {
+        const StoreDecision l = local.decide(reqs[i]);
+        ASSERT_NO_FATAL_FAILURE(expect_same(l, (*ds)[i])) << "decision " << i << " of " << reqs.size();
+        if (l.decision.granted) {
+          ++granted;
+          if (l.decision.wait_us > 0) held.push_back({reqs[i], l.reservation});
+        } else {
+          ++rejected;
+        }
+      }
+      if (rng() % 4 == 0) {  // a single request through the general script, on the same key
+        AcquireRequest one{{names[b], params[b]}, {}, b < 2 ? "X" : names[b], 1.0, 300'000};
+        ASSERT_NO_FATAL_FAILURE(expect_same(local.decide(one), acquire(one, clock.now_us())));
+      }
+      if (!held.empty() && rng() % 5 == 0) {  // a held caller leaves
+        auto [hreq, res] = held.back();
+        held.pop_back();
+        const RefundResult lb = local.give_back_slots(hreq, res);
+        ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(hreq, res, clock.now_us())));
+        refunded += lb.any();
+      }
+    }
+    std::printf("batches %d (largest %d): granted %d, rejected %d, refunded %d\n", batches, largest, granted,
+                rejected, refunded);
+    EXPECT_GT(granted, 1000);
+    EXPECT_GT(rejected, 1000);
+    EXPECT_GT(refunded, 10);
+    EXPECT_EQ(largest, 8);
+  }
+}
+
 // Held requests whose callers leave in random order, one by one or in crowds, some after their
 // slot: the script remembers and gives back exactly what the in-process store does, and both leave
 // every bucket in the same state (stored permits, next_free, remembered slots), with the default
@@ -647,6 +722,75 @@ TEST(RedisFallback, LocalPolicyDividesQuotasByTheFleet) {
   ctx.run();
   EXPECT_EQ(degraded, 5);
   EXPECT_EQ(admitted, 2);  // 5 / 2 per instance
+}
+
+}  // namespace
+}  // namespace tollgate::store
+
+namespace tollgate::store {
+namespace {
+
+// Through the store: forty decisions on one bucket from one thread at once go in a few calls, not
+// forty (the first alone, the ones that arrived while it was in flight together), and get exactly
+// what forty separate calls would: the ten stored permits, then refusals.
+TEST(RedisStoreBatches, DecisionsOnOneBucketShareCalls) {
+  if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+  RedisServer::shared().flush();
+  Sync admin(RedisServer::shared().port());
+  ASSERT_TRUE(admin.ok());
+  limiter::SteadyClock clock;
+  RedisOptions o;
+  o.port = static_cast<std::uint16_t>(RedisServer::shared().port());
+  o.key_prefix = "batch:";
+  o.decision_timeout_ms = 2000;
+  o.heartbeat_ms = 60'000;
+  boost::asio::io_context ctx;
+  RedisStore store(o, {&ctx}, clock);
+  store.start();
+  BucketParams p;
+  p.rate = 0.01;  // no permit comes back while the test runs
+  p.burst = 10;
+  const AcquireRequest req{{"/one", p}, {}, {}, 1.0, 0};
+  std::vector<StoreDecision> d;
+  long long calls = -1;
+  int done = 0;
+  boost::asio::co_spawn(
+      ctx,
+      [&]() -> boost::asio::awaitable<void> {
+        boost::asio::steady_timer t(ctx);
+        for (int i = 0; i < 200 && !store.stats().up; ++i) {
+          t.expires_after(std::chrono::milliseconds(10));
+          co_await t.async_wait(boost::asio::use_awaitable);
+        }
+        freeReplyObject(admin.cmd({"CONFIG", "RESETSTAT"}));
+        for (int i = 0; i < 40; ++i) {
+          boost::asio::co_spawn(
+              ctx,
+              [&]() -> boost::asio::awaitable<void> {
+                d.push_back(co_await store.try_acquire(req));
+                ++done;
+              },
+              boost::asio::detached);
+        }
+        while (done < 40) {
+          t.expires_after(std::chrono::milliseconds(5));
+          co_await t.async_wait(boost::asio::use_awaitable);
+        }
+        calls = command_calls(admin, "evalsha");
+        store.stop();
+      },
+      boost::asio::detached);
+  ctx.run();
+  ASSERT_EQ(d.size(), 40u);
+  int granted = 0;
+  for (const StoreDecision& x : d) {
+    ASSERT_EQ(x.status, StoreStatus::ok) << x.error;
+    granted += x.decision.granted ? 1 : 0;
+  }
+  EXPECT_EQ(granted, 10);
+  EXPECT_GE(calls, 2);  // the first went alone
+  EXPECT_LE(calls, 10);
+  std::printf("40 decisions in %lld calls\n", calls);
 }
 
 }  // namespace

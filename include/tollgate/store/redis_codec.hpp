@@ -33,13 +33,22 @@ std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const 
 // The lean acquire script: the common case, a request with its one bucket and nothing else (no
 // channel bucket, quotas or maxShare). It sends the bucket's shape compactly (interval and size;
 // the warm-up numbers only with warm-up) and gets a short reply, for the same decision as the
-// general script's, double for double.
+// general script's, double for double. One call can carry a batch of such requests for the same
+// bucket (same key, shape and mode: batchable), decided in order at one instant.
 bool lean_request(const AcquireRequest& req);
+// Whether `b` can go in one lean call with `a`: the same key and the same shape and mode.
+bool batchable(const AcquireRequest& a, const AcquireRequest& b);
 std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std::string& prefix,
                                            std::string_view now_override);
+// A batch (non-empty, each batchable with the first), in order.
+std::vector<std::string> lean_batch_call(const std::vector<const AcquireRequest*>& reqs, const std::string& prefix,
+                                         std::string_view now_override);
 // Its reply as a decision (nullopt when malformed); `req` is the request it answers.
 std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,
                                                       const std::vector<std::string>& items);
+// A batch's reply as one decision per request, in order (nullopt when malformed).
+std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
+                                                                 const std::vector<std::string>& items);
 
 const char* acquire_script();
 const char* lean_acquire_script();

@@ -239,19 +239,19 @@ TEST(RedisCodec, LeanCallSendsTheShapeCompactly) {
   EXPECT_EQ(a[0], "1");
   EXPECT_EQ(a[1], "t:{X}/b");
   EXPECT_EQ(a[2], "");         // ARGV[1] now: Redis TIME
-  EXPECT_EQ(a[3], "1");        // ARGV[2] permits
-  EXPECT_EQ(a[4], "1500000");  // ARGV[3] timeout_us
-  EXPECT_EQ(a[5], "0");        // ARGV[4] pay_now
-  EXPECT_EQ(a[6], "333333.33333333331");  // ARGV[5] interval, as %.17g: the text the scripts store
-  EXPECT_EQ(as_double(a[6]), 1e6 / 3);
-  EXPECT_EQ(a[7], "2");        // ARGV[6] max_permits
+  EXPECT_EQ(a[3], "0");        // ARGV[2] flags: pay_now, no warm-up
+  EXPECT_EQ(a[4], "333333.33333333331");  // ARGV[3] interval, as %.17g: the text the scripts store
+  EXPECT_EQ(as_double(a[4]), 1e6 / 3);
+  EXPECT_EQ(a[5], "2");        // ARGV[4] max_permits
+  EXPECT_EQ(a[6], "1");        // the decision: permits
+  EXPECT_EQ(a[7], "1500000");  // and timeout_us
 
   req.permits = 0.1;  // permits: the shortest text of the same double
   req.bucket.params.mode = limiter::Mode::pay_later;
   const Args b = lean_acquire_call(req, "t:", "1700000000000000");
   EXPECT_EQ(b[2], "1700000000000000");
-  EXPECT_EQ(b[3], "0.1");
-  EXPECT_EQ(b[5], "1");
+  EXPECT_EQ(b[3], "1");  // pay_later
+  EXPECT_EQ(b[6], "0.1");
 }
 
 TEST(RedisCodec, LeanCallSendsTheWarmUpNumbersOnlyWhenWarm) {
@@ -259,13 +259,73 @@ TEST(RedisCodec, LeanCallSendsTheWarmUpNumbersOnlyWhenWarm) {
   const Args a = lean_acquire_call(req, "t:", "");
   ASSERT_EQ(a.size(), 11u);
   EXPECT_EQ(a[1], "t:{/w}");
+  EXPECT_EQ(a[3], "2");  // flags: warm-up, pay_now
   const limiter::Shape s = limiter::shape_of(req.bucket.params);
-  EXPECT_EQ(as_double(a[3]), 2.5);
-  EXPECT_EQ(as_double(a[6]), s.interval_us);
-  EXPECT_EQ(as_double(a[7]), s.max_permits);
-  EXPECT_EQ(as_double(a[8]), s.cool_down_us);
-  EXPECT_EQ(as_double(a[9]), s.threshold);
-  EXPECT_EQ(as_double(a[10]), s.slope);
+  EXPECT_EQ(as_double(a[4]), s.interval_us);
+  EXPECT_EQ(as_double(a[5]), s.max_permits);
+  EXPECT_EQ(as_double(a[6]), s.cool_down_us);
+  EXPECT_EQ(as_double(a[7]), s.threshold);
+  EXPECT_EQ(as_double(a[8]), s.slope);
+  EXPECT_EQ(as_double(a[9]), 2.5);  // the decision
+  EXPECT_EQ(a[10], "0");
+}
+
+TEST(RedisCodec, ABatchSendsTheShapeOnceAndEachDecisionInOrder) {
+  AcquireRequest a{{"/b", rate(4)}, {}, "X", 1.0, 0};
+  AcquireRequest b = a, c = a;
+  b.timeout_us = 250'000;
+  c.permits = 2;
+  const Args args = lean_batch_call({&a, &b, &c}, "t:", "");
+  ASSERT_EQ(args.size(), 6u + 3 * 2);
+  EXPECT_EQ(args[1], "t:{X}/b");
+  EXPECT_EQ(args[6], "1");
+  EXPECT_EQ(args[7], "0");
+  EXPECT_EQ(args[8], "1");
+  EXPECT_EQ(args[9], "250000");
+  EXPECT_EQ(args[10], "2");
+  EXPECT_EQ(args[11], "0");
+}
+
+TEST(RedisCodec, BatchableMeansOneKeyOneShapeOneMode) {
+  const AcquireRequest a{{"/b", rate(4)}, {}, "X", 1.0, 0};
+  AcquireRequest b = a;
+  b.permits = 3;
+  b.timeout_us = 9;
+  EXPECT_TRUE(batchable(a, b));  // what each decision asks may differ
+  AcquireRequest other_rate = a;
+  other_rate.bucket.params.rate = 5;  // an edit between two requests
+  EXPECT_FALSE(batchable(a, other_rate));
+  AcquireRequest other_mode = a;
+  other_mode.bucket.params.mode = limiter::Mode::pay_later;
+  EXPECT_FALSE(batchable(a, other_mode));
+  AcquireRequest other_tag = a;
+  other_tag.hash_tag = "Y";
+  EXPECT_FALSE(batchable(a, other_tag));
+  AcquireRequest other_name = a;
+  other_name.bucket.name = "/c";
+  EXPECT_FALSE(batchable(a, other_name));
+}
+
+TEST(RedisCodec, ParsesABatchReplyInOrder) {
+  const AcquireRequest a{{"/b", rate(4)}, {}, "X", 1.0, 1'000'000};
+  const std::vector<const AcquireRequest*> reqs{&a, &a, &a};
+  const auto d = parse_lean_batch_reply(reqs, {"1", "0", "1700000000000000", "0", "3", "1",  //
+                                               "0", "250000", "0.5",                        //
+                                               "1", "250000", "1700000000250000", "250000", "0", "1"});
+  ASSERT_TRUE(d.has_value());
+  ASSERT_EQ(d->size(), 3u);
+  EXPECT_TRUE((*d)[0].decision.granted);
+  EXPECT_EQ((*d)[0].decision.remaining, 3);
+  EXPECT_FALSE((*d)[1].decision.granted);
+  EXPECT_EQ((*d)[1].decision.retry_after_us, 250'000);
+  EXPECT_EQ((*d)[1].decision.remaining, 0.5);
+  EXPECT_TRUE((*d)[2].decision.granted);
+  EXPECT_EQ((*d)[2].decision.wait_us, 250'000);
+  EXPECT_EQ((*d)[2].reservation.release, 1'700'000'000'250'000);
+  EXPECT_EQ((*d)[2].max_permits, 4);
+  // Fewer answers than requests, or more: malformed.
+  EXPECT_FALSE(parse_lean_batch_reply(reqs, {"1", "0", "1700000000000000", "0", "3", "1"}).has_value());
+  EXPECT_FALSE(parse_lean_batch_reply({&a}, {"0", "5", "1", "0", "5", "1"}).has_value());
 }
 
 TEST(RedisCodec, ParsesALeanGrant) {
