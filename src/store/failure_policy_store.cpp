@@ -44,16 +44,19 @@ FailurePolicyStore::FailurePolicyStore(std::unique_ptr<BucketStore> shared, std:
 }
 
 boost::asio::awaitable<StoreDecision> FailurePolicyStore::try_acquire(AcquireRequest req) {
-  StoreDecision out = co_await shared_->try_acquire(req);
-  if (out.status != StoreStatus::unavailable) co_return out;
+  // The request is needed again only by the `local` policy: the others hand it over.
+  StoreDecision out;
+  if (policy_ == FailurePolicy::local) out = co_await shared_->try_acquire(req);
+  else out = co_await shared_->try_acquire(std::move(req));
+  if (out.status != StoreStatus::unavailable) co_return std::move(out);
   policy_decisions_.fetch_add(1, std::memory_order_relaxed);
   switch (policy_) {
     case FailurePolicy::fail_open:
       out.status = StoreStatus::unavailable_open;
-      co_return out;
+      co_return std::move(out);
     case FailurePolicy::fail_closed:
       out.status = StoreStatus::unavailable_closed;
-      co_return out;
+      co_return std::move(out);
     case FailurePolicy::local:
       break;
   }
@@ -62,7 +65,7 @@ boost::asio::awaitable<StoreDecision> FailurePolicyStore::try_acquire(AcquireReq
   out = co_await fallback_->try_acquire(local_share(req, n));
   out.degraded = true;
   out.error = std::move(error);
-  co_return out;
+  co_return std::move(out);
 }
 
 // Grants the fallback made are not given back: it keeps them only until the shared store answers

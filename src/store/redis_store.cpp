@@ -129,7 +129,7 @@ boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req
     StoreDecision d = co_await c->async_decide(std::move(req), net::use_awaitable);
     if (d.status == StoreStatus::unavailable) co_return unavailable(std::move(d.error));
     record_success();
-    co_return d;
+    co_return std::move(d);
   }
   std::vector<std::string> args{"EVALSHA", c->acquire_sha};
   for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
