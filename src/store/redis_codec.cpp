@@ -65,6 +65,26 @@ bool lean_request(const AcquireRequest& req) {
   return req.use_bucket && !req.parent && req.quotas.empty() && !req.share;
 }
 
+std::string resp_command(const std::vector<std::string>& args) {
+  std::size_t size = 16;
+  for (const std::string& a : args) size += a.size() + 16;
+  std::string out;
+  out.reserve(size);
+  char digits[24];
+  auto header = [&](char tag, std::size_t n) {
+    out.push_back(tag);
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, n).ptr);
+    out.append("\r\n");
+  };
+  header('*', args.size());
+  for (const std::string& a : args) {
+    header('$', a.size());
+    out.append(a);
+    out.append("\r\n");
+  }
+  return out;
+}
+
 bool batchable(const AcquireRequest& a, const AcquireRequest& b) {
   return a.bucket.name == b.bucket.name && a.hash_tag == b.hash_tag && a.bucket.params == b.bucket.params;
 }

@@ -328,13 +328,9 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       delete op;
       return;
     }
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const auto& a : op->args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    if (redisAsyncCommandArgv(ac, on_reply, op, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+    // Formatted here in one string (hiredis's own formatting costs ~2k instructions a command).
+    const std::string wire = resp_command(op->args);
+    if (redisAsyncFormattedCommand(ac, on_reply, op, wire.data(), wire.size()) != REDIS_OK) {
       op->complete(Reply{false, "redis: command not accepted (disconnecting)", {}, 0, {}});
       delete op;
       return;

@@ -50,6 +50,10 @@ std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,
 std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
                                                                  const std::vector<std::string>& items);
 
+// A command as Redis reads it off the wire (RESP: an array of bulk strings), byte for byte what
+// hiredis's redisFormatCommandArgv writes: the connection sends it as it is, in one copy.
+std::string resp_command(const std::vector<std::string>& args);
+
 const char* acquire_script();
 const char* lean_acquire_script();
 const char* refund_script();

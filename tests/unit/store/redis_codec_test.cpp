@@ -3,6 +3,7 @@
 #include "tollgate/store/redis_codec.hpp"
 
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
 
 #include <string>
 #include <vector>
@@ -407,6 +408,30 @@ TEST(RedisCodec, ScriptsAreDistinct) {
   EXPECT_NE(std::string(acquire_script()).find("HMGET"), std::string::npos);
   EXPECT_NE(std::string(lean_acquire_script()).find("HMGET"), std::string::npos);
   EXPECT_NE(std::string(refund_script()).find("HINCRBY"), std::string::npos);
+}
+
+// The connection sends commands it formats itself: byte for byte what hiredis would send.
+TEST(RedisCodec, CommandsAreFormattedAsHiredisFormatsThem) {
+  const AcquireRequest req{{"/b", rate(3)}, {}, "X", 0.5, 1'500'000};
+  std::vector<Args> commands{{"PING"},
+                             {"EVALSHA", std::string(40, 'a')},
+                             {"SET", std::string("k\0ey", 4), "", std::string(300, 'v')}};
+  Args lean{"EVALSHA", "sha"};
+  for (auto& a : lean_acquire_call(req, "t:", "")) lean.push_back(a);
+  commands.push_back(lean);
+  for (const Args& args : commands) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const std::string& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    char* expected = nullptr;
+    const int n = redisFormatCommandArgv(&expected, static_cast<int>(args.size()), argv.data(), lens.data());
+    ASSERT_GT(n, 0);
+    EXPECT_EQ(resp_command(args), std::string(expected, static_cast<std::size_t>(n))) << args[0];
+    redisFreeCommand(expected);
+  }
 }
 
 }  // namespace
