@@ -380,7 +380,11 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     Handler handler;
     net::any_io_executor ex;
   };
-  using Batch = std::vector<std::unique_ptr<Waiter>>;
+  // The waiters of one call, and their requests in the same order (what the codec reads).
+  struct Batch {
+    std::vector<std::unique_ptr<Waiter>> waiters;
+    std::vector<const AcquireRequest*> reqs;
+  };
   struct Lane {
     bool busy = false;  // a call for this key is in flight
     std::deque<std::unique_ptr<Waiter>> queued;
@@ -414,15 +418,14 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     }
     auto batch = std::make_shared<Batch>();
     do {
-      batch->push_back(std::move(lane.queued.front()));
+      batch->reqs.push_back(&lane.queued.front()->req);  // the waiter's request does not move with it
+      batch->waiters.push_back(std::move(lane.queued.front()));
       lane.queued.pop_front();
-    } while (!lane.queued.empty() && batch->size() < kMaxBatch && batchable(batch->front()->req, lane.queued.front()->req));
+    } while (!lane.queued.empty() && batch->waiters.size() < kMaxBatch &&
+             batchable(*batch->reqs.front(), lane.queued.front()->req));
     lane.busy = true;
-    std::vector<const AcquireRequest*> reqs;
-    reqs.reserve(batch->size());
-    for (const auto& w : *batch) reqs.push_back(&w->req);
     std::vector<std::string> args{"EVALSHA", lean_sha};
-    for (auto& a : lean_batch_call(reqs, opt.key_prefix, "")) args.push_back(std::move(a));
+    for (auto& a : lean_batch_call(batch->reqs, opt.key_prefix, "")) args.push_back(std::move(a));
     auto done = [self = shared_from_this(), key, batch](Reply r) { self->finish_batch(key, *batch, std::move(r)); };
     auto* op = new OpImpl<decltype(done)>(std::move(done), ctx.get_executor());
     op->args = std::move(args);
@@ -431,20 +434,17 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   }
 
   void finish_batch(const std::string& key, Batch& batch, Reply r) {
-    std::vector<const AcquireRequest*> reqs;
-    reqs.reserve(batch.size());
-    for (const auto& w : batch) reqs.push_back(&w->req);
     std::optional<std::vector<StoreDecision>> ds;
-    if (r.ok) ds = parse_lean_batch_reply(reqs, r.items);
-    for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (r.ok) ds = parse_lean_batch_reply(batch.reqs, r.items);
+    for (std::size_t i = 0; i < batch.waiters.size(); ++i) {
       if (ds) {
-        batch[i]->complete(std::move((*ds)[i]));
+        batch.waiters[i]->complete(std::move((*ds)[i]));
         continue;
       }
       StoreDecision failed;
       failed.status = StoreStatus::unavailable;
       failed.error = r.ok ? "redis: unexpected script reply" : r.error;
-      batch[i]->complete(std::move(failed));
+      batch.waiters[i]->complete(std::move(failed));
     }
     if (auto it = lanes.find(key); it != lanes.end()) {
       it->second.busy = false;

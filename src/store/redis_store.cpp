@@ -104,7 +104,6 @@ void RedisStore::record_failure(const std::string& error) {
 }
 
 StoreDecision RedisStore::unavailable(std::string error) {
-  failures_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(incident_mu_);
     ++incident_failures_;
@@ -258,7 +257,6 @@ RedisStats RedisStore::stats() const {
   RedisStats s;
   std::lock_guard lock(incident_mu_);
   s.up = up_;
-  s.failures = failures_.load();
   s.refunds = refunds_.load();
   s.incidents = incidents_;
   s.live_instances = live_instances_.load();

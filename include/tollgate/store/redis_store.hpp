@@ -34,7 +34,6 @@ struct RedisOptions {
 
 struct RedisStats {
   bool up = false;
-  std::uint64_t failures = 0;       // decisions Redis could not make (left to the failure policy)
   std::uint64_t refunds = 0;        // reservations given back (RefundResult::reservations)
   std::uint64_t incidents = 0;
   unsigned live_instances = 1;
@@ -93,7 +92,6 @@ class RedisStore final : public BucketStore {
   std::int64_t incident_started_ms_ = 0;
   std::uint64_t incident_failures_ = 0;
   std::uint64_t incidents_ = 0;
-  std::atomic<std::uint64_t> failures_{0};
   std::atomic<std::uint64_t> refunds_{0};
   std::atomic<unsigned> live_instances_{1};
   std::atomic<std::size_t> ready_connections_{0};
