@@ -1,9 +1,12 @@
 #include "tollgate/store/redis_codec.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -35,28 +38,113 @@ void shape_args(std::vector<std::string>& out, const BucketParams& p) {
   out.push_back(num(s.slope));
 }
 
-// The shortest text that reads back as the same double (Lua converts with strtod).
-void push_short(std::vector<std::string>& out, double v) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.emplace_back(buf, r.ptr);
-}
 
 // A whole reply item as a number: nothing before or after it.
-std::optional<double> number(const std::string& s) {
+std::optional<double> number(std::string_view s) {
   double v = 0;
   const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
   if (r.ec != std::errc() || r.ptr != s.data() + s.size() || std::isnan(v)) return std::nullopt;
   return v;
 }
+std::optional<double> number(const ReplyItem& item) {
+  if (item.is_integer) return static_cast<double>(item.integer);
+  return number(item.text);
+}
 
 // Whole microseconds; the scripts' "never" is 2^53.
-std::optional<Micros> whole_micros(const std::string& s) {
-  const auto v = number(s);
+std::optional<Micros> whole_micros(const ReplyItem& item) {
+  constexpr long long kSat = 9007199254740992LL;
+  if (item.is_integer) {
+    if (item.integer >= kSat) return limiter::kInfinite;
+    if (item.integer <= -kSat) return std::nullopt;
+    return item.integer;
+  }
+  const auto v = number(item.text);
   if (!v) return std::nullopt;
   if (*v >= 9007199254740992.0) return limiter::kInfinite;
   if (*v <= -9007199254740992.0) return std::nullopt;
   return static_cast<Micros>(*v);
+}
+
+// The 0/1 that opens each decision of a lean reply.
+int flag(const ReplyItem& item) {
+  if (item.is_integer) return item.integer == 0 || item.integer == 1 ? static_cast<int>(item.integer) : -1;
+  return item.text == "1" ? 1 : item.text == "0" ? 0 : -1;
+}
+
+// The lean script's shape arguments as text (%.17g, the text the scripts store and compare). Kept
+// per thread for the last few shapes: formatting five doubles costs ~1k instructions a call.
+struct ShapeText {
+  double interval = -1, max = -1, cool = -1, threshold = -1, slope = -1;
+  bool warm = false;
+  std::string text[5];
+  int count = 0;
+};
+const ShapeText& shape_text(const limiter::Shape& s) {
+  static thread_local ShapeText cache[8];
+  const std::uint64_t bits = std::bit_cast<std::uint64_t>(s.interval_us) ^ std::bit_cast<std::uint64_t>(s.max_permits);
+  ShapeText& e = cache[(bits ^ (bits >> 29) ^ (bits >> 47)) & 7];
+  const bool hit = e.interval == s.interval_us && e.max == s.max_permits && e.warm == s.warm &&
+                   (!s.warm || (e.cool == s.cool_down_us && e.threshold == s.threshold && e.slope == s.slope));
+  if (hit) return e;
+  e.interval = s.interval_us;
+  e.max = s.max_permits;
+  e.warm = s.warm;
+  e.cool = s.cool_down_us;
+  e.threshold = s.threshold;
+  e.slope = s.slope;
+  e.text[0] = num(s.interval_us);
+  e.text[1] = num(s.max_permits);
+  e.count = 2;
+  if (s.warm) {
+    e.text[2] = num(s.cool_down_us);
+    e.text[3] = num(s.threshold);
+    e.text[4] = num(s.slope);
+    e.count = 5;
+  }
+  return e;
+}
+
+// Writes a lean batch's arguments (after the sha) to `arg`, one call per argument.
+template <class Arg>
+void lean_batch_args(Arg&& arg, std::string_view key, const std::vector<const AcquireRequest*>& reqs,
+                     std::string_view now_override) {
+  const AcquireRequest& req = *reqs.front();
+  const limiter::Shape s = limiter::shape_of(req.bucket.params);
+  arg("1");
+  arg(key);
+  arg(now_override);
+  const char flags = static_cast<char>('0' + (req.bucket.params.mode == limiter::Mode::pay_later ? 1 : 0) +
+                                       (s.warm ? 2 : 0));
+  arg(std::string_view(&flags, 1));
+  // The shape as %.17g, the text the scripts store it as (fields m, c): the lean script knows an
+  // unchanged rule by comparing that text, without converting it.
+  const ShapeText& shape = shape_text(s);
+  for (int i = 0; i < shape.count; ++i) arg(shape.text[i]);
+  char buf[32];
+  for (const AcquireRequest* r : reqs) {
+    // The shortest text that reads back as the same double (Lua converts with strtod).
+    if (r->permits == 1.0) arg("1");
+    else arg(std::string_view(buf, std::to_chars(buf, buf + sizeof buf, r->permits).ptr));
+    arg(std::string_view(buf, std::to_chars(buf, buf + sizeof buf, r->timeout_us).ptr));
+  }
+}
+
+std::size_t lean_batch_arg_count(const AcquireRequest& first, std::size_t n) {
+  return (limiter::shape_of(first.bucket.params).warm ? 9 : 6) + 2 * n;
+}
+
+// RESP: "*<n>\r\n", then "$<length>\r\n<bytes>\r\n" per argument.
+void resp_header(std::string& out, char tag, std::size_t n) {
+  char digits[24];
+  out.push_back(tag);
+  out.append(digits, std::to_chars(digits, digits + sizeof digits, n).ptr);
+  out.append("\r\n");
+}
+void resp_bulk(std::string& out, std::string_view a) {
+  resp_header(out, '$', a.size());
+  out.append(a);
+  out.append("\r\n");
 }
 
 }  // namespace
@@ -70,18 +158,32 @@ std::string resp_command(const std::vector<std::string>& args) {
   for (const std::string& a : args) size += a.size() + 16;
   std::string out;
   out.reserve(size);
-  char digits[24];
-  auto header = [&](char tag, std::size_t n) {
-    out.push_back(tag);
-    out.append(digits, std::to_chars(digits, digits + sizeof digits, n).ptr);
-    out.append("\r\n");
-  };
-  header('*', args.size());
-  for (const std::string& a : args) {
-    header('$', a.size());
-    out.append(a);
-    out.append("\r\n");
-  }
+  resp_header(out, '*', args.size());
+  for (const std::string& a : args) resp_bulk(out, a);
+  return out;
+}
+
+std::optional<std::string> evalsha_as_eval(std::string_view wire, std::string_view body) {
+  // "*<n>\r\n" "$7\r\nEVALSHA\r\n" "$<len>\r\n<sha>\r\n" <the rest, kept as it is>
+  auto line = [&wire](std::size_t from) { return wire.find("\r\n", from); };
+  if (!wire.starts_with('*')) return std::nullopt;
+  const std::size_t head = line(0);
+  constexpr std::string_view kEvalsha = "$7\r\nEVALSHA\r\n";
+  if (head == std::string_view::npos || wire.substr(head + 2, kEvalsha.size()) != kEvalsha) return std::nullopt;
+  const std::size_t sha_at = head + 2 + kEvalsha.size();
+  const std::size_t sha_len_end = line(sha_at);
+  if (sha_len_end == std::string_view::npos || wire[sha_at] != '$') return std::nullopt;
+  std::size_t sha_len = 0;
+  const auto r = std::from_chars(wire.data() + sha_at + 1, wire.data() + sha_len_end, sha_len);
+  if (r.ec != std::errc() || r.ptr != wire.data() + sha_len_end) return std::nullopt;
+  const std::size_t rest = sha_len_end + 2 + sha_len + 2;
+  if (rest > wire.size()) return std::nullopt;
+  std::string out;
+  out.reserve(wire.size() + body.size() + 16);
+  out.append(wire.substr(0, head + 2));
+  resp_bulk(out, "EVAL");
+  resp_bulk(out, body);
+  out.append(wire.substr(rest));
   return out;
 }
 
@@ -92,28 +194,41 @@ bool batchable(const AcquireRequest& a, const AcquireRequest& b) {
 std::vector<std::string> lean_batch_call(const std::vector<const AcquireRequest*>& reqs, const std::string& prefix,
                                          std::string_view now_override) {
   const AcquireRequest& req = *reqs.front();
-  const limiter::Shape s = limiter::shape_of(req.bucket.params);
   std::vector<std::string> out;
-  out.reserve((s.warm ? 9 : 6) + 2 * reqs.size());
-  out.emplace_back("1");
-  out.push_back(redis_key(prefix, req.hash_tag.empty() ? req.bucket.name : req.hash_tag, req.bucket.name));
-  out.emplace_back(now_override);
-  out.emplace_back(1, static_cast<char>('0' + (req.bucket.params.mode == limiter::Mode::pay_later ? 1 : 0) +
-                                        (s.warm ? 2 : 0)));
-  // The shape as %.17g, the text the scripts store it as (fields m, c): the lean script knows an
-  // unchanged rule by comparing that text, without converting it.
-  out.push_back(num(s.interval_us));
-  out.push_back(num(s.max_permits));
-  if (s.warm) {
-    out.push_back(num(s.cool_down_us));
-    out.push_back(num(s.threshold));
-    out.push_back(num(s.slope));
-  }
-  for (const AcquireRequest* r : reqs) {
-    push_short(out, r->permits);
-    out.push_back(std::to_string(r->timeout_us));
-  }
+  out.reserve(lean_batch_arg_count(req, reqs.size()));
+  const std::string key = redis_key(prefix, req.hash_tag.empty() ? req.bucket.name : req.hash_tag, req.bucket.name);
+  lean_batch_args([&out](std::string_view a) { out.emplace_back(a); }, key, reqs, now_override);
   return out;
+}
+
+void lean_batch_command(std::string& out, std::string_view sha, std::string_view key,
+                        const std::vector<const AcquireRequest*>& reqs) {
+  // Written through a pointer into room made once. An argument takes at most 25 bytes besides its
+  // own ("$", 20 digits, two CRLF); there are at most 11 + 2 per decision: EVALSHA, the sha, "1",
+  // the key, "", the flags, five shape numbers and two per decision (each number <= 32 bytes).
+  const std::size_t start = out.size();
+  const std::size_t args = 11 + 2 * reqs.size();
+  const std::size_t bound = 24 + 25 * args + 7 + sha.size() + 1 + key.size() + 1 + 32 * (5 + 2 * reqs.size());
+  out.resize(start + bound);
+  char* p = out.data() + start;
+  auto line = [&p](char tag, std::size_t n) {
+    *p++ = tag;
+    p = std::to_chars(p, p + 20, n).ptr;
+    *p++ = '\r';
+    *p++ = '\n';
+  };
+  auto bulk = [&p, &line](std::string_view a) {
+    line('$', a.size());
+    std::memcpy(p, a.data(), a.size());
+    p += a.size();
+    *p++ = '\r';
+    *p++ = '\n';
+  };
+  line('*', 2 + lean_batch_arg_count(*reqs.front(), reqs.size()));
+  bulk("EVALSHA");
+  bulk(sha);
+  lean_batch_args(bulk, key, reqs, "");
+  out.resize(static_cast<std::size_t>(p - out.data()));
 }
 
 std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std::string& prefix,
@@ -122,16 +237,17 @@ std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std:
 }
 
 std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
-                                                                 const std::vector<std::string>& items) {
+                                                                 const ReplyItem* items, std::size_t count) {
   std::vector<StoreDecision> out;
   out.reserve(reqs.size());
   std::size_t i = 0;
   for (const AcquireRequest* req : reqs) {
-    StoreDecision sd;
+    StoreDecision& sd = out.emplace_back();
     auto& d = sd.decision;
     sd.bound = Bound::bucket;
     sd.max_permits = limiter::shape_of(req->bucket.params).max_permits;
-    if (i + 6 <= items.size() && items[i] == "1") {
+    const int granted = i < count ? flag(items[i]) : -1;
+    if (granted == 1 && i + 6 <= count) {
       const auto wait = whole_micros(items[i + 1]), release = whole_micros(items[i + 2]),
                  cost = whole_micros(items[i + 3]);
       const auto remaining = number(items[i + 4]), spent = number(items[i + 5]);
@@ -144,7 +260,7 @@ std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vect
       d.spent = *spent;
       sd.reservation = {*release, *cost, *spent, 0, 0, 0};
       i += 6;
-    } else if (i + 3 <= items.size() && items[i] == "0") {
+    } else if (granted == 0 && i + 3 <= count) {
       const auto retry = whole_micros(items[i + 1]);
       const auto remaining = number(items[i + 2]);
       if (!retry || !remaining) return std::nullopt;
@@ -155,10 +271,16 @@ std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vect
     } else {
       return std::nullopt;
     }
-    out.push_back(std::move(sd));
   }
-  if (i != items.size()) return std::nullopt;  // answers for requests that were not asked
+  if (i != count) return std::nullopt;  // answers for requests that were not asked
   return out;
+}
+
+std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
+                                                                 const std::vector<std::string>& items) {
+  std::vector<ReplyItem> views(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) views[i].text = items[i];
+  return parse_lean_batch_reply(reqs, views.data(), views.size());
 }
 
 std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,

@@ -13,7 +13,11 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <deque>
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <memory>
+#include <memory_resource>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -71,23 +75,99 @@ inline Reply parse(const redisReply* r) {
   return out;
 }
 
-// A command in flight: keeps its arguments (to resend as EVAL after NOSCRIPT) and its completion.
+// A command in flight: its wire text (kept for EVALSHA, to send again as EVAL after NOSCRIPT) and
+// what to do with the answer.
 struct Op {
   virtual ~Op() = default;
-  virtual void complete(Reply r) = 0;  // never inline: completions are posted
-  std::vector<std::string> args;
+  // The reply, on the connection's thread inside hiredis's callback; nullptr when the command
+  // failed or the connection was lost (`error` says which). Whatever it completes is posted.
+  virtual void finish(const redisReply* r, std::string_view error) = 0;
+  std::string wire;              // the command in Redis's wire format
   const char* script = nullptr;  // set for EVALSHA: the body to fall back on
 };
 
 template <class Handler>
 struct OpImpl final : Op {
   OpImpl(Handler h, net::any_io_executor e) : handler(std::move(h)), ex(std::move(e)) {}
-  void complete(Reply r) override {
-    net::post(ex, [h = std::move(handler), r = std::move(r)]() mutable { h(std::move(r)); });
+  void finish(const redisReply* r, std::string_view error) override {
+    Reply out = parse(r);
+    if (r == nullptr) out.error = error;
+    net::post(ex, [h = std::move(handler), out = std::move(out)]() mutable { h(std::move(out)); });
   }
   Handler handler;
   net::any_io_executor ex;
 };
+
+// hiredis's reply objects made in an arena of the connection's instead of a calloc per object and
+// a malloc per string (~2k instructions a batch reply). They are real redisReply structs (hiredis
+// itself reads the type of an unexpected reply). hiredis builds one reply at a time and frees only
+// the whole reply, after its callback: that free empties the arena. A top-level reply carries its
+// arena just before it, which is how the free (given only the object) finds it.
+class ReplyArena {
+ public:
+  static redisReplyObjectFunctions functions;
+  void attach(redisReader* reader) {
+    reader->fn = &functions;
+    reader->privdata = this;
+  }
+
+ private:
+  struct Top {
+    ReplyArena* arena;
+    redisReply reply;
+  };
+  static ReplyArena* of(const redisReadTask* t) { return static_cast<ReplyArena*>(t->privdata); }
+  redisReply* make(const redisReadTask* task, int type) {
+    redisReply* r;
+    if (task->parent == nullptr) {
+      auto* top = static_cast<Top*>(mem_.allocate(sizeof(Top), alignof(Top)));
+      top->arena = this;
+      r = &top->reply;
+    } else {
+      r = static_cast<redisReply*>(mem_.allocate(sizeof(redisReply), alignof(redisReply)));
+      static_cast<redisReply*>(task->parent->obj)->element[task->idx] = r;
+    }
+    *r = redisReply{};
+    r->type = type;
+    return r;
+  }
+  static void* create_string(const redisReadTask* t, char* str, size_t len) {
+    ReplyArena* a = of(t);
+    redisReply* r = a->make(t, t->type);
+    auto* text = static_cast<char*>(a->mem_.allocate(len + 1, 1));
+    std::memcpy(text, str, len);
+    text[len] = '\0';
+    r->str = text;
+    r->len = len;
+    return r;
+  }
+  static void* create_array(const redisReadTask* t, int elements) {
+    ReplyArena* a = of(t);
+    redisReply* r = a->make(t, REDIS_REPLY_ARRAY);
+    if (elements > 0) {
+      const auto n = static_cast<std::size_t>(elements);
+      r->element = static_cast<redisReply**>(a->mem_.allocate(n * sizeof(redisReply*), alignof(redisReply*)));
+      std::fill_n(r->element, n, nullptr);
+    }
+    r->elements = static_cast<std::size_t>(std::max(elements, 0));
+    return r;
+  }
+  static void* create_integer(const redisReadTask* t, long long value) {
+    redisReply* r = of(t)->make(t, REDIS_REPLY_INTEGER);
+    r->integer = value;
+    return r;
+  }
+  static void* create_nil(const redisReadTask* t) { return of(t)->make(t, REDIS_REPLY_NIL); }
+  static void free_object(void* reply) {
+    auto* top = reinterpret_cast<Top*>(static_cast<char*>(reply) - offsetof(Top, reply));
+    top->arena->mem_.release();
+  }
+
+  alignas(std::max_align_t) std::byte initial_[16 * 1024];
+  std::pmr::monotonic_buffer_resource mem_{initial_, sizeof initial_};
+};
+inline redisReplyObjectFunctions ReplyArena::functions{create_string, create_array, create_integer, create_nil,
+                                                       free_object};
 
 inline std::int64_t unix_ms() {
   return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -122,6 +202,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   bool ever_ready = false;
   std::string acquire_sha, lean_sha, refund_sha;
   bool beats;
+  redis_detail::ReplyArena arena;  // every reply's objects; outlives the context (freed in stop())
 
   static Connection* of(const redisAsyncContext* c) { return static_cast<Connection*>(c->data); }
 
@@ -182,6 +263,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       return;
     }
     ac->data = this;
+    arena.attach(ac->c.reader);
     ac->ev.data = this;
     ac->ev.addRead = add_read;
     ac->ev.delRead = del_read;
@@ -313,36 +395,31 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     if (reply && reply->type == REDIS_REPLY_ERROR && op->script &&
         std::string_view(reply->str, reply->len).starts_with("NOSCRIPT")) {
       // The server lost its scripts (restart, SCRIPT FLUSH): send the body once with EVAL.
-      op->args[0] = "EVAL";
-      op->args[1] = op->script;
-      op->script = nullptr;
-      self->send(op.release(), true);
-      return;
+      if (auto eval = evalsha_as_eval(op->wire, op->script)) {
+        op->wire = std::move(*eval);
+        op->script = nullptr;
+        self->send(op.release(), true);
+        return;
+      }
     }
-    op->complete(redis_detail::parse(reply));
+    op->finish(reply, "connection lost");
   }
 
   void send(Op* op, bool internal_ok) {
-    if (!ac || (!ready && !internal_ok)) {
-      op->complete(Reply{false, "redis not connected", {}, 0, {}});
-      delete op;
-      return;
-    }
-    // Formatted here in one string (hiredis's own formatting costs ~2k instructions a command).
-    const std::string wire = resp_command(op->args);
-    if (redisAsyncFormattedCommand(ac, on_reply, op, wire.data(), wire.size()) != REDIS_OK) {
-      op->complete(Reply{false, "redis: command not accepted (disconnecting)", {}, 0, {}});
-      delete op;
-      return;
-    }
+    std::unique_ptr<Op> owned(op);
+    if (!ac || (!ready && !internal_ok)) return owned->finish(nullptr, "redis not connected");
+    if (redisAsyncFormattedCommand(ac, on_reply, op, op->wire.data(), op->wire.size()) != REDIS_OK)
+      return owned->finish(nullptr, "redis: command not accepted (disconnecting)");
+    owned.release();  // hiredis holds it until on_reply
+    if (!op->script) std::string().swap(op->wire);  // hiredis has its own copy
     in_flight.push_back(limiter::steady_now_us());
     arm_watchdog(milliseconds(opt.decision_timeout_ms));
   }
 
   template <class F>
-  void internal(std::vector<std::string> args, F f) {
+  void internal(const std::vector<std::string>& args, F f) {
     auto* op = new OpImpl<F>(std::move(f), ctx.get_executor());
-    op->args = std::move(args);
+    op->wire = resp_command(args);
     send(op, true);
   }
 
@@ -352,7 +429,8 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
         [this](auto handler, std::vector<std::string> a, const char* s) {
           auto ex = net::get_associated_executor(handler, ctx.get_executor());
           auto* op = new OpImpl<decltype(handler)>(std::move(handler), ex);
-          op->args = std::move(a);
+          // Formatted here in one string (hiredis's own formatting costs ~2k instructions a command).
+          op->wire = resp_command(a);
           op->script = s;
           send(op, false);
         },
@@ -380,17 +458,51 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     Handler handler;
     net::any_io_executor ex;
   };
-  // The waiters of one call, and their requests in the same order (what the codec reads).
-  struct Batch {
-    std::vector<std::unique_ptr<Waiter>> waiters;
-    std::vector<const AcquireRequest*> reqs;
-  };
   struct Lane {
     bool busy = false;  // a call for this key is in flight
     std::deque<std::unique_ptr<Waiter>> queued;
   };
+  using LaneEntry = std::pair<const std::string, Lane>;  // the key, as the script's KEYS[1]
   static constexpr std::size_t kMaxBatch = 128;  // bounds one script's run time and arguments
+  // Idle lanes are kept (no map node, key or deque made again per call) up to this many keys; past
+  // it an idle lane goes when its call ends, so per-client buckets cannot grow the map unbounded.
+  static constexpr std::size_t kIdleLanes = 1024;
   std::unordered_map<std::string, Lane> lanes;
+  std::string key_scratch;                       // the key of the decision being queued
+  std::vector<ReplyItem> reply_scratch;          // a batch reply's elements as the codec reads them
+
+  // One call of coalesced decisions: its waiters, and their requests in the same order (what the
+  // codec reads). Parsed straight from hiredis's reply, with no strings made.
+  struct BatchOp final : Op {
+    BatchOp(std::shared_ptr<Connection> c, LaneEntry* l) : conn(std::move(c)), lane(l) {}
+    void finish(const redisReply* r, std::string_view error) override {
+      std::optional<std::vector<StoreDecision>> ds;
+      if (r != nullptr && r->type == REDIS_REPLY_ARRAY) {
+        auto& items = conn->reply_scratch;
+        items.resize(r->elements);
+        for (std::size_t i = 0; i < r->elements; ++i) {
+          const redisReply* e = r->element[i];
+          items[i].is_integer = e->type == REDIS_REPLY_INTEGER;
+          items[i].integer = e->integer;
+          items[i].text = items[i].is_integer ? std::string_view() : std::string_view(e->str, e->len);
+        }
+        ds = parse_lean_batch_reply(reqs, items.data(), items.size());
+      }
+      std::string why;
+      if (!ds) why = r == nullptr ? std::string(error)
+                     : r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len)
+                                                    : "redis: unexpected script reply";
+      if (r != nullptr) return conn->finish_batch(lane, waiters, std::move(ds), why);
+      // No reply: hiredis may be freeing the context; the next call waits for the event loop.
+      net::post(conn->ctx, [c = conn, l = lane, w = std::move(waiters), why = std::move(why)]() mutable {
+        c->finish_batch(l, w, std::nullopt, why);
+      });
+    }
+    std::shared_ptr<Connection> conn;
+    LaneEntry* lane;
+    std::vector<std::unique_ptr<Waiter>> waiters;
+    std::vector<const AcquireRequest*> reqs;
+  };
 
   // One lean decision: its answer, or a StoreDecision with status `unavailable` and the error.
   template <class Token>
@@ -398,58 +510,54 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     return net::async_initiate<Token, void(StoreDecision)>(
         [this](auto handler, AcquireRequest r) {
           auto ex = net::get_associated_executor(handler, ctx.get_executor());
-          std::string key = redis_key(opt.key_prefix, r.hash_tag.empty() ? r.bucket.name : r.hash_tag, r.bucket.name);
-          Lane& lane = lanes[key];
-          lane.queued.push_back(std::make_unique<WaiterImpl<decltype(handler)>>(std::move(r), std::move(handler), ex));
-          if (!lane.busy) send_batch(key);
+          append_redis_key(key_scratch, opt.key_prefix, r.hash_tag.empty() ? r.bucket.name : r.hash_tag,
+                           r.bucket.name);
+          auto it = lanes.find(key_scratch);
+          if (it == lanes.end()) it = lanes.try_emplace(key_scratch).first;
+          it->second.queued.push_back(
+              std::make_unique<WaiterImpl<decltype(handler)>>(std::move(r), std::move(handler), ex));
+          if (!it->second.busy) send_batch(&*it);
         },
         token, std::move(req));
   }
 
   // Sends the key's next batch: the oldest waiter and those queued after it that can share its
-  // call (same shape: a rule edited in between starts the next batch). No waiter left: the lane goes.
-  void send_batch(const std::string& key) {
-    auto it = lanes.find(key);
-    if (it == lanes.end()) return;
-    Lane& lane = it->second;
+  // call (same shape: a rule edited in between starts the next batch).
+  void send_batch(LaneEntry* entry) {
+    Lane& lane = entry->second;
     if (lane.queued.empty()) {
-      lanes.erase(it);
+      if (lanes.size() > kIdleLanes) lanes.erase(entry->first);
       return;
     }
-    auto batch = std::make_shared<Batch>();
+    auto* op = new BatchOp(shared_from_this(), entry);
+    op->waiters.reserve(std::min(lane.queued.size(), kMaxBatch));
+    op->reqs.reserve(std::min(lane.queued.size(), kMaxBatch));
     do {
-      batch->reqs.push_back(&lane.queued.front()->req);  // the waiter's request does not move with it
-      batch->waiters.push_back(std::move(lane.queued.front()));
+      op->reqs.push_back(&lane.queued.front()->req);  // the waiter's request does not move with it
+      op->waiters.push_back(std::move(lane.queued.front()));
       lane.queued.pop_front();
-    } while (!lane.queued.empty() && batch->waiters.size() < kMaxBatch &&
-             batchable(*batch->reqs.front(), lane.queued.front()->req));
+    } while (!lane.queued.empty() && op->waiters.size() < kMaxBatch &&
+             batchable(*op->reqs.front(), lane.queued.front()->req));
     lane.busy = true;
-    std::vector<std::string> args{"EVALSHA", lean_sha};
-    for (auto& a : lean_batch_call(batch->reqs, opt.key_prefix, "")) args.push_back(std::move(a));
-    auto done = [self = shared_from_this(), key, batch](Reply r) { self->finish_batch(key, *batch, std::move(r)); };
-    auto* op = new OpImpl<decltype(done)>(std::move(done), ctx.get_executor());
-    op->args = std::move(args);
+    lean_batch_command(op->wire, lean_sha, entry->first, op->reqs);
     op->script = lean_acquire_script();
     send(op, false);
   }
 
-  void finish_batch(const std::string& key, Batch& batch, Reply r) {
-    std::optional<std::vector<StoreDecision>> ds;
-    if (r.ok) ds = parse_lean_batch_reply(batch.reqs, r.items);
-    for (std::size_t i = 0; i < batch.waiters.size(); ++i) {
+  void finish_batch(LaneEntry* entry, std::vector<std::unique_ptr<Waiter>>& waiters,
+                    std::optional<std::vector<StoreDecision>> ds, const std::string& why) {
+    for (std::size_t i = 0; i < waiters.size(); ++i) {
       if (ds) {
-        batch.waiters[i]->complete(std::move((*ds)[i]));
+        waiters[i]->complete(std::move((*ds)[i]));
         continue;
       }
       StoreDecision failed;
       failed.status = StoreStatus::unavailable;
-      failed.error = r.ok ? "redis: unexpected script reply" : r.error;
-      batch.waiters[i]->complete(std::move(failed));
+      failed.error = why;
+      waiters[i]->complete(std::move(failed));
     }
-    if (auto it = lanes.find(key); it != lanes.end()) {
-      it->second.busy = false;
-      send_batch(key);
-    }
+    entry->second.busy = false;
+    send_batch(entry);
   }
 
   // ---- heartbeats: how many instances share the fleet's limits (for the `local` policy) ----

@@ -48,7 +48,8 @@ class RedisE2E : public ::testing::Test {
 };
 
 // Three instances on one Redis: a 10/s interface under ~60x that load for 10 s. The upstream's
-// arrival log must show, for every window, at most burst + rate*T + 1, and at least 95% of it.
+// arrival log must show, for every window, at most burst + rate*T + 1, and at least 97% of it
+// (measured: 100.0% in five runs).
 TEST_F(RedisE2E, FleetOfThreeKeepsTheLimitAsOne) {
   json c = redis_config(upstream.port, server().port());
   c["threads"] = 1;
@@ -77,7 +78,10 @@ TEST_F(RedisE2E, FleetOfThreeKeepsTheLimitAsOne) {
     }
   EXPECT_LE(worst, 1.0) << "a window admitted " << worst << " more than burst + rate*T";
   const double span = static_cast<double>(arrivals.back() - arrivals.front()) / 1e6;
-  EXPECT_GE(static_cast<double>(arrivals.size()), 0.95 * (burst + rate * span))
+  std::cout << "fleet: " << arrivals.size() << " admitted over " << span << " s = "
+            << 100.0 * static_cast<double>(arrivals.size()) / (burst + rate * span)
+            << "% of burst + rate*T; worst window +" << worst << std::endl;
+  EXPECT_GE(static_cast<double>(arrivals.size()), 0.97 * (burst + rate * span))
       << arrivals.size() << " admitted over " << span << " s";
   for (auto& g : fleet) {
     const std::string m = http_get(g->admin_port, "/metrics").body;

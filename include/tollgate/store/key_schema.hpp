@@ -55,6 +55,20 @@ inline std::string redis_key(const std::string& prefix, std::string_view tag, st
   return prefix + "{" + std::string(tag) + "}" + std::string(name);
 }
 
+// The same key written into `out` (cleared first): no allocation once `out` has grown to fit.
+inline void append_redis_key(std::string& out, const std::string& prefix, std::string_view tag, std::string_view name) {
+  out.assign(prefix);
+  out.push_back('{');
+  if (tag.empty() || tag == name) {
+    out.append(name);
+    out.push_back('}');
+    return;
+  }
+  out.append(tag);
+  out.push_back('}');
+  out.append(name);
+}
+
 // A bucket's set of abandoned slots, in the bucket's slot (tag "" means the bucket's name).
 inline std::string abandoned_key(const std::string& prefix, std::string_view tag, std::string_view name) {
   return redis_key(prefix, tag.empty() ? name : tag, abandoned_name(name));

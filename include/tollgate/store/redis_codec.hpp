@@ -43,16 +43,38 @@ std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std:
 // A batch (non-empty, each batchable with the first), in order.
 std::vector<std::string> lean_batch_call(const std::vector<const AcquireRequest*>& reqs, const std::string& prefix,
                                          std::string_view now_override);
+// The same batch as the whole command the connection sends: EVALSHA <sha> <lean_batch_call's
+// arguments with no now_override>, in Redis's wire format (byte for byte resp_command of those),
+// written into `out` in one pass. `key` is the bucket's key (redis_key of the first request). The
+// shape's text is formatted once per thread and shape, not per call.
+void lean_batch_command(std::string& out, std::string_view sha, std::string_view key,
+                        const std::vector<const AcquireRequest*>& reqs);
+
+// One element of a script's array reply as hiredis reads it: Lua numbers arrive as integers,
+// everything else (fractions, 2^53 written as text) as text. `text` views the reply's buffer.
+struct ReplyItem {
+  bool is_integer = false;
+  long long integer = 0;
+  std::string_view text;
+};
+
 // Its reply as a decision (nullopt when malformed); `req` is the request it answers.
 std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,
                                                       const std::vector<std::string>& items);
 // A batch's reply as one decision per request, in order (nullopt when malformed).
 std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
                                                                  const std::vector<std::string>& items);
+// The same from the reply's elements as they are (the connection's path: no strings made).
+std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
+                                                                 const ReplyItem* items, std::size_t count);
 
 // A command as Redis reads it off the wire (RESP: an array of bulk strings), byte for byte what
 // hiredis's redisFormatCommandArgv writes: the connection sends it as it is, in one copy.
 std::string resp_command(const std::vector<std::string>& args);
+
+// An EVALSHA command in wire format made into the same call with EVAL and the script's body (what
+// is sent again after NOSCRIPT); nullopt when `wire` is not an EVALSHA command.
+std::optional<std::string> evalsha_as_eval(std::string_view wire, std::string_view body);
 
 const char* acquire_script();
 const char* lean_acquire_script();

@@ -1,6 +1,7 @@
 // The Redis scripts' codec without a server: what each request sends, argument by argument, and
 // what each reply means (a malformed one is no decision at all).
 #include "tollgate/store/redis_codec.hpp"
+#include "tollgate/store/key_schema.hpp"
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
@@ -432,6 +433,79 @@ TEST(RedisCodec, CommandsAreFormattedAsHiredisFormatsThem) {
     EXPECT_EQ(resp_command(args), std::string(expected, static_cast<std::size_t>(n))) << args[0];
     redisFreeCommand(expected);
   }
+}
+
+
+// The connection's path writes a batch's whole command in one pass: the same bytes as the
+// argument list formatted, for plain and warm-up shapes, fractions of permits, and a shape that
+// changes between calls on one thread (the shape's text is kept per thread).
+TEST(RedisCodec, ABatchCommandIsItsArgumentsInWireFormat) {
+  AcquireRequest a{{"/b", rate(3)}, {}, "X", 1.0, 0};
+  AcquireRequest b = a, c = a;
+  b.permits = 0.1;
+  b.timeout_us = 1'500'000;
+  c.permits = 1e300;
+  AcquireRequest w{{"/w", warming(7, 2'000'000)}, {}, "", 2.5, 77};
+  AcquireRequest edited = a;
+  edited.bucket.params.rate = 3.000000001;
+  const std::vector<std::vector<const AcquireRequest*>> batches{{&a, &b, &c}, {&w}, {&edited}, {&a}, {&w, &w}};
+  for (const auto& batch : batches) {
+    const std::string key = redis_key("t:", batch.front()->hash_tag.empty() ? batch.front()->bucket.name
+                                                                             : batch.front()->hash_tag,
+                                      batch.front()->bucket.name);
+    Args args{"EVALSHA", std::string(40, 'f')};
+    for (auto& x : lean_batch_call(batch, "t:", "")) args.push_back(x);
+    std::string wire = "left alone:";
+    lean_batch_command(wire, std::string(40, 'f'), key, batch);
+    EXPECT_EQ(wire, "left alone:" + resp_command(args)) << batch.front()->bucket.name;
+  }
+}
+
+TEST(RedisCodec, AppendedKeyIsTheKey) {
+  std::string out = "something longer than the key, to be replaced";
+  for (auto [tag, name] : std::vector<std::pair<std::string_view, std::string_view>>{
+           {"", "/a"}, {"/a", "/a"}, {"X", "/b"}, {"channel:IBE", "c:7:client"}}) {
+    append_redis_key(out, "t:", tag, name);
+    EXPECT_EQ(out, redis_key("t:", tag, name));
+  }
+}
+
+// After NOSCRIPT the same call goes again as EVAL with the body: the arguments stay byte for byte.
+TEST(RedisCodec, EvalshaBecomesEvalWithTheSameArguments) {
+  const Args sha_call{"EVALSHA", std::string(40, 'a'), "1", "t:{/b}", "", "0", "250000", "3", "1", "0"};
+  Args eval_call = sha_call;
+  eval_call[0] = "EVAL";
+  eval_call[1] = "return 1\r\n-- a body with CRLF in it";
+  EXPECT_EQ(evalsha_as_eval(resp_command(sha_call), eval_call[1]), resp_command(eval_call));
+  EXPECT_FALSE(evalsha_as_eval(resp_command({"PING"}), "x").has_value());
+  EXPECT_FALSE(evalsha_as_eval(resp_command({"EVAL", "x", "0"}), "x").has_value());
+  EXPECT_FALSE(evalsha_as_eval("*2\r\n$7\r\nEVALSHA\r\n$99\r\nab\r\n", "x").has_value());  // cut short
+}
+
+// What hiredis hands over: whole numbers as integers, fractions and 2^53 as text.
+TEST(RedisCodec, ParsesABatchReplyOfIntegersAndText) {
+  const AcquireRequest a{{"/b", rate(4)}, {}, "X", 1.0, 1'000'000};
+  const std::vector<const AcquireRequest*> reqs{&a, &a};
+  auto i = [](long long v) { return ReplyItem{true, v, {}}; };
+  auto t = [](std::string_view v) { return ReplyItem{false, 0, v}; };
+  const std::vector<ReplyItem> items{i(1), i(0), i(1'700'000'000'000'000), i(0), t("0.30000000000000004"), i(1),
+                                     i(0), t(kNever), t("0.5")};
+  const auto d = parse_lean_batch_reply(reqs, items.data(), items.size());
+  ASSERT_TRUE(d.has_value());
+  EXPECT_TRUE((*d)[0].decision.granted);
+  EXPECT_EQ((*d)[0].reservation.release, 1'700'000'000'000'000);
+  EXPECT_EQ((*d)[0].decision.remaining, 0.30000000000000004);
+  EXPECT_FALSE((*d)[1].decision.granted);
+  EXPECT_EQ((*d)[1].decision.retry_after_us, limiter::kInfinite);
+  EXPECT_EQ((*d)[1].decision.remaining, 0.5);
+  // A flag other than 0 or 1, or a number that is not one: malformed.
+  std::vector<ReplyItem> bad = items;
+  bad[0] = i(2);
+  EXPECT_FALSE(parse_lean_batch_reply(reqs, bad.data(), bad.size()).has_value());
+  bad = items;
+  bad[4] = t("0.3x");
+  EXPECT_FALSE(parse_lean_batch_reply(reqs, bad.data(), bad.size()).has_value());
+  EXPECT_FALSE(parse_lean_batch_reply(reqs, items.data(), items.size() - 1).has_value());
 }
 
 }  // namespace
