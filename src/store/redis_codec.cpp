@@ -66,10 +66,10 @@ std::optional<Micros> whole_micros(const ReplyItem& item) {
   return static_cast<Micros>(*v);
 }
 
-// The 0/1 that opens each decision of a lean reply.
+// The tag that opens each answer of a lean reply: 1 grant, 0 rejection, 2 refund (-1: none of them).
 int flag(const ReplyItem& item) {
-  if (item.is_integer) return item.integer == 0 || item.integer == 1 ? static_cast<int>(item.integer) : -1;
-  return item.text == "1" ? 1 : item.text == "0" ? 0 : -1;
+  if (item.is_integer) return item.integer >= 0 && item.integer <= 2 ? static_cast<int>(item.integer) : -1;
+  return item.text == "1" ? 1 : item.text == "0" ? 0 : item.text == "2" ? 2 : -1;
 }
 
 // The lean script's shape arguments as text (%.17g, the text the scripts store and compare). Kept
@@ -105,33 +105,76 @@ const ShapeText& shape_text(const limiter::Shape& s) {
   return e;
 }
 
-// Writes a lean batch's arguments (after the sha) to `arg`, one call per argument.
+// The request whose shape a batch sends: its first decision's (a batch of refunds alone sends
+// the first refund's, which the script then does not use).
+const AcquireRequest& shape_source(const std::vector<LeanEntry>& entries) {
+  for (const LeanEntry& e : entries)
+    if (!e.give_back) return *e.req;
+  return *entries.front().req;
+}
+
+bool has_refunds(const std::vector<LeanEntry>& entries) {
+  for (const LeanEntry& e : entries)
+    if (e.give_back) return true;
+  return false;
+}
+
+// Writes a lean batch's arguments (after the sha) to `arg`, one call per argument. `set_key`:
+// the bucket's abandoned set, empty when the batch has no refund.
 template <class Arg>
-void lean_batch_args(Arg&& arg, std::string_view key, const std::vector<const AcquireRequest*>& reqs,
-                     std::string_view now_override) {
-  const AcquireRequest& req = *reqs.front();
+void lean_batch_args(Arg&& arg, std::string_view key, std::string_view set_key,
+                     const std::vector<LeanEntry>& entries, std::string_view now_override,
+                     std::size_t max_abandoned) {
+  const AcquireRequest& req = shape_source(entries);
   const limiter::Shape s = limiter::shape_of(req.bucket.params);
-  arg("1");
+  const bool refunds = !set_key.empty();
+  arg(refunds ? "2" : "1");
   arg(key);
+  if (refunds) arg(set_key);
   arg(now_override);
   const char flags = static_cast<char>('0' + (req.bucket.params.mode == limiter::Mode::pay_later ? 1 : 0) +
-                                       (s.warm ? 2 : 0));
+                                       (s.warm ? 2 : 0) + (refunds ? 4 : 0));
   arg(std::string_view(&flags, 1));
   // The shape as %.17g, the text the scripts store it as (fields m, c): the lean script knows an
   // unchanged rule by comparing that text, without converting it.
   const ShapeText& shape = shape_text(s);
   for (int i = 0; i < shape.count; ++i) arg(shape.text[i]);
   char buf[32];
-  for (const AcquireRequest* r : reqs) {
+  auto integer = [&](std::int64_t v) { arg(std::string_view(buf, std::to_chars(buf, buf + sizeof buf, v).ptr)); };
+  if (refunds) integer(static_cast<std::int64_t>(max_abandoned));
+  for (const LeanEntry& e : entries) {
+    if (e.give_back) {
+      // Release and cost are whole microseconds; spent as %.17g, as the refund script gets it.
+      arg("r");
+      integer(e.give_back->release);
+      integer(e.give_back->cost);
+      arg(num(e.give_back->spent));
+      continue;
+    }
     // The shortest text that reads back as the same double (Lua converts with strtod).
-    if (r->permits == 1.0) arg("1");
-    else arg(std::string_view(buf, std::to_chars(buf, buf + sizeof buf, r->permits).ptr));
-    arg(std::string_view(buf, std::to_chars(buf, buf + sizeof buf, r->timeout_us).ptr));
+    if (e.req->permits == 1.0) arg("1");
+    else arg(std::string_view(buf, std::to_chars(buf, buf + sizeof buf, e.req->permits).ptr));
+    integer(e.req->timeout_us);
   }
 }
 
-std::size_t lean_batch_arg_count(const AcquireRequest& first, std::size_t n) {
-  return (limiter::shape_of(first.bucket.params).warm ? 9 : 6) + 2 * n;
+std::size_t lean_batch_arg_count(const std::vector<LeanEntry>& entries, bool refunds) {
+  std::size_t n = (limiter::shape_of(shape_source(entries).bucket.params).warm ? 9 : 6) + (refunds ? 2 : 0);
+  for (const LeanEntry& e : entries) n += e.give_back ? 4 : 2;
+  return n;
+}
+
+std::string set_key_of(const std::vector<LeanEntry>& entries, const std::string& prefix) {
+  if (!has_refunds(entries)) return {};
+  const AcquireRequest& req = *entries.front().req;
+  return abandoned_key(prefix, req.hash_tag, req.bucket.name);
+}
+
+std::vector<LeanEntry> decisions_of(const std::vector<const AcquireRequest*>& reqs) {
+  std::vector<LeanEntry> out;
+  out.reserve(reqs.size());
+  for (const AcquireRequest* r : reqs) out.push_back({r, nullptr});
+  return out;
 }
 
 // RESP: "*<n>\r\n", then "$<length>\r\n<bytes>\r\n" per argument.
@@ -191,24 +234,34 @@ bool batchable(const AcquireRequest& a, const AcquireRequest& b) {
   return a.bucket.name == b.bucket.name && a.hash_tag == b.hash_tag && a.bucket.params == b.bucket.params;
 }
 
-std::vector<std::string> lean_batch_call(const std::vector<const AcquireRequest*>& reqs, const std::string& prefix,
-                                         std::string_view now_override) {
-  const AcquireRequest& req = *reqs.front();
-  std::vector<std::string> out;
-  out.reserve(lean_batch_arg_count(req, reqs.size()));
+std::vector<std::string> lean_batch_call(const std::vector<LeanEntry>& entries, const std::string& prefix,
+                                         std::string_view now_override, std::size_t max_abandoned) {
+  const AcquireRequest& req = *entries.front().req;
   const std::string key = redis_key(prefix, req.hash_tag.empty() ? req.bucket.name : req.hash_tag, req.bucket.name);
-  lean_batch_args([&out](std::string_view a) { out.emplace_back(a); }, key, reqs, now_override);
+  const std::string set_key = set_key_of(entries, prefix);
+  std::vector<std::string> out;
+  out.reserve(lean_batch_arg_count(entries, !set_key.empty()));
+  lean_batch_args([&out](std::string_view a) { out.emplace_back(a); }, key, set_key, entries, now_override,
+                  max_abandoned);
   return out;
 }
 
-void lean_batch_command(std::string& out, std::string_view sha, std::string_view key,
-                        const std::vector<const AcquireRequest*>& reqs) {
+std::vector<std::string> lean_batch_call(const std::vector<const AcquireRequest*>& reqs, const std::string& prefix,
+                                         std::string_view now_override) {
+  return lean_batch_call(decisions_of(reqs), prefix, now_override);
+}
+
+void lean_batch_command(std::string& out, std::string_view sha, std::string_view key, const std::string& prefix,
+                        const std::vector<LeanEntry>& entries) {
+  const std::string set_key = set_key_of(entries, prefix);
   // Written through a pointer into room made once. An argument takes at most 25 bytes besides its
-  // own ("$", 20 digits, two CRLF); there are at most 11 + 2 per decision: EVALSHA, the sha, "1",
-  // the key, "", the flags, five shape numbers and two per decision (each number <= 32 bytes).
+  // own ("$", 20 digits, two CRLF); there are at most 13 + 4 per entry: EVALSHA, the sha, the key
+  // count, two keys, "", the flags, five shape numbers, the bound, and up to four per entry (each
+  // number <= 32 bytes).
   const std::size_t start = out.size();
-  const std::size_t args = 11 + 2 * reqs.size();
-  const std::size_t bound = 24 + 25 * args + 7 + sha.size() + 1 + key.size() + 1 + 32 * (5 + 2 * reqs.size());
+  const std::size_t args = 13 + 4 * entries.size();
+  const std::size_t bound = 24 + 25 * args + 7 + sha.size() + 1 + key.size() + set_key.size() + 1 +
+                            32 * (6 + 4 * entries.size());
   out.resize(start + bound);
   char* p = out.data() + start;
   auto line = [&p](char tag, std::size_t n) {
@@ -224,10 +277,10 @@ void lean_batch_command(std::string& out, std::string_view sha, std::string_view
     *p++ = '\r';
     *p++ = '\n';
   };
-  line('*', 2 + lean_batch_arg_count(*reqs.front(), reqs.size()));
+  line('*', 2 + lean_batch_arg_count(entries, !set_key.empty()));
   bulk("EVALSHA");
   bulk(sha);
-  lean_batch_args(bulk, key, reqs, "");
+  lean_batch_args(bulk, key, set_key, entries, "", limiter::kMaxAbandoned);
   out.resize(static_cast<std::size_t>(p - out.data()));
 }
 
@@ -236,18 +289,28 @@ std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std:
   return lean_batch_call({&req}, prefix, now_override);
 }
 
-std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
-                                                                 const ReplyItem* items, std::size_t count) {
-  std::vector<StoreDecision> out;
-  out.reserve(reqs.size());
+std::optional<std::vector<LeanAnswer>> parse_lean_batch_reply(const std::vector<LeanEntry>& entries,
+                                                              const ReplyItem* items, std::size_t count) {
+  std::vector<LeanAnswer> out(entries.size());
   std::size_t i = 0;
-  for (const AcquireRequest* req : reqs) {
-    StoreDecision& sd = out.emplace_back();
+  for (std::size_t e = 0; e < entries.size(); ++e) {
+    const int tag = i < count ? flag(items[i]) : -1;
+    if (entries[e].give_back) {
+      // {2, reservations given back, 1 if remembered}
+      if (tag != 2 || i + 3 > count || !items[i + 1].is_integer || !items[i + 2].is_integer ||
+          items[i + 1].integer < 0 || items[i + 1].integer > 0xffffffffLL || items[i + 2].integer < 0 ||
+          items[i + 2].integer > 1)
+        return std::nullopt;
+      out[e].refund.bucket = static_cast<std::uint32_t>(items[i + 1].integer);
+      out[e].refund.remembered = items[i + 2].integer == 1;
+      i += 3;
+      continue;
+    }
+    StoreDecision& sd = out[e].decision;
     auto& d = sd.decision;
     sd.bound = Bound::bucket;
-    sd.max_permits = limiter::shape_of(req->bucket.params).max_permits;
-    const int granted = i < count ? flag(items[i]) : -1;
-    if (granted == 1 && i + 6 <= count) {
+    sd.max_permits = limiter::shape_of(entries[e].req->bucket.params).max_permits;
+    if (tag == 1 && i + 6 <= count) {
       const auto wait = whole_micros(items[i + 1]), release = whole_micros(items[i + 2]),
                  cost = whole_micros(items[i + 3]);
       const auto remaining = number(items[i + 4]), spent = number(items[i + 5]);
@@ -260,7 +323,7 @@ std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vect
       d.spent = *spent;
       sd.reservation = {*release, *cost, *spent, 0, 0, 0};
       i += 6;
-    } else if (granted == 0 && i + 3 <= count) {
+    } else if (tag == 0 && i + 3 <= count) {
       const auto retry = whole_micros(items[i + 1]);
       const auto remaining = number(items[i + 2]);
       if (!retry || !remaining) return std::nullopt;
@@ -272,15 +335,26 @@ std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vect
       return std::nullopt;
     }
   }
-  if (i != count) return std::nullopt;  // answers for requests that were not asked
+  if (i != count) return std::nullopt;  // answers for entries that were not sent
   return out;
 }
 
 std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
                                                                  const std::vector<std::string>& items) {
   std::vector<ReplyItem> views(items.size());
-  for (std::size_t i = 0; i < items.size(); ++i) views[i].text = items[i];
-  return parse_lean_batch_reply(reqs, views.data(), views.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    // As hiredis hands them over: a whole number as an integer, anything else as text.
+    views[i].text = items[i];
+    long long v = 0;
+    const auto r = std::from_chars(items[i].data(), items[i].data() + items[i].size(), v);
+    if (r.ec == std::errc() && r.ptr == items[i].data() + items[i].size()) views[i] = {true, v, {}};
+  }
+  auto answers = parse_lean_batch_reply(decisions_of(reqs), views.data(), views.size());
+  if (!answers) return std::nullopt;
+  std::vector<StoreDecision> out;
+  out.reserve(answers->size());
+  for (LeanAnswer& a : *answers) out.push_back(std::move(a.decision));
+  return out;
 }
 
 std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,

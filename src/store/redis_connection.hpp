@@ -438,22 +438,45 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   }
 
   // ---- coalesced decisions (the lean script) ----
-  // At most one lean call per bucket key in flight on this connection: decisions that arrive
-  // meanwhile queue in the key's lane and go together in the next call, decided in arrival order at
-  // one Redis TIME. A script runs atomically, so each gets what a call of its own at that instant
-  // would have given it; under load N decisions cost one round trip and one read and write.
+  // At most one lean call per bucket key in flight on this connection: decisions (and refunds of
+  // what such decisions granted) that arrive meanwhile queue in the key's lane and go together in
+  // the next call, in arrival order at one Redis TIME. A script runs atomically, so each gets what a
+  // call of its own at that instant would have given it; under load N decisions cost one round
+  // trip and one read and write.
   struct Waiter {
-    explicit Waiter(AcquireRequest r) : req(std::move(r)) {}
+    Waiter(AcquireRequest r, std::optional<Reservation> g) : req(std::move(r)), give_back(g) {}
     virtual ~Waiter() = default;
-    virtual void complete(StoreDecision d) = 0;  // never inline: completions are posted
+    // A decision's answer, or a refund's; never inline: completions are posted.
+    virtual void complete(LeanAnswer a) = 0;
+    virtual void fail(const std::string& why) = 0;
     AcquireRequest req;
+    std::optional<Reservation> give_back;  // set: a refund of this reservation, not a decision
   };
   template <class Handler>
-  struct WaiterImpl final : Waiter {
-    WaiterImpl(AcquireRequest r, Handler h, net::any_io_executor e)
-        : Waiter(std::move(r)), handler(std::move(h)), ex(std::move(e)) {}
-    void complete(StoreDecision d) override {
+  struct DecisionWaiter final : Waiter {
+    DecisionWaiter(AcquireRequest r, Handler h, net::any_io_executor e)
+        : Waiter(std::move(r), std::nullopt), handler(std::move(h)), ex(std::move(e)) {}
+    void complete(LeanAnswer a) override { done(std::move(a.decision)); }
+    void fail(const std::string& why) override {
+      StoreDecision failed;
+      failed.status = StoreStatus::unavailable;
+      failed.error = why;
+      done(std::move(failed));
+    }
+    void done(StoreDecision d) {
       net::post(ex, [h = std::move(handler), d = std::move(d)]() mutable { h(std::move(d)); });
+    }
+    Handler handler;
+    net::any_io_executor ex;
+  };
+  template <class Handler>
+  struct RefundWaiter final : Waiter {
+    RefundWaiter(AcquireRequest r, Reservation g, Handler h, net::any_io_executor e)
+        : Waiter(std::move(r), g), handler(std::move(h)), ex(std::move(e)) {}
+    void complete(LeanAnswer a) override { done(a.refund); }
+    void fail(const std::string&) override { done(RefundResult{}); }  // nothing was given back
+    void done(RefundResult r) {
+      net::post(ex, [h = std::move(handler), r]() mutable { h(r); });
     }
     Handler handler;
     net::any_io_executor ex;
@@ -468,15 +491,15 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   // it an idle lane goes when its call ends, so per-client buckets cannot grow the map unbounded.
   static constexpr std::size_t kIdleLanes = 1024;
   std::unordered_map<std::string, Lane> lanes;
-  std::string key_scratch;                       // the key of the decision being queued
-  std::vector<ReplyItem> reply_scratch;          // a batch reply's elements as the codec reads them
+  std::string key_scratch;               // the key of the entry being queued
+  std::vector<ReplyItem> reply_scratch;  // a batch reply's elements as the codec reads them
 
-  // One call of coalesced decisions: its waiters, and their requests in the same order (what the
-  // codec reads). Parsed straight from hiredis's reply, with no strings made.
+  // One call of coalesced entries: their waiters, and what the codec reads of them in the same
+  // order. Parsed straight from hiredis's reply, with no strings made.
   struct BatchOp final : Op {
     BatchOp(std::shared_ptr<Connection> c, LaneEntry* l) : conn(std::move(c)), lane(l) {}
     void finish(const redisReply* r, std::string_view error) override {
-      std::optional<std::vector<StoreDecision>> ds;
+      std::optional<std::vector<LeanAnswer>> answers;
       if (r != nullptr && r->type == REDIS_REPLY_ARRAY) {
         auto& items = conn->reply_scratch;
         items.resize(r->elements);
@@ -486,13 +509,13 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
           items[i].integer = e->integer;
           items[i].text = items[i].is_integer ? std::string_view() : std::string_view(e->str, e->len);
         }
-        ds = parse_lean_batch_reply(reqs, items.data(), items.size());
+        answers = parse_lean_batch_reply(entries, items.data(), items.size());
       }
       std::string why;
-      if (!ds) why = r == nullptr ? std::string(error)
-                     : r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len)
-                                                    : "redis: unexpected script reply";
-      if (r != nullptr) return conn->finish_batch(lane, waiters, std::move(ds), why);
+      if (!answers) why = r == nullptr ? std::string(error)
+                          : r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len)
+                                                         : "redis: unexpected script reply";
+      if (r != nullptr) return conn->finish_batch(lane, waiters, std::move(answers), why);
       // No reply: hiredis may be freeing the context; the next call waits for the event loop.
       net::post(conn->ctx, [c = conn, l = lane, w = std::move(waiters), why = std::move(why)]() mutable {
         c->finish_batch(l, w, std::nullopt, why);
@@ -501,8 +524,18 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     std::shared_ptr<Connection> conn;
     LaneEntry* lane;
     std::vector<std::unique_ptr<Waiter>> waiters;
-    std::vector<const AcquireRequest*> reqs;
+    std::vector<LeanEntry> entries;
   };
+
+  // Queues a waiter in its key's lane and sends the lane's next batch if none is in flight.
+  void enqueue(std::unique_ptr<Waiter> w) {
+    const AcquireRequest& r = w->req;
+    append_redis_key(key_scratch, opt.key_prefix, r.hash_tag.empty() ? r.bucket.name : r.hash_tag, r.bucket.name);
+    auto it = lanes.find(key_scratch);
+    if (it == lanes.end()) it = lanes.try_emplace(key_scratch).first;
+    it->second.queued.push_back(std::move(w));
+    if (!it->second.busy) send_batch(&*it);
+  }
 
   // One lean decision: its answer, or a StoreDecision with status `unavailable` and the error.
   template <class Token>
@@ -510,19 +543,26 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     return net::async_initiate<Token, void(StoreDecision)>(
         [this](auto handler, AcquireRequest r) {
           auto ex = net::get_associated_executor(handler, ctx.get_executor());
-          append_redis_key(key_scratch, opt.key_prefix, r.hash_tag.empty() ? r.bucket.name : r.hash_tag,
-                           r.bucket.name);
-          auto it = lanes.find(key_scratch);
-          if (it == lanes.end()) it = lanes.try_emplace(key_scratch).first;
-          it->second.queued.push_back(
-              std::make_unique<WaiterImpl<decltype(handler)>>(std::move(r), std::move(handler), ex));
-          if (!it->second.busy) send_batch(&*it);
+          enqueue(std::make_unique<DecisionWaiter<decltype(handler)>>(std::move(r), std::move(handler), ex));
         },
         token, std::move(req));
   }
 
-  // Sends the key's next batch: the oldest waiter and those queued after it that can share its
-  // call (same shape: a rule edited in between starts the next batch).
+  // The refund of a reservation a lean decision granted, in the same lane: what was given back
+  // (nothing when Redis did not answer).
+  template <class Token>
+  auto async_refund(AcquireRequest req, Reservation res, Token&& token) {
+    return net::async_initiate<Token, void(RefundResult)>(
+        [this](auto handler, AcquireRequest r, Reservation g) {
+          auto ex = net::get_associated_executor(handler, ctx.get_executor());
+          enqueue(std::make_unique<RefundWaiter<decltype(handler)>>(std::move(r), g, std::move(handler), ex));
+        },
+        token, std::move(req), res);
+  }
+
+  // Sends the key's next batch: the oldest entry and those queued after it that can share its
+  // call (refunds always; decisions of the same shape and mode as the batch's first decision: a
+  // rule edited in between starts the next batch).
   void send_batch(LaneEntry* entry) {
     Lane& lane = entry->second;
     if (lane.queued.empty()) {
@@ -531,30 +571,30 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     }
     auto* op = new BatchOp(shared_from_this(), entry);
     op->waiters.reserve(std::min(lane.queued.size(), kMaxBatch));
-    op->reqs.reserve(std::min(lane.queued.size(), kMaxBatch));
+    op->entries.reserve(std::min(lane.queued.size(), kMaxBatch));
+    const AcquireRequest* shape = nullptr;  // the batch's first decision
     do {
-      op->reqs.push_back(&lane.queued.front()->req);  // the waiter's request does not move with it
+      Waiter& w = *lane.queued.front();
+      if (!w.give_back) {
+        if (shape != nullptr && !batchable(*shape, w.req)) break;
+        if (shape == nullptr) shape = &w.req;
+      }
+      // The waiter's request does not move with it.
+      op->entries.push_back({&w.req, w.give_back ? &*w.give_back : nullptr});
       op->waiters.push_back(std::move(lane.queued.front()));
       lane.queued.pop_front();
-    } while (!lane.queued.empty() && op->waiters.size() < kMaxBatch &&
-             batchable(*op->reqs.front(), lane.queued.front()->req));
+    } while (!lane.queued.empty() && op->waiters.size() < kMaxBatch);
     lane.busy = true;
-    lean_batch_command(op->wire, lean_sha, entry->first, op->reqs);
+    lean_batch_command(op->wire, lean_sha, entry->first, opt.key_prefix, op->entries);
     op->script = lean_acquire_script();
     send(op, false);
   }
 
   void finish_batch(LaneEntry* entry, std::vector<std::unique_ptr<Waiter>>& waiters,
-                    std::optional<std::vector<StoreDecision>> ds, const std::string& why) {
+                    std::optional<std::vector<LeanAnswer>> answers, const std::string& why) {
     for (std::size_t i = 0; i < waiters.size(); ++i) {
-      if (ds) {
-        waiters[i]->complete(std::move((*ds)[i]));
-        continue;
-      }
-      StoreDecision failed;
-      failed.status = StoreStatus::unavailable;
-      failed.error = why;
-      waiters[i]->complete(std::move(failed));
+      if (answers) waiters[i]->complete(std::move((*answers)[i]));
+      else waiters[i]->fail(why);
     }
     entry->second.busy = false;
     send_batch(entry);

@@ -295,13 +295,20 @@ return out
 //  - a whole remaining or spent count goes back as an integer, with no string.format.
 // Numbers handed to redis.call are written by Redis as %.17g, hence exactly (formatting them in
 // Lua instead, with '%d' where whole, measured no cheaper).
-// KEYS[1] the bucket.
+// Refunds of lean requests join the same batches: a caller that left while held gives its slot
+// back in its place in the bucket's queue, exactly as kRefund would in a call of its own at that
+// instant (the same abandoned set, member format and bound). The hash is read once and written
+// once; the set is touched only by refund entries. A rule edit is applied at the batch's first
+// decision, not before: a refund queued ahead of it sees the state it would have seen alone.
+// KEYS[1] the bucket, KEYS[2] its set of abandoned slots (touched only by refunds).
 // ARGV[1] now_us ("" = Redis TIME, as in kAcquire), ARGV[2] flags: 1 pay_later, + 2 with warm-up,
-// ARGV[3] interval_us, ARGV[4] max_permits, with warm-up ARGV[5] cool_down_us, ARGV[6] threshold,
-// ARGV[7] slope (without it cool_down = interval); then per decision: permits, timeout_us.
-// Returns per decision, in order: {1, wait_us, release_us, cost_us, remaining, spent} for a grant,
+// + 4 with refunds, ARGV[3] interval_us, ARGV[4] max_permits, with warm-up ARGV[5] cool_down_us,
+// ARGV[6] threshold, ARGV[7] slope (without it cool_down = interval), with refunds then the most
+// abandoned slots kept; then per entry, in arrival order: a decision (permits, timeout_us) or a
+// refund ('r', release_us, cost_us, spent).
+// Returns per entry, in order: {1, wait_us, release_us, cost_us, remaining, spent} for a grant,
 // {0, retry_after_us, remaining} for a rejection (remaining and spent: integers when whole, else
-// %.17g strings).
+// %.17g strings), {2, reservations given back, 1 if remembered else 0} for a refund.
 inline constexpr const char* kAcquireLean = R"LUA(
 local SAT = 9007199254740992 -- 2^53, as in kAcquire
 local now
@@ -312,105 +319,178 @@ else
   now = t[1] * 1000000 + t[2]
 end
 local flags = ARGV[2] + 0
-local pay_later, warm = flags % 2 == 1, flags >= 2
+local pay_later, warm, refunds = flags % 2 == 1, flags % 4 >= 2, flags >= 4
 local interval, max = ARGV[3] + 0, ARGV[4] + 0
 local max_text, cool_text = ARGV[4], ARGV[3]
-local cool, threshold, slope, first = interval, 0, 0, 5
+local cool, threshold, slope, i = interval, 0, 0, 5
 if warm then
   cool_text = ARGV[5]
-  cool, threshold, slope, first = cool_text + 0, ARGV[6] + 0, ARGV[7] + 0, 8
+  cool, threshold, slope, i = cool_text + 0, ARGV[6] + 0, ARGV[7] + 0, 8
 end
 local key = KEYS[1]
 
-local h = redis.call('HMGET', key, 's', 'n', 'm', 'c')
-local stored, nxt, same, rescaled = max, now, false, false
+local h, cap, k
+if refunds then
+  cap = ARGV[i] + 0
+  i = i + 1
+  h = redis.call('HMGET', key, 's', 'n', 'm', 'c', 'k')
+  k = h[5]
+else
+  h = redis.call('HMGET', key, 's', 'n', 'm', 'c')
+end
+-- The state as stored (exists: the hash has it, or a grant of this batch made it) and the shape
+-- it is kept in (om, oc); `shaped` once the batch's first decision has brought it to this rule.
+local exists, stored, nxt, same, shaped, rescaled = false, max, now, false, false, false
+local om, oc = max, cool
 if h[1] then
-  stored, nxt = h[1] + 0, h[2] + 0
+  exists, stored, nxt = true, h[1] + 0, h[2] + 0
   same = h[3] == max_text and h[4] == cool_text
   if not same then
-    local om, oc = h[3] + 0, h[4] + 0
-    if om == max and oc == cool then
-      same = true -- the same shape, written as other text
-    else
-      -- The rule changed: resync with the old shape, rescale to the new maximum (Guava's setRate).
-      rescaled = true
-      if now > nxt then
-        stored = math.min(om, stored + (now - nxt) / oc)
-        nxt = now
-      end
-      if om > 0 then
-        stored = stored * max / om
-      elseif warm then
-        stored = max
-      else
-        stored = 0
-      end
-      stored = math.min(stored, max)
-    end
+    om, oc = h[3] + 0, h[4] + 0
+    same = om == max and oc == cool -- the same shape, written as other text
   end
 end
 
-local out, granted = {}, false
-for i = first, #ARGV, 2 do
-  local permits, timeout = ARGV[i] + 0, ARGV[i + 1] + 0
-  -- resync on a copy
-  local s, n = stored, nxt
-  if now > n then
-    s = math.min(max, s + (now - n) / cool)
-    n = now
-  end
-  local spend = math.min(permits, s)
-  local fresh = permits - spend
-  -- Each cost term truncated toward zero on its own and saturated at SAT (kAcquire's trunc, sat_add).
-  local cost = fresh * interval
-  if cost ~= cost then cost = 0 elseif cost >= SAT then cost = SAT
-  elseif cost >= 0 then cost = math.floor(cost) else cost = math.ceil(cost) end
-  if warm then
-    local micros, take_rest = 0, spend
-    local above = s - threshold
-    if above > 0 then
-      local take = math.min(above, spend)
-      local length = (interval + above * slope) + (interval + (above - take) * slope)
-      micros = take * length / 2.0
-      if micros ~= micros then micros = 0 elseif micros >= SAT then micros = SAT
-      elseif micros >= 0 then micros = math.floor(micros) else micros = math.ceil(micros) end
-      take_rest = spend - take
-    end
-    local rest = interval * take_rest
-    if rest ~= rest then rest = 0 elseif rest >= SAT then rest = SAT
-    elseif rest >= 0 then rest = math.floor(rest) else rest = math.ceil(rest) end
-    local sc = micros + rest
-    if sc > SAT then sc = SAT end
-    cost = sc + cost
-    if cost > SAT then cost = SAT end
-  end
-  local release = n + cost
-  if release > SAT then release = SAT end
-  local ready = release
-  if pay_later then ready = n end
-  local wait = ready - now
-  if wait < 0 then wait = 0 end
+local out, granted, given_any, kdirty = {}, false, false, false
+local n_args = #ARGV
+while i <= n_args do
   local o = #out
-  if wait > timeout then
-    if s % 1 ~= 0 or s >= SAT then s = string.format('%.17g', s) end
-    out[o + 1], out[o + 2], out[o + 3] = 0, ready - timeout - now, s
+  if ARGV[i] ~= 'r' then
+    local permits, timeout = ARGV[i] + 0, ARGV[i + 1] + 0
+    i = i + 2
+    if not shaped then
+      shaped = true
+      if exists and not same then
+        -- The rule changed: resync with the old shape, rescale to the new maximum (Guava's setRate).
+        rescaled = true
+        if now > nxt then
+          stored = math.min(om, stored + (now - nxt) / oc)
+          nxt = now
+        end
+        if om > 0 then
+          stored = stored * max / om
+        elseif warm then
+          stored = max
+        else
+          stored = 0
+        end
+        stored = math.min(stored, max)
+      end
+      om, oc = max, cool
+    end
+    -- resync on a copy
+    local s, n = stored, nxt
+    if now > n then
+      s = math.min(max, s + (now - n) / cool)
+      n = now
+    end
+    local spend = math.min(permits, s)
+    local fresh = permits - spend
+    -- Each cost term truncated toward zero on its own and saturated at SAT (kAcquire's trunc, sat_add).
+    local cost = fresh * interval
+    if cost ~= cost then cost = 0 elseif cost >= SAT then cost = SAT
+    elseif cost >= 0 then cost = math.floor(cost) else cost = math.ceil(cost) end
+    if warm then
+      local micros, take_rest = 0, spend
+      local above = s - threshold
+      if above > 0 then
+        local take = math.min(above, spend)
+        local length = (interval + above * slope) + (interval + (above - take) * slope)
+        micros = take * length / 2.0
+        if micros ~= micros then micros = 0 elseif micros >= SAT then micros = SAT
+        elseif micros >= 0 then micros = math.floor(micros) else micros = math.ceil(micros) end
+        take_rest = spend - take
+      end
+      local rest = interval * take_rest
+      if rest ~= rest then rest = 0 elseif rest >= SAT then rest = SAT
+      elseif rest >= 0 then rest = math.floor(rest) else rest = math.ceil(rest) end
+      local sc = micros + rest
+      if sc > SAT then sc = SAT end
+      cost = sc + cost
+      if cost > SAT then cost = SAT end
+    end
+    local release = n + cost
+    if release > SAT then release = SAT end
+    local ready = release
+    if pay_later then ready = n end
+    local wait = ready - now
+    if wait < 0 then wait = 0 end
+    if wait > timeout then
+      if s % 1 ~= 0 or s >= SAT then s = string.format('%.17g', s) end
+      out[o + 1], out[o + 2], out[o + 3] = 0, ready - timeout - now, s
+    else
+      stored, nxt, granted, exists = s - spend, release, true, true
+      local rem = stored
+      if rem % 1 ~= 0 or rem >= SAT then rem = string.format('%.17g', rem) end
+      if spend % 1 ~= 0 or spend >= SAT then spend = string.format('%.17g', spend) end
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, wait, release, cost, rem, spend
+    end
   else
-    stored, nxt, granted = s - spend, release, true
-    local rem = stored
-    if rem % 1 ~= 0 or rem >= SAT then rem = string.format('%.17g', rem) end
-    if spend % 1 ~= 0 or spend >= SAT then spend = string.format('%.17g', spend) end
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, wait, release, cost, rem, spend
+    -- A refund: kRefund's body for one bucket, on the state in memory.
+    local release, cost, spent = ARGV[i + 1] + 0, ARGV[i + 2] + 0, ARGV[i + 3] + 0
+    i = i + 4
+    local set = KEYS[2]
+    local given, kept = 0, 0
+    local function fmt(x) return string.format('%.17g', x) end
+    if not k then redis.call('DEL', set) end
+    if exists then
+      redis.call('ZREMRANGEBYSCORE', set, '-inf', fmt(now)) -- released slots are not refundable
+      if release > now and release < nxt then
+        k = (k or 0) + 1
+        kdirty = true
+        local flag = '0'
+        if cost == 0 then flag = '1' end
+        local member = flag .. string.format('%015d', k) .. ':' .. fmt(cost) .. ':' .. fmt(spent)
+        redis.call('ZADD', set, fmt(release), member)
+        kept = 1
+        if redis.call('ZCARD', set) > cap then -- full: forget the earliest (possibly this one)
+          redis.call('ZREMRANGEBYRANK', set, 0, 0)
+          if not redis.call('ZSCORE', set, member) then kept = 0 end
+        end
+        local top = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
+        if top[2] then redis.call('PEXPIRE', set, math.floor((tonumber(top[2]) - now) / 1000) + 1000) end
+      elseif release > now and release == nxt then
+        local function newest()
+          local t = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
+          if not t[1] then return nil end
+          local c, sp = string.match(t[1], '^%d+:([^:]+):(.+)$')
+          return {member = t[1], release = tonumber(t[2]), cost = tonumber(c), spent = tonumber(sp)}
+        end
+        local x = newest()
+        if cost ~= 0 then
+          while x and x.release == nxt and x.cost == 0 do
+            stored, given = math.min(om, stored + x.spent), given + 1
+            redis.call('ZREM', set, x.member)
+            x = newest()
+          end
+        end
+        nxt, stored, given = nxt - cost, math.min(om, stored + spent), given + 1
+        while x and x.release == nxt do
+          nxt, stored, given = nxt - x.cost, math.min(om, stored + x.spent), given + 1
+          redis.call('ZREM', set, x.member)
+          x = newest()
+        end
+        redis.call('ZREMRANGEBYSCORE', set, '(' .. fmt(nxt), '+inf') -- after the tail: never the newest again
+        given_any = true
+      end
+    end
+    out[o + 1], out[o + 2], out[o + 3] = 2, given, kept
   end
 end
 
-if granted or rescaled then
-  if same then
-    redis.call('HSET', key, 's', stored, 'n', nxt)
-  else
-    redis.call('HSET', key, 's', stored, 'n', nxt, 'm', max_text, 'c', cool_text)
+if granted or rescaled or given_any or kdirty then
+  if kdirty then
+    redis.call('HSET', key, 'k', k)
   end
-  -- Expire when the bucket would be full anyway: a missing key then means the same thing.
-  redis.call('PEXPIRE', key, math.floor(((nxt - now) + (max - stored) * cool) / 1000) + 1000)
+  if shaped and not same then
+    redis.call('HSET', key, 's', stored, 'n', nxt, 'm', max_text, 'c', cool_text)
+  else
+    redis.call('HSET', key, 's', stored, 'n', nxt)
+  end
+  if granted or rescaled then
+    -- Expire when the bucket would be full anyway: a missing key then means the same thing.
+    redis.call('PEXPIRE', key, math.floor(((nxt - now) + (om - stored) * oc) / 1000) + 1000)
+  end
 end
 return out
 )LUA";

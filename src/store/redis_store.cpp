@@ -150,6 +150,11 @@ boost::asio::awaitable<bool> RedisStore::refund(AcquireRequest req, Reservation 
 boost::asio::awaitable<RefundResult> RedisStore::refund_slots(AcquireRequest req, Reservation res) {
   Connection* c = connection_for_current_thread();
   if (c == nullptr || !c->ready) co_return RefundResult{};
+  if (lean_request(req)) {  // in the bucket's lane, with its decisions
+    const RefundResult out = co_await c->async_refund(std::move(req), res, net::use_awaitable);
+    refunds_.fetch_add(out.reservations(), std::memory_order_relaxed);
+    co_return out;
+  }
   std::vector<std::string> args{"EVALSHA", c->refund_sha};
   for (auto& a : refund_call(req, options_.key_prefix, res)) args.push_back(std::move(a));
   Reply r = co_await c->async_call(std::move(args), refund_script(), net::use_awaitable);

@@ -33,22 +33,37 @@ std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const 
 // The lean acquire script: the common case, a request with its one bucket and nothing else (no
 // channel bucket, quotas or maxShare). It sends the bucket's shape compactly (interval and size;
 // the warm-up numbers only with warm-up) and gets a short reply, for the same decision as the
-// general script's, double for double. One call can carry a batch of such requests for the same
-// bucket (same key, shape and mode: batchable), decided in order at one instant.
+// general script's, double for double. One call carries a batch of entries for the same bucket, in
+// arrival order at one instant: decisions (of one shape and mode: batchable) and refunds of
+// reservations such requests were granted (the refund script's work for that bucket, in its place).
 bool lean_request(const AcquireRequest& req);
 // Whether `b` can go in one lean call with `a`: the same key and the same shape and mode.
 bool batchable(const AcquireRequest& a, const AcquireRequest& b);
-std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std::string& prefix,
-                                           std::string_view now_override);
-// A batch (non-empty, each batchable with the first), in order.
-std::vector<std::string> lean_batch_call(const std::vector<const AcquireRequest*>& reqs, const std::string& prefix,
-                                         std::string_view now_override);
+
+// One entry of a lean batch: a decision for `req`, or, with `give_back` set, the refund of a
+// reservation `req` was granted (its caller left while held).
+struct LeanEntry {
+  const AcquireRequest* req = nullptr;
+  const Reservation* give_back = nullptr;
+};
+// The answer to an entry: `decision` for a decision, `refund` for a refund.
+struct LeanAnswer {
+  StoreDecision decision;
+  RefundResult refund;
+};
+
+// A batch's arguments after "EVALSHA <sha>" (non-empty; the decisions batchable with each other,
+// every entry for the same key); max_abandoned as in LocalStore, sent only with refunds.
+std::vector<std::string> lean_batch_call(const std::vector<LeanEntry>& entries, const std::string& prefix,
+                                         std::string_view now_override,
+                                         std::size_t max_abandoned = limiter::kMaxAbandoned);
 // The same batch as the whole command the connection sends: EVALSHA <sha> <lean_batch_call's
 // arguments with no now_override>, in Redis's wire format (byte for byte resp_command of those),
-// written into `out` in one pass. `key` is the bucket's key (redis_key of the first request). The
-// shape's text is formatted once per thread and shape, not per call.
-void lean_batch_command(std::string& out, std::string_view sha, std::string_view key,
-                        const std::vector<const AcquireRequest*>& reqs);
+// written into `out` in one pass. `key` is the bucket's (redis_key of the first entry's request);
+// `prefix` makes its abandoned set's key when there are refunds. The shape's text is formatted once
+// per thread and shape, not per call.
+void lean_batch_command(std::string& out, std::string_view sha, std::string_view key, const std::string& prefix,
+                        const std::vector<LeanEntry>& entries);
 
 // One element of a script's array reply as hiredis reads it: Lua numbers arrive as integers,
 // everything else (fractions, 2^53 written as text) as text. `text` views the reply's buffer.
@@ -57,16 +72,19 @@ struct ReplyItem {
   long long integer = 0;
   std::string_view text;
 };
+// A batch's reply as one answer per entry, in order (nullopt when malformed).
+std::optional<std::vector<LeanAnswer>> parse_lean_batch_reply(const std::vector<LeanEntry>& entries,
+                                                              const ReplyItem* items, std::size_t count);
 
-// Its reply as a decision (nullopt when malformed); `req` is the request it answers.
-std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,
-                                                      const std::vector<std::string>& items);
-// A batch's reply as one decision per request, in order (nullopt when malformed).
+// Decisions only (what most tests send): the same calls for a list of requests.
+std::vector<std::string> lean_batch_call(const std::vector<const AcquireRequest*>& reqs, const std::string& prefix,
+                                         std::string_view now_override);
+std::vector<std::string> lean_acquire_call(const AcquireRequest& req, const std::string& prefix,
+                                           std::string_view now_override);
 std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
                                                                  const std::vector<std::string>& items);
-// The same from the reply's elements as they are (the connection's path: no strings made).
-std::optional<std::vector<StoreDecision>> parse_lean_batch_reply(const std::vector<const AcquireRequest*>& reqs,
-                                                                 const ReplyItem* items, std::size_t count);
+std::optional<StoreDecision> parse_lean_acquire_reply(const AcquireRequest& req,
+                                                      const std::vector<std::string>& items);
 
 // A command as Redis reads it off the wire (RESP: an array of bulk strings), byte for byte what
 // hiredis's redisFormatCommandArgv writes: the connection sends it as it is, in one copy.

@@ -437,8 +437,8 @@ TEST(RedisCodec, CommandsAreFormattedAsHiredisFormatsThem) {
 
 
 // The connection's path writes a batch's whole command in one pass: the same bytes as the
-// argument list formatted, for plain and warm-up shapes, fractions of permits, and a shape that
-// changes between calls on one thread (the shape's text is kept per thread).
+// argument list formatted, for plain and warm-up shapes, fractions of permits, refunds, and a shape
+// that changes between calls on one thread (the shape's text is kept per thread).
 TEST(RedisCodec, ABatchCommandIsItsArgumentsInWireFormat) {
   AcquireRequest a{{"/b", rate(3)}, {}, "X", 1.0, 0};
   AcquireRequest b = a, c = a;
@@ -448,17 +448,46 @@ TEST(RedisCodec, ABatchCommandIsItsArgumentsInWireFormat) {
   AcquireRequest w{{"/w", warming(7, 2'000'000)}, {}, "", 2.5, 77};
   AcquireRequest edited = a;
   edited.bucket.params.rate = 3.000000001;
-  const std::vector<std::vector<const AcquireRequest*>> batches{{&a, &b, &c}, {&w}, {&edited}, {&a}, {&w, &w}};
+  const Reservation held{1'700'000'000'333'333, 333'333, 0.30000000000000004, 0, 0, 0};
+  const std::vector<std::vector<LeanEntry>> batches{
+      {{&a}, {&b}, {&c}}, {{&w}}, {{&edited}}, {{&a}}, {{&w}, {&w}},
+      {{&a}, {&a, &held}, {&b}}, {{&w, &held}}, {{&a, &held}, {&a, &held}}};
   for (const auto& batch : batches) {
-    const std::string key = redis_key("t:", batch.front()->hash_tag.empty() ? batch.front()->bucket.name
-                                                                             : batch.front()->hash_tag,
-                                      batch.front()->bucket.name);
+    const AcquireRequest& first = *batch.front().req;
+    const std::string key =
+        redis_key("t:", first.hash_tag.empty() ? first.bucket.name : first.hash_tag, first.bucket.name);
     Args args{"EVALSHA", std::string(40, 'f')};
     for (auto& x : lean_batch_call(batch, "t:", "")) args.push_back(x);
     std::string wire = "left alone:";
-    lean_batch_command(wire, std::string(40, 'f'), key, batch);
-    EXPECT_EQ(wire, "left alone:" + resp_command(args)) << batch.front()->bucket.name;
+    lean_batch_command(wire, std::string(40, 'f'), key, "t:", batch);
+    EXPECT_EQ(wire, "left alone:" + resp_command(args)) << first.bucket.name << " " << batch.size();
   }
+}
+
+// A refund joins its bucket's batch in its place: the abandoned set as the second key, the bound,
+// then 'r' with the reservation where it arrived. Without refunds neither is sent.
+TEST(RedisCodec, ABatchWithARefundSendsItsSetAndTheBound) {
+  const AcquireRequest a{{"/b", rate(4)}, {}, "X", 1.0, 250'000};
+  const Reservation held{1'700'000'000'250'000, 250'000, 0.5, 0, 0, 0};
+  const Args args = lean_batch_call({{&a}, {&a, &held}, {&a}}, "t:", "", 9);
+  ASSERT_EQ(args.size(), 8u + 2 + 4 + 2);
+  EXPECT_EQ(args[0], "2");
+  EXPECT_EQ(args[1], "t:{X}/b");
+  EXPECT_EQ(args[2], abandoned_key("t:", "X", "/b"));
+  EXPECT_EQ(args[3], "");
+  EXPECT_EQ(args[4], "4");  // pay now, no warm-up, with refunds
+  EXPECT_EQ(args[7], "9");  // the bound
+  EXPECT_EQ(args[8], "1");
+  EXPECT_EQ(args[9], "250000");
+  EXPECT_EQ(args[10], "r");
+  EXPECT_EQ(args[11], "1700000000250000");
+  EXPECT_EQ(args[12], "250000");
+  EXPECT_EQ(as_double(args[13]), 0.5);
+  EXPECT_EQ(args[14], "1");
+  const Args plain = lean_batch_call(std::vector<LeanEntry>{{&a}, {&a}}, "t:", "");
+  EXPECT_EQ(plain[0], "1");
+  EXPECT_EQ(plain[3], "0");
+  EXPECT_EQ(plain.size(), 6u + 4);
 }
 
 TEST(RedisCodec, AppendedKeyIsTheKey) {
@@ -482,30 +511,40 @@ TEST(RedisCodec, EvalshaBecomesEvalWithTheSameArguments) {
   EXPECT_FALSE(evalsha_as_eval("*2\r\n$7\r\nEVALSHA\r\n$99\r\nab\r\n", "x").has_value());  // cut short
 }
 
-// What hiredis hands over: whole numbers as integers, fractions and 2^53 as text.
+// What hiredis hands over: whole numbers as integers, fractions and 2^53 as text; a refund's
+// answer in its place.
 TEST(RedisCodec, ParsesABatchReplyOfIntegersAndText) {
   const AcquireRequest a{{"/b", rate(4)}, {}, "X", 1.0, 1'000'000};
-  const std::vector<const AcquireRequest*> reqs{&a, &a};
+  const Reservation held{1'700'000'000'000'000, 0, 1, 0, 0, 0};
+  const std::vector<LeanEntry> entries{{&a}, {&a, &held}, {&a}};
   auto i = [](long long v) { return ReplyItem{true, v, {}}; };
   auto t = [](std::string_view v) { return ReplyItem{false, 0, v}; };
   const std::vector<ReplyItem> items{i(1), i(0), i(1'700'000'000'000'000), i(0), t("0.30000000000000004"), i(1),
+                                     i(2), i(3), i(1),
                                      i(0), t(kNever), t("0.5")};
-  const auto d = parse_lean_batch_reply(reqs, items.data(), items.size());
+  const auto d = parse_lean_batch_reply(entries, items.data(), items.size());
   ASSERT_TRUE(d.has_value());
-  EXPECT_TRUE((*d)[0].decision.granted);
-  EXPECT_EQ((*d)[0].reservation.release, 1'700'000'000'000'000);
-  EXPECT_EQ((*d)[0].decision.remaining, 0.30000000000000004);
-  EXPECT_FALSE((*d)[1].decision.granted);
-  EXPECT_EQ((*d)[1].decision.retry_after_us, limiter::kInfinite);
-  EXPECT_EQ((*d)[1].decision.remaining, 0.5);
-  // A flag other than 0 or 1, or a number that is not one: malformed.
-  std::vector<ReplyItem> bad = items;
-  bad[0] = i(2);
-  EXPECT_FALSE(parse_lean_batch_reply(reqs, bad.data(), bad.size()).has_value());
-  bad = items;
-  bad[4] = t("0.3x");
-  EXPECT_FALSE(parse_lean_batch_reply(reqs, bad.data(), bad.size()).has_value());
-  EXPECT_FALSE(parse_lean_batch_reply(reqs, items.data(), items.size() - 1).has_value());
+  EXPECT_TRUE((*d)[0].decision.decision.granted);
+  EXPECT_EQ((*d)[0].decision.reservation.release, 1'700'000'000'000'000);
+  EXPECT_EQ((*d)[0].decision.decision.remaining, 0.30000000000000004);
+  EXPECT_EQ((*d)[1].refund.bucket, 3u);
+  EXPECT_TRUE((*d)[1].refund.remembered);
+  EXPECT_FALSE((*d)[2].decision.decision.granted);
+  EXPECT_EQ((*d)[2].decision.decision.retry_after_us, limiter::kInfinite);
+  EXPECT_EQ((*d)[2].decision.decision.remaining, 0.5);
+  // A tag other than the entry's, or a number that is not one: malformed.
+  auto bad_at = [&](std::size_t k, ReplyItem v) {
+    std::vector<ReplyItem> bad = items;
+    bad[k] = v;
+    return parse_lean_batch_reply(entries, bad.data(), bad.size()).has_value();
+  };
+  EXPECT_FALSE(bad_at(0, i(3)));
+  EXPECT_FALSE(bad_at(0, i(2)));   // a refund's answer where a decision's belongs
+  EXPECT_FALSE(bad_at(6, i(1)));   // and the other way round
+  EXPECT_FALSE(bad_at(8, i(5)));   // remembered is 0 or 1
+  EXPECT_FALSE(bad_at(7, t("3")));  // counts come as integers
+  EXPECT_FALSE(bad_at(4, t("0.3x")));
+  EXPECT_FALSE(parse_lean_batch_reply(entries, items.data(), items.size() - 1).has_value());
 }
 
 }  // namespace
