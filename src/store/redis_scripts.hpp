@@ -311,6 +311,7 @@ return out
 // %.17g strings), {2, reservations given back, 1 if remembered else 0} for a refund.
 inline constexpr const char* kAcquireLean = R"LUA(
 local SAT = 9007199254740992 -- 2^53, as in kAcquire
+local min, floor, ceil = math.min, math.floor, math.ceil
 local now
 if ARGV[1] ~= '' then
   now = ARGV[1] + 0
@@ -351,10 +352,11 @@ if h[1] then
   end
 end
 
-local out, granted, given_any, kdirty = {}, false, false, false
+-- Sized for one grant by its constructor (Lua grows an empty table four times on the way to six
+-- items); `o` counts what is filled, and a nil after it ends the reply.
+local out, o, granted, given_any, kdirty = {0, 0, 0, 0, 0, 0}, 0, false, false, false
 local n_args = #ARGV
 while i <= n_args do
-  local o = #out
   if ARGV[i] ~= 'r' then
     local permits, timeout = ARGV[i] + 0, ARGV[i + 1] + 0
     i = i + 2
@@ -364,7 +366,7 @@ while i <= n_args do
         -- The rule changed: resync with the old shape, rescale to the new maximum (Guava's setRate).
         rescaled = true
         if now > nxt then
-          stored = math.min(om, stored + (now - nxt) / oc)
+          stored = min(om, stored + (now - nxt) / oc)
           nxt = now
         end
         if om > 0 then
@@ -374,36 +376,40 @@ while i <= n_args do
         else
           stored = 0
         end
-        stored = math.min(stored, max)
+        stored = min(stored, max)
       end
       om, oc = max, cool
     end
     -- resync on a copy
     local s, n = stored, nxt
     if now > n then
-      s = math.min(max, s + (now - n) / cool)
+      s = min(max, s + (now - n) / cool)
       n = now
     end
-    local spend = math.min(permits, s)
+    local spend = min(permits, s)
     local fresh = permits - spend
     -- Each cost term truncated toward zero on its own and saturated at SAT (kAcquire's trunc, sat_add).
-    local cost = fresh * interval
-    if cost ~= cost then cost = 0 elseif cost >= SAT then cost = SAT
-    elseif cost >= 0 then cost = math.floor(cost) else cost = math.ceil(cost) end
+    -- No fresh permit, no cost (the interval is finite).
+    local cost = 0
+    if fresh ~= 0 then
+      cost = fresh * interval
+      if cost ~= cost then cost = 0 elseif cost >= SAT then cost = SAT
+      elseif cost >= 0 then cost = floor(cost) else cost = ceil(cost) end
+    end
     if warm then
       local micros, take_rest = 0, spend
       local above = s - threshold
       if above > 0 then
-        local take = math.min(above, spend)
+        local take = min(above, spend)
         local length = (interval + above * slope) + (interval + (above - take) * slope)
         micros = take * length / 2.0
         if micros ~= micros then micros = 0 elseif micros >= SAT then micros = SAT
-        elseif micros >= 0 then micros = math.floor(micros) else micros = math.ceil(micros) end
+        elseif micros >= 0 then micros = floor(micros) else micros = ceil(micros) end
         take_rest = spend - take
       end
       local rest = interval * take_rest
       if rest ~= rest then rest = 0 elseif rest >= SAT then rest = SAT
-      elseif rest >= 0 then rest = math.floor(rest) else rest = math.ceil(rest) end
+      elseif rest >= 0 then rest = floor(rest) else rest = ceil(rest) end
       local sc = micros + rest
       if sc > SAT then sc = SAT end
       cost = sc + cost
@@ -418,12 +424,14 @@ while i <= n_args do
     if wait > timeout then
       if s % 1 ~= 0 or s >= SAT then s = string.format('%.17g', s) end
       out[o + 1], out[o + 2], out[o + 3] = 0, ready - timeout - now, s
+      o = o + 3
     else
       stored, nxt, granted, exists = s - spend, release, true, true
       local rem = stored
       if rem % 1 ~= 0 or rem >= SAT then rem = string.format('%.17g', rem) end
       if spend % 1 ~= 0 or spend >= SAT then spend = string.format('%.17g', spend) end
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, wait, release, cost, rem, spend
+      o = o + 6
     end
   else
     -- A refund: kRefund's body for one bucket, on the state in memory.
@@ -448,7 +456,7 @@ while i <= n_args do
           if not redis.call('ZSCORE', set, member) then kept = 0 end
         end
         local top = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
-        if top[2] then redis.call('PEXPIRE', set, math.floor((tonumber(top[2]) - now) / 1000) + 1000) end
+        if top[2] then redis.call('PEXPIRE', set, floor((tonumber(top[2]) - now) / 1000) + 1000) end
       elseif release > now and release == nxt then
         local function newest()
           local t = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')
@@ -459,14 +467,14 @@ while i <= n_args do
         local x = newest()
         if cost ~= 0 then
           while x and x.release == nxt and x.cost == 0 do
-            stored, given = math.min(om, stored + x.spent), given + 1
+            stored, given = min(om, stored + x.spent), given + 1
             redis.call('ZREM', set, x.member)
             x = newest()
           end
         end
-        nxt, stored, given = nxt - cost, math.min(om, stored + spent), given + 1
+        nxt, stored, given = nxt - cost, min(om, stored + spent), given + 1
         while x and x.release == nxt do
-          nxt, stored, given = nxt - x.cost, math.min(om, stored + x.spent), given + 1
+          nxt, stored, given = nxt - x.cost, min(om, stored + x.spent), given + 1
           redis.call('ZREM', set, x.member)
           x = newest()
         end
@@ -475,8 +483,10 @@ while i <= n_args do
       end
     end
     out[o + 1], out[o + 2], out[o + 3] = 2, given, kept
+    o = o + 3
   end
 end
+out[o + 1] = nil
 
 if granted or rescaled or given_any or kdirty then
   if kdirty then
@@ -489,7 +499,7 @@ if granted or rescaled or given_any or kdirty then
   end
   if granted or rescaled then
     -- Expire when the bucket would be full anyway: a missing key then means the same thing.
-    redis.call('PEXPIRE', key, math.floor(((nxt - now) + (om - stored) * oc) / 1000) + 1000)
+    redis.call('PEXPIRE', key, floor(((nxt - now) + (om - stored) * oc) / 1000) + 1000)
   end
 end
 return out
