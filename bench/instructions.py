@@ -286,13 +286,17 @@ DESC = {
     "T0": "Tollgate, no matching rule",
     "T1": "Tollgate, never-binding rule, in-process store",
     "T2": "Tollgate, never-binding rule, Redis store (gateway only)",
+    "T2C1": "T2 with one client: every decision its own call",
+    "T2B": "T2 over 100 rules, 8 clients round-robin (bench/keepalive_load.py)",
     "RT": "redis-server per Tollgate decision (T2 traffic, gateway not under callgrind)",
+    "RT1": "redis-server per Tollgate decision, one client (T2C1 traffic)",
+    "RTB": "redis-server per Tollgate decision, 100 buckets (T2B traffic)",
     "RS": "redis-server per EVALSHA of Tollgate's acquire script (redis-benchmark -c 1)",
     "RL": "redis-server per EVALSHA of Tollgate's lean script: one bucket, nothing else (-c 1)",
     "RM": "redis-server per EVALSHA of a minimal token bucket (TIME HMGET HSET PEXPIRE; -c 1)",
     "RP": "redis-server per PING (redis-benchmark -c 1): the fixed cost of one call",
 }
-ORDER = ["N0", "N1", "T0", "T1", "T2", "RT", "RS", "RL", "RM", "RP"]
+ORDER = ["N0", "N1", "T0", "T1", "T2", "T2C1", "T2B", "RT", "RT1", "RTB", "RS", "RL", "RM", "RP"]
 
 
 def report(runs_tsv, out_txt, header):
@@ -311,7 +315,8 @@ def report(runs_tsv, out_txt, header):
         lines.append(f"{case:<5} {slope[case]:>11,.0f} {ir_lo:>15,} {ir_hi:>15,}  {DESC.get(case, case)}"
                      + (f" [{note}]" if note else ""))
     lines.append("")
-    for a, b in (("T0", "N0"), ("T1", "N1"), ("T2", "T1"), ("T1", "T0"), ("N1", "N0"), ("RS", "RM"), ("RL", "RM")):
+    for a, b in (("T0", "N0"), ("T1", "N1"), ("T2", "T1"), ("T2C1", "T1"), ("T2B", "T1"), ("T1", "T0"), ("N1", "N0"),
+                 ("RS", "RM"), ("RL", "RM"), ("RT", "RM"), ("RT1", "RM"), ("RTB", "RM")):
         if a in slope and b in slope:
             lines.append(f"{a}/{b} = {slope[a] / slope[b]:.3f}   ({slope[a] - slope[b]:+,.0f} Ir/request)")
     if "T2" in slope and "RT" in slope:

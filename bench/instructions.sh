@@ -7,7 +7,7 @@
 # how 8 connections interleave (event-loop wake-ups, malloc's free lists) and, in Redis, the hash
 # seed it picks at start (command and key lookups walk different chains); see docs/BENCHMARKS.md.
 #
-#   bench/instructions.sh                                  # N0 N1 T0 T1 T2 R0, 2000/6000 requests
+#   bench/instructions.sh                                  # every case below, 2000/6000 requests
 #   CASES="T0 T1" bench/instructions.sh                    # a subset (PROFILES="T1 T2": profiles kept)
 #   QUICK=1 bench/instructions.sh                          # 500/1500 requests (noisier slope)
 #   TOLLGATE_BIN=/path/to/tollgate bench/instructions.sh   # measure another build (no build here)
@@ -16,16 +16,19 @@
 #   N0 nginx proxy, no limit            N1 nginx proxy + limit_req that never binds
 #   T0 Tollgate, no matching rule       T1 Tollgate, never-binding rule, in-process store
 #   T2 Tollgate, never-binding rule, Redis store (gateway under callgrind, Redis not)
+#   T2C1 T2 with one client (no decisions to coalesce)
+#   T2B  T2 over 100 never-binding rules, requests spread round-robin (bench/keepalive_load.py)
 #   R0 redis-server under callgrind: RT per Tollgate decision (T2 traffic, gateway not under
 #      callgrind), RS per EVALSHA of Tollgate's general script, RL of its lean script (one bucket
 #      and nothing else), RM per EVALSHA of a minimal token bucket, RP per PING (the last four with
 #      redis-benchmark -c 1).
+#   R1 redis-server under callgrind: RT1 per decision of T2C1's traffic, RTB of T2B's.
 # Writes bench/results/instructions-<time>.txt (the table, the T1 and T2 profiles) and keeps every
 # callgrind file in bench/results/instructions-<time>/ for callgrind_annotate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-CASES=${CASES:-"N0 N1 T0 T1 T2 R0"}
+CASES=${CASES:-"N0 N1 T0 T1 T2 T2C1 T2B R0 R1"}
 if [[ ${QUICK:-0} == 1 ]]; then N_LO=${N_LO:-500}; N_HI=${N_HI:-1500}; else N_LO=${N_LO:-2000}; N_HI=${N_HI:-6000}; fi
 CONC=${CONC:-8}
 PROFILES=${PROFILES:-"T1 T2"}  # whose profiles (top functions, each as a slope) go in the results file
@@ -37,7 +40,7 @@ have valgrind || missing+=(valgrind)
 have nginx || missing+=(nginx-light)
 have ab || missing+=(apache2-utils)
 have python3 || missing+=(python3)
-if [[ " $CASES " == *" T2 "* || " $CASES " == *" R0 "* ]]; then
+if [[ " $CASES " =~ " "(T2|T2C1|T2B|R0|R1)" " ]]; then
   have redis-server || missing+=(redis-server)
   { have redis-cli && have redis-benchmark; } || missing+=(redis-tools)
 fi
@@ -140,9 +143,9 @@ record() { # CASE N FILE NOTE: the run's total goes into the table
 }
 # ab -k -q -n N -c CONC URL, and fail loudly unless every request completed with a 2xx on a
 # kept-alive connection (a refused or reconnected request would be a different cost).
-load() { # N URL LOGNAME
+load() { # N URL LOGNAME [CONCURRENCY]
   local out=$W/$3.ab
-  ab -k -q -n "$1" -c "$CONC" "$2" >"$out" 2>&1 || { cat "$out" >&2; fail "ab failed for $2"; }
+  ab -k -q -n "$1" -c "${4:-$CONC}" "$2" >"$out" 2>&1 || { cat "$out" >&2; fail "ab failed for $2"; }
   local complete failed non2xx keepalive
   complete=$(awk '/^Complete requests:/ {print $3}' "$out")
   failed=$(awk '/^Failed requests:/ {print $3}' "$out")
@@ -208,7 +211,21 @@ run_nginx() { # CASE LIMIT N
 
 # --- Tollgate (T0, T1, T2) -----------------------------------------------------------------------------
 REDIS_PORT=6379  # replaced by the private Redis's port when one runs
-tollgate_conf() { # PORT STORE
+BUCKETS=100  # T2B/RTB: rules /b0 .. /b99, requested as /ibe/b0 .. /ibe/b99
+many_rules() { # the T2B rules, as JSON array items after the /nobind rule
+  local i
+  for ((i = 0; i < BUCKETS; i++)); do
+    printf ', {"configId": %d, "interfaceUrl": "/b%d", "rateLimit": 1000000, "cache": 0, "status": 1}' $((i + 2)) "$i"
+  done
+}
+bucket_paths() { local i; for ((i = 0; i < BUCKETS; i++)); do echo "/ibe/b$i"; done; }
+# Exactly N requests over CONC keep-alive connections, round-robin over the 100 paths.
+load_buckets() { # N PORT LOGNAME
+  # shellcheck disable=SC2046
+  python3 bench/keepalive_load.py "$1" "$CONC" "127.0.0.1:$2" $(bucket_paths) >"$W/$3.load" 2>&1 ||
+    { cat "$W/$3.load" >&2; fail "$3: the 100-bucket load failed"; }
+}
+tollgate_conf() { # PORT STORE [many]
   # threads 1 (nginx has one worker); no access log (nginx's is off); admin on a port of its own
   # choosing. The rule never binds: a million permits a second with no wait (cache 0).
   # heartbeat_ms at its maximum: the heartbeat is a timer, work per second and not per request,
@@ -221,7 +238,7 @@ tollgate_conf() { # PORT STORE
  "limits": {"source": "file", "store": "$2",
    "redis": {"host": "127.0.0.1", "port": $REDIS_PORT, "decision_timeout_ms": 10000, "connect_timeout_ms": 10000,
              "failure_policy": "fail_closed", "heartbeat_ms": 60000},
-   "rules": [{"configId": 1, "interfaceUrl": "/nobind", "rateLimit": 1000000, "cache": 0, "status": 1}]}}
+   "rules": [{"configId": 1, "interfaceUrl": "/nobind", "rateLimit": 1000000, "cache": 0, "status": 1}$([[ ${3:-} == many ]] && many_rules)]}}
 JSON
 }
 redis_cli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
@@ -235,18 +252,19 @@ wait_store() { # NAME PID
   done
   fail "$1 never connected to Redis"
 }
-run_tollgate() { # CASE STORE PATH N
+run_tollgate() { # CASE STORE PATH N [CONCURRENCY]; PATH "many": the 100 rules, spread over
   local port name=$1-$4 file=$OUT/$1.$4.callgrind
   port=$(free_port)
-  tollgate_conf "$port" "$2" >"$W/$name.json"
+  tollgate_conf "$port" "$2" "$([[ $3 == many ]] && echo many)" >"$W/$name.json"
   [[ $2 == redis ]] && redis_cli FLUSHALL >/dev/null
   start "$name" "${CG[@]}" --callgrind-out-file="$file" "$TOLLGATE_BIN" --config "$W/$name.json"
   local pid=$LAST_PID
   wait_log "$name" "$pid" "tollgate: ready"
   [[ $2 == redis ]] && wait_store "$name" "$pid"
-  load "$4" "http://127.0.0.1:$port$3" "$name"
+  if [[ $3 == many ]]; then load_buckets "$4" "$port" "$name"
+  else load "$4" "http://127.0.0.1:$port$3" "$name" "${5:-}"; fi
   stop "$pid" "$name"
-  record "$1" "$4" "$file" ""
+  record "$1" "$4" "$file" "$([[ -n ${5:-} ]] && echo "ab -c $5")"
 }
 
 # --- Redis under callgrind (R0) -------------------------------------------------------------------------
@@ -277,20 +295,23 @@ sys.exit(0 if "tollgate_store_up 1" in u.urlopen(sys.argv[1], timeout=5).read().
   done
   fail "$1 never connected to Redis"
 }
-run_redis_gateway() { # N: RT, Tollgate (not under callgrind) making N decisions
-  local file=$OUT/RT.$1.callgrind
-  start_redis_cg "redis-rt-$1" "$file"
-  local rpid=$LAST_PID port name=tollgate-rt-$1
+run_redis_gateway() { # CASE N [CONCURRENCY|many]: RT/RT1/RTB, Tollgate (not under callgrind) making N decisions
+  local case=$1 n=$2 how=${3:-}
+  local file=$OUT/$case.$n.callgrind
+  start_redis_cg "redis-$case-$n" "$file"
+  local rpid=$LAST_PID port name=tollgate-$case-$n
   port=$(free_port)
-  tollgate_conf "$port" redis >"$W/$name.json"
+  tollgate_conf "$port" redis "$([[ $how == many ]] && echo many)" >"$W/$name.json"
   start "$name" "$TOLLGATE_BIN" --config "$W/$name.json"
   local gpid=$LAST_PID
   wait_log "$name" "$gpid" "tollgate: ready"
   wait_store_metric "$name" "$gpid"
-  load "$1" "http://127.0.0.1:$port/ibe/nobind" "$name"
+  if [[ $how == many ]]; then load_buckets "$n" "$port" "$name"
+  else load "$n" "http://127.0.0.1:$port/ibe/nobind" "$name" "$how"; fi
   stop "$gpid" "$name"
-  stop "$rpid" "redis-rt-$1"
-  record RT "$1" "$file" "gateway native, ab -c $CONC"
+  stop "$rpid" "redis-$case-$n"
+  if [[ $how == many ]]; then record "$case" "$n" "$file" "gateway native, $CONC clients over $BUCKETS buckets"
+  else record "$case" "$n" "$file" "gateway native, ab -c ${how:-$CONC}"; fi
 }
 run_redis_bench() { # CASE N ARGS...: redis-benchmark -c 1 (one call per read: no batching to vary)
   local case=$1 n=$2; shift 2
@@ -333,8 +354,8 @@ for c in $CASES; do
       N1) run_nginx N1 1 "$n" ;;
       T0) run_tollgate T0 local /ibe/shopping/search "$n" ;;
       T1) run_tollgate T1 local /ibe/nobind "$n" ;;
-      T2)
-        if [[ -z ${T2_REDIS_PID:-} ]]; then  # Redis for T2 is not measured: plain, one for both runs
+      T2 | T2C1 | T2B)
+        if [[ -z ${T2_REDIS_PID:-} ]]; then  # Redis for T2 is not measured: plain, one for all runs
           REDIS_PORT=$(free_port)
           mkdir -p "$W/redis-t2.dir"
           start redis-t2 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$W/redis-t2.dir"
@@ -342,14 +363,21 @@ for c in $CASES; do
           wait_listen "$REDIS_PORT" "$T2_REDIS_PID" redis-t2
         fi
         REDIS_PORT=$T2_REDIS_PORT
-        run_tollgate T2 redis /ibe/nobind "$n" ;;
+        case $c in
+          T2) run_tollgate T2 redis /ibe/nobind "$n" ;;
+          T2C1) run_tollgate T2C1 redis /ibe/nobind "$n" 1 ;;
+          T2B) run_tollgate T2B redis many "$n" ;;
+        esac ;;
+      R1)
+        run_redis_gateway RT1 "$n" 1
+        run_redis_gateway RTB "$n" many ;;
       R0)
-        run_redis_gateway "$n"
+        run_redis_gateway RT "$n"
         if [[ -x $TOLLGATE_SIM ]]; then run_redis_bench RS "$n"; run_redis_bench RL "$n"
         else echo "instructions: no $TOLLGATE_SIM: RS and RL skipped"; fi
         run_redis_bench RM "$n"
         run_redis_bench RP "$n" ;;
-      *) fail "unknown case $c (N0 N1 T0 T1 T2 R0)" ;;
+      *) fail "unknown case $c (N0 N1 T0 T1 T2 T2C1 T2B R0 R1)" ;;
     esac
   done
 done

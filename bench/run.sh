@@ -157,7 +157,16 @@ echo "bench: redis-benchmark"
 SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$("$BIN/tollgate-sim" --redis-script)")
 # permits, timeout, mode, now (Redis TIME), one bucket, no parent, no quotas, no maxShare, its shape
 ARGS=(1 500000 0 "" 1 0 0 0 1 1000000000000 1 0 0 0 0)
+# The lean script the store sends for T2's rule (Redis TIME, pay now, interval, size, then permits
+# and timeout: one decision a call) and the minimal token bucket (bench/minimal_bucket.lua), the
+# reference issue 14 measures T2 against.
+LEAN_SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$("$BIN/tollgate-sim" --redis-lean-script)")
+MIN_SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$(cat bench/minimal_bucket.lua)")
 for r in $(seq 1 "$ROUNDS"); do
+  taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q \
+    EVALSHA "$MIN_SHA" 1 "bench:{bucket}" 1000000 1000000 >>"$OUT/raw/redis-evalsha-minimal.txt" 2>&1
+  taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q \
+    EVALSHA "$LEAN_SHA" 1 "tollgate:{bench}" "" 0 1 1000000000000 1 500000 >>"$OUT/raw/redis-evalsha-lean.txt" 2>&1
   taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q \
     EVALSHA "$SHA" 1 "tollgate:{bench}" "${ARGS[@]}" >>"$OUT/raw/redis-evalsha.txt" 2>&1
   taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q -P 16 \

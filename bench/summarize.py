@@ -81,13 +81,22 @@ def redis_rates(name):
         return []
     return [float(x) for x in re.findall(r"([\d.]+) requests per second", open(path).read())]
 ev, evp, ping = redis_rates("redis-evalsha.txt"), redis_rates("redis-evalsha-p16.txt"), redis_rates("redis-ping.txt")
+ev_min, ev_lean = redis_rates("redis-evalsha-minimal.txt"), redis_rates("redis-evalsha-lean.txt")
 if ev:
     t2 = med("T2", "rps") if "T2" in runs else 0
-    lines += ["", "| Redis ceiling (redis-benchmark, same server, -c " + conns + ") | ops/s (median) |", "|---|---|",
-              f"| EVALSHA Tollgate's acquire script | {statistics.median(ev):.0f} |",
-              f"| EVALSHA, 16-deep pipelining | {statistics.median(evp):.0f} |",
+    lines += ["", "| Redis ceiling (redis-benchmark, same server, -c " + conns + ") | ops/s (median) |", "|---|---|"]
+    if ev_min:
+        lines.append(f"| EVALSHA of a minimal token bucket (bench/minimal_bucket.lua) | {statistics.median(ev_min):.0f} |")
+    if ev_lean:
+        lines.append(f"| EVALSHA Tollgate's lean script, one decision a call | {statistics.median(ev_lean):.0f} |")
+    lines += [f"| EVALSHA Tollgate's general acquire script | {statistics.median(ev):.0f} |",
+              f"| EVALSHA general script, 16-deep pipelining | {statistics.median(evp):.0f} |",
               f"| PING | {statistics.median(ping):.0f} |",
-              f"| Tollgate T2 decisions/s (one EVALSHA each) | {t2:.0f} ({100 * t2 / statistics.median(ev):.0f}% of EVALSHA) |"]
+              f"| Tollgate T2 decisions/s (coalesced lean calls) | {t2:.0f} ("
+              + (f"{100 * t2 / statistics.median(ev_min):.0f}% of the minimal script's EVALSHA, " if ev_min else "")
+              + f"{100 * t2 / statistics.median(ev):.0f}% of the general script's) |"]
+    if "T1" in runs and "T2" in runs:
+        lines.append(f"| T2/T1 (Redis store against in-process, req/s) | {t2 / med('T1', 'rps'):.3f} |")
 hold = os.path.join(out, "raw", "hold.json")
 if os.path.exists(hold):
     h = json.load(open(hold))

@@ -206,6 +206,13 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
 
   static Connection* of(const redisAsyncContext* c) { return static_cast<Connection*>(c->data); }
 
+  // The store counts the connections ready for decisions: an incident ends when all are back.
+  void set_ready(bool now_ready) {
+    if (now_ready == ready) return;
+    ready = now_ready;
+    store.connections_ready_.fetch_add(now_ready ? 1 : -1, std::memory_order_relaxed);
+  }
+
   // ---- event-loop hooks (hiredis asks, Asio waits) ----
   static void add_read(void* p) {
     auto* c = static_cast<Connection*>(p);
@@ -251,7 +258,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     if (stopping) return;
     ++generation;
     reading = writing = want_read = want_write = false;
-    ready = false;
+    set_ready(false);
     in_flight.clear();
     ac = redisAsyncConnect(opt.host.c_str(), opt.port);
     if (ac == nullptr || ac->err) {
@@ -295,7 +302,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   static void on_disconnect(const redisAsyncContext* c, int status) {
     Connection* self = of(c);
     self->ac = nullptr;
-    self->ready = false;
+    self->set_ready(false);
     self->in_flight.clear();
     if (!self->stopping) {
       self->store.record_failure(status == REDIS_OK ? "redis connection closed" : std::string("redis: ") + c->errstr);
@@ -323,7 +330,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     internal({"SCRIPT", "LOAD", acquire_script()}, [self = shared_from_this(), after](Reply r) {
       if (!after(r, "SCRIPT LOAD")) return;
       self->acquire_sha = r.text;
-      self->ready = true;
+      self->set_ready(true);
       self->backoff = milliseconds(100);
       if (!self->ever_ready) {
         self->ever_ready = true;
@@ -339,7 +346,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     store.record_failure(why);
     redisAsyncContext* c = ac;
     ac = nullptr;
-    ready = false;
+    set_ready(false);
     redisAsyncFree(c);  // fails every command in flight (callbacks with no reply), then on_disconnect
     schedule_reconnect();
   }
@@ -630,7 +637,7 @@ return redis.call('ZCARD', KEYS[1])
     if (ac) {
       redisAsyncContext* c = ac;
       ac = nullptr;
-      ready = false;
+      set_ready(false);
       redisAsyncFree(c);
     }
   }

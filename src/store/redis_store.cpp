@@ -70,6 +70,9 @@ RedisStore::Connection* RedisStore::connection_for_current_thread() {
 
 void RedisStore::record_success() {
   if (up_flag_.load(std::memory_order_relaxed)) return;  // the common case: no lock
+  // An incident ends when every thread's connection is back: until then some decisions still go
+  // to the failure policy.
+  if (connections_ready_.load(std::memory_order_relaxed) < static_cast<int>(connections_.size())) return;
   std::lock_guard lock(incident_mu_);
   if (up_) return;
   up_ = true;

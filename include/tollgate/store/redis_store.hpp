@@ -94,7 +94,8 @@ class RedisStore final : public BucketStore {
   std::uint64_t incidents_ = 0;
   std::atomic<std::uint64_t> refunds_{0};
   std::atomic<unsigned> live_instances_{1};
-  std::atomic<std::size_t> ready_connections_{0};
+  std::atomic<std::size_t> ready_connections_{0};  // that have ever been ready (the start-up line)
+  std::atomic<int> connections_ready_{0};          // ready now
   mutable std::mutex count_mu_;
   mutable std::int64_t counted_at_ms_ = 0;
   mutable std::optional<std::uint64_t> client_keys_;
