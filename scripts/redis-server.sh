@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A private Redis for tests, in a folder of its own, on a loopback port. Not a system service.
-#   scripts/redis-server.sh start DIR PORT   start and wait until it answers PING
+#   scripts/redis-server.sh start DIR PORT [ARGS...]   start (with more redis-server options, e.g.
+#                                                      --cluster-enabled yes) and wait for PING
 #   scripts/redis-server.sh stop DIR         stop the server started in DIR (and wait for it)
 set -euo pipefail
 cmd=${1:?start|stop}
@@ -10,8 +11,9 @@ dir=$(cd "$dir" && pwd)
 case "$cmd" in
   start)
     port=${3:?PORT}
+    shift 3
     redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no --enable-debug-command local \
-      --dir "$dir" --pidfile "$dir/pid" --logfile "$dir/server.log" &
+      --dir "$dir" --pidfile "$dir/pid" --logfile "$dir/server.log" "$@" &
     echo $! >"$dir/pid.launch"
     for _ in $(seq 1 100); do
       if [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == "PONG" ]]; then exit 0; fi

@@ -20,7 +20,9 @@
 #include <random>
 
 #include "support/manual_clock.hpp"
+#include "support/process.hpp"
 #include "support/redis.hpp"
+#include "tollgate/store/cluster_slot.hpp"
 #include "tollgate/store/failure_policy_store.hpp"
 #include "tollgate/store/local_store.hpp"
 #include "tollgate/store/redis_codec.hpp"
@@ -918,6 +920,53 @@ TEST(RedisStoreBatches, RefundsOfOneBucketShareCallsWithItsDecisions) {
   EXPECT_LE(after.decision.wait_us, 1'000'000);
   EXPECT_EQ(store.stats().refunds, 10u);
   std::printf("10 refunds in %lld calls\n", refund_calls);
+}
+
+}  // namespace
+}  // namespace tollgate::store
+
+namespace tollgate::store {
+namespace {
+
+// The slot function against Redis's own CLUSTER KEYSLOT, on a cluster-enabled server of the
+// test's own (one node, no slots assigned: enough for KEYSLOT): random keys (any byte), keys with
+// every brace arrangement, and Tollgate's own keys.
+TEST(RedisCluster, SlotsAreRedisOwn) {
+  if (!tollgate::testing::RedisServer::shared().available())
+    GTEST_SKIP() << tollgate::testing::RedisServer::shared().why_not();
+  const std::string dir = tollgate::testing::temp_dir();
+  const int port = tollgate::testing::unused_port();
+  const std::string script = std::string(TOLLGATE_SOURCE_DIR) + "/scripts/redis-server.sh";
+  tollgate::testing::Process start({script, "start", dir, std::to_string(port), "--cluster-enabled", "yes",
+                                    "--cluster-config-file", "nodes.conf"});
+  ASSERT_EQ(start.wait_exit(std::chrono::seconds(30)), 0) << start.output();
+  std::vector<std::string> keys{"somekey", "foo{hash_tag}", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap",
+                                "foo{bar}{zap}", "}{x}", "{", "}", "{}", "", std::string("\0\xff{\x80}", 5)};
+  for (const std::string_view tag : {"", "/shopping/search", "IBE+", "{odd}", "b{r"}) {
+    for (const std::string_view name : {"/shopping/search", "channel:IBE+", "c:7:10.0.0.1", "q:3:", "s:9:k"}) {
+      keys.push_back(redis_key("tollgate:", tag, name));
+      keys.push_back(abandoned_key("tollgate:", tag, name));
+    }
+  }
+  keys.push_back("tollgate:{instances}");
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 500; ++i) {
+    std::string k(rng() % 24, '\0');
+    for (char& c : k) c = "ab{}\0\xff/:"[rng() % 8];
+    keys.push_back(k);
+  }
+  {
+    Sync redis(port);
+    ASSERT_TRUE(redis.ok());
+    for (const std::string& k : keys) {
+      redisReply* r = redis.cmd({"CLUSTER", "KEYSLOT", k});
+      ASSERT_TRUE(r && r->type == REDIS_REPLY_INTEGER) << (r && r->str ? r->str : "no reply");
+      EXPECT_EQ(cluster_slot(k), r->integer) << "key of " << k.size() << " bytes: " << k;
+      freeReplyObject(r);
+    }
+  }
+  tollgate::testing::Process stop({script, "stop", dir});
+  EXPECT_EQ(stop.wait_exit(std::chrono::seconds(30)), 0) << stop.output();
 }
 
 }  // namespace
