@@ -131,7 +131,9 @@ class ReplyArena {
     r->type = type;
     return r;
   }
-  static void* create_string(const redisReadTask* t, char* str, size_t len) {
+  // Called from hiredis's C code: no exception may leave them. Out of memory, they return NULL,
+  // which hiredis turns into a reader error (and a dropped connection) as with its own functions.
+  static void* create_string(const redisReadTask* t, char* str, size_t len) noexcept try {
     ReplyArena* a = of(t);
     redisReply* r = a->make(t, t->type);
     auto* text = static_cast<char*>(a->mem_.allocate(len + 1, 1));
@@ -140,8 +142,10 @@ class ReplyArena {
     r->str = text;
     r->len = len;
     return r;
+  } catch (...) {
+    return nullptr;
   }
-  static void* create_array(const redisReadTask* t, int elements) {
+  static void* create_array(const redisReadTask* t, int elements) noexcept try {
     ReplyArena* a = of(t);
     redisReply* r = a->make(t, REDIS_REPLY_ARRAY);
     if (elements > 0) {
@@ -151,13 +155,21 @@ class ReplyArena {
     }
     r->elements = static_cast<std::size_t>(std::max(elements, 0));
     return r;
+  } catch (...) {
+    return nullptr;
   }
-  static void* create_integer(const redisReadTask* t, long long value) {
+  static void* create_integer(const redisReadTask* t, long long value) noexcept try {
     redisReply* r = of(t)->make(t, REDIS_REPLY_INTEGER);
     r->integer = value;
     return r;
+  } catch (...) {
+    return nullptr;
   }
-  static void* create_nil(const redisReadTask* t) { return of(t)->make(t, REDIS_REPLY_NIL); }
+  static void* create_nil(const redisReadTask* t) noexcept try {
+    return of(t)->make(t, REDIS_REPLY_NIL);
+  } catch (...) {
+    return nullptr;
+  }
   static void free_object(void* reply) {
     auto* top = reinterpret_cast<Top*>(static_cast<char*>(reply) - offsetof(Top, reply));
     top->arena->mem_.release();
@@ -301,17 +313,23 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   // already had its callback (with no reply).
   static void on_disconnect(const redisAsyncContext* c, int status) {
     Connection* self = of(c);
+    // Torn down by us (teardown cleared `ac` first and recorded why): the why stays the error.
+    const bool ours = self->ac != c;
     self->ac = nullptr;
     self->set_ready(false);
     self->in_flight.clear();
     if (!self->stopping) {
-      self->store.record_failure(status == REDIS_OK ? "redis connection closed" : std::string("redis: ") + c->errstr);
+      if (!ours)
+        self->store.record_failure(status == REDIS_OK ? "redis connection closed" : std::string("redis: ") + c->errstr);
       self->schedule_reconnect();
     }
   }
 
   void handshake() {
-    auto after = [self = shared_from_this()](Reply r, const char* what) -> bool {
+    // A reply of a connection that has since gone (torn down by an earlier reply of the same
+    // read, closed, timed out) counts for nothing: only the current connection may become ready.
+    auto after = [self = shared_from_this(), gen = generation](Reply r, const char* what) -> bool {
+      if (gen != self->generation || !self->ac) return false;
       if (!r.ok) {
         self->teardown(std::string("redis ") + what + ": " + r.error);
         return false;
@@ -343,10 +361,10 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
 
   void teardown(const std::string& why) {
     if (!ac) return;
+    set_ready(false);  // before the failure is recorded: an incident never ends on a stale count
     store.record_failure(why);
     redisAsyncContext* c = ac;
     ac = nullptr;
-    set_ready(false);
     redisAsyncFree(c);  // fails every command in flight (callbacks with no reply), then on_disconnect
     schedule_reconnect();
   }
@@ -576,7 +594,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       if (lanes.size() > kIdleLanes) lanes.erase(entry->first);
       return;
     }
-    auto* op = new BatchOp(shared_from_this(), entry);
+    auto op = std::make_unique<BatchOp>(shared_from_this(), entry);
     op->waiters.reserve(std::min(lane.queued.size(), kMaxBatch));
     op->entries.reserve(std::min(lane.queued.size(), kMaxBatch));
     const AcquireRequest* shape = nullptr;  // the batch's first decision
@@ -592,9 +610,16 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       lane.queued.pop_front();
     } while (!lane.queued.empty() && op->waiters.size() < kMaxBatch);
     lane.busy = true;
-    lean_batch_command(op->wire, lean_sha, entry->first, opt.key_prefix, op->entries);
+    try {
+      lean_batch_command(op->wire, lean_sha, entry->first, opt.key_prefix, op->entries);
+    } catch (const std::exception& e) {
+      // Not sendable (out of memory): its waiters are answered as a failed call, never lost.
+      net::post(ctx, [c = shared_from_this(), entry, w = std::move(op->waiters),
+                      why = std::string("redis: ") + e.what()]() mutable { c->finish_batch(entry, w, std::nullopt, why); });
+      return;
+    }
     op->script = lean_acquire_script();
-    send(op, false);
+    send(op.release(), false);
   }
 
   void finish_batch(LaneEntry* entry, std::vector<std::unique_ptr<Waiter>>& waiters,

@@ -75,6 +75,9 @@ void RedisStore::record_success() {
   if (connections_ready_.load(std::memory_order_relaxed) < static_cast<int>(connections_.size())) return;
   std::lock_guard lock(incident_mu_);
   if (up_) return;
+  // Again under the lock: a connection torn down meanwhile counted itself out before its failure
+  // was recorded, so a stale count cannot end the incident that failure belongs to.
+  if (connections_ready_.load(std::memory_order_relaxed) < static_cast<int>(connections_.size())) return;
   up_ = true;
   up_flag_.store(true, std::memory_order_relaxed);
   if (ever_up_ && incidents_ > 0) {

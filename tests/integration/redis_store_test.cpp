@@ -851,6 +851,50 @@ TEST(RedisStoreBatches, DecisionsOnOneBucketShareCalls) {
   std::printf("40 decisions in %lld calls\n", calls);
 }
 
+// A handshake that fails part-way (SELECT of a database the server does not have) never makes the
+// connection ready: the replies that follow the failed one in the same read belong to a connection
+// that is gone. One incident, never ended, its error named, and decisions go to the failure policy
+// meanwhile. The server is paused while the store connects, so that it answers the whole handshake
+// in one write (the SCRIPT LOAD replies otherwise come after the failed connection is gone).
+TEST(RedisStoreHandshake, AFailedSelectNeverEndsTheIncident) {
+  if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+  Sync admin(RedisServer::shared().port());
+  ASSERT_TRUE(admin.ok());
+  freeReplyObject(admin.cmd({"CLIENT", "PAUSE", "300"}));
+  limiter::SteadyClock clock;
+  RedisOptions o;
+  o.port = static_cast<std::uint16_t>(RedisServer::shared().port());
+  o.database = 4000;  // the server has 16
+  o.heartbeat_ms = 60'000;
+  o.decision_timeout_ms = 5000;  // the first handshake waits out the pause
+  o.connect_timeout_ms = 5000;
+  boost::asio::io_context ctx;
+  RedisStore store(o, {&ctx}, clock);
+  store.start();
+  StoreDecision d;
+  bool ever_up = false;
+  boost::asio::co_spawn(
+      ctx,
+      [&]() -> boost::asio::awaitable<void> {
+        boost::asio::steady_timer t(ctx);
+        for (int i = 0; i < 80; ++i) {  // 0.8 s: several reconnect rounds (100, 200, 400 ms)
+          t.expires_after(std::chrono::milliseconds(10));
+          co_await t.async_wait(boost::asio::use_awaitable);
+          ever_up = ever_up || store.stats().up;
+        }
+        BucketParams p;
+        p.rate = 5;
+        d = co_await store.try_acquire(AcquireRequest{{"/a", p}, {}, {}, 1.0, 0});
+        store.stop();
+      },
+      boost::asio::detached);
+  ctx.run();
+  EXPECT_FALSE(ever_up);
+  EXPECT_EQ(store.stats().incidents, 1u);
+  EXPECT_NE(store.stats().last_error.find("SELECT"), std::string::npos) << store.stats().last_error;
+  EXPECT_EQ(d.status, StoreStatus::unavailable);
+}
+
 // Refunds join their bucket's lane: ten held callers that leave at once, newest first, give their
 // ten slots back in a few calls (the refund script would take ten), and the bucket is as it was.
 TEST(RedisStoreBatches, RefundsOfOneBucketShareCallsWithItsDecisions) {
