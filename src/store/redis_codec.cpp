@@ -75,33 +75,26 @@ int flag(const ReplyItem& item) {
 // The lean script's shape arguments as text (%.17g, the text the scripts store and compare). Kept
 // per thread for the last few shapes: formatting five doubles costs ~1k instructions a call.
 struct ShapeText {
-  double interval = -1, max = -1, cool = -1, threshold = -1, slope = -1;
-  bool warm = false;
+  bool filled = false;
+  limiter::Shape shape;  // what the texts were made from
   std::string text[5];
   int count = 0;
 };
+// The fields the lean script is sent (the others follow from them).
+bool same_sent_shape(const limiter::Shape& a, const limiter::Shape& b) {
+  return a.interval_us == b.interval_us && a.max_permits == b.max_permits && a.warm == b.warm &&
+         (!a.warm || (a.cool_down_us == b.cool_down_us && a.threshold == b.threshold && a.slope == b.slope));
+}
 const ShapeText& shape_text(const limiter::Shape& s) {
   static thread_local ShapeText cache[8];
   const std::uint64_t bits = std::bit_cast<std::uint64_t>(s.interval_us) ^ std::bit_cast<std::uint64_t>(s.max_permits);
   ShapeText& e = cache[(bits ^ (bits >> 29) ^ (bits >> 47)) & 7];
-  const bool hit = e.interval == s.interval_us && e.max == s.max_permits && e.warm == s.warm &&
-                   (!s.warm || (e.cool == s.cool_down_us && e.threshold == s.threshold && e.slope == s.slope));
-  if (hit) return e;
-  e.interval = s.interval_us;
-  e.max = s.max_permits;
-  e.warm = s.warm;
-  e.cool = s.cool_down_us;
-  e.threshold = s.threshold;
-  e.slope = s.slope;
-  e.text[0] = num(s.interval_us);
-  e.text[1] = num(s.max_permits);
-  e.count = 2;
-  if (s.warm) {
-    e.text[2] = num(s.cool_down_us);
-    e.text[3] = num(s.threshold);
-    e.text[4] = num(s.slope);
-    e.count = 5;
-  }
+  if (e.filled && same_sent_shape(e.shape, s)) return e;
+  e.filled = true;
+  e.shape = s;
+  const double sent[5] = {s.interval_us, s.max_permits, s.cool_down_us, s.threshold, s.slope};
+  e.count = s.warm ? 5 : 2;
+  for (int i = 0; i < e.count; ++i) e.text[i] = num(sent[i]);
   return e;
 }
 

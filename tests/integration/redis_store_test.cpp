@@ -643,6 +643,27 @@ TEST_F(RedisScript, UsesRedisTimeWithoutOverride) {
   freeReplyObject(r);
 }
 
+// A store on the shared test server, for tests that drive one thread's io_context: its own key
+// prefix, a decision timeout a loaded machine meets, and no heartbeat within a test (its EVAL would
+// count with the calls a test counts).
+RedisOptions shared_server_options(const std::string& prefix) {
+  RedisOptions o;
+  o.port = static_cast<std::uint16_t>(RedisServer::shared().port());
+  o.key_prefix = prefix;
+  o.decision_timeout_ms = 2000;
+  o.heartbeat_ms = 60'000;
+  return o;
+}
+
+// Waits, at most 2 s, until the store has connected.
+boost::asio::awaitable<void> until_up(boost::asio::io_context& ctx, const RedisStore& store) {
+  boost::asio::steady_timer t(ctx);
+  for (int i = 0; i < 200 && !store.stats().up; ++i) {
+    t.expires_after(std::chrono::milliseconds(10));
+    co_await t.async_wait(boost::asio::use_awaitable);
+  }
+}
+
 // Through the store itself (EVALSHA, Redis TIME, the reply parsed): callers held 1, 2 and 3 s leave
 // in the order 1, 3, 2; the last departure brings back both remaining slots and the bucket has no debt.
 TEST(RedisStoreAbandon, SlotsComeBackThroughTheStore) {
@@ -666,10 +687,7 @@ TEST(RedisStoreAbandon, SlotsComeBackThroughTheStore) {
       ctx,
       [&]() -> boost::asio::awaitable<void> {
         boost::asio::steady_timer t(ctx);
-        for (int i = 0; i < 200 && !store.stats().up; ++i) {
-          t.expires_after(std::chrono::milliseconds(10));
-          co_await t.async_wait(boost::asio::use_awaitable);
-        }
+        co_await until_up(ctx, store);
         for (int i = 0; i < 4; ++i) d.push_back(co_await store.try_acquire(req));
         for (int i : {1, 3, 2}) r.push_back(co_await store.refund_slots(req, d[static_cast<std::size_t>(i)].reservation));
         // Read as the admin API does: from another thread, over this thread's connection.
@@ -707,13 +725,8 @@ TEST(RedisStoreScripts, BothScriptsAreSentAgainAfterAFlush) {
   Sync admin(RedisServer::shared().port());
   ASSERT_TRUE(admin.ok());
   limiter::SteadyClock clock;
-  RedisOptions o;
-  o.port = static_cast<std::uint16_t>(RedisServer::shared().port());
-  o.key_prefix = "flush:";
-  o.decision_timeout_ms = 2000;
-  o.heartbeat_ms = 60'000;  // its EVAL would count with the scripts' below
   boost::asio::io_context ctx;
-  RedisStore store(o, {&ctx}, clock);
+  RedisStore store(shared_server_options("flush:"), {&ctx}, clock);
   store.start();
   BucketParams p;
   p.rate = 1;  // 10 stored; a permit per second comes back: a few ms of test add ~0.00x
@@ -728,10 +741,7 @@ TEST(RedisStoreScripts, BothScriptsAreSentAgainAfterAFlush) {
       ctx,
       [&]() -> boost::asio::awaitable<void> {
         boost::asio::steady_timer t(ctx);
-        for (int i = 0; i < 200 && !store.stats().up; ++i) {
-          t.expires_after(std::chrono::milliseconds(10));
-          co_await t.async_wait(boost::asio::use_awaitable);
-        }
+        co_await until_up(ctx, store);
         freeReplyObject(admin.cmd({"CONFIG", "RESETSTAT"}));
         d.push_back(co_await store.try_acquire(lean));
         d.push_back(co_await store.try_acquire(general));
@@ -797,13 +807,8 @@ TEST(RedisStoreBatches, DecisionsOnOneBucketShareCalls) {
   Sync admin(RedisServer::shared().port());
   ASSERT_TRUE(admin.ok());
   limiter::SteadyClock clock;
-  RedisOptions o;
-  o.port = static_cast<std::uint16_t>(RedisServer::shared().port());
-  o.key_prefix = "batch:";
-  o.decision_timeout_ms = 2000;
-  o.heartbeat_ms = 60'000;
   boost::asio::io_context ctx;
-  RedisStore store(o, {&ctx}, clock);
+  RedisStore store(shared_server_options("batch:"), {&ctx}, clock);
   store.start();
   BucketParams p;
   p.rate = 0.01;  // no permit comes back while the test runs
@@ -816,10 +821,7 @@ TEST(RedisStoreBatches, DecisionsOnOneBucketShareCalls) {
       ctx,
       [&]() -> boost::asio::awaitable<void> {
         boost::asio::steady_timer t(ctx);
-        for (int i = 0; i < 200 && !store.stats().up; ++i) {
-          t.expires_after(std::chrono::milliseconds(10));
-          co_await t.async_wait(boost::asio::use_awaitable);
-        }
+        co_await until_up(ctx, store);
         freeReplyObject(admin.cmd({"CONFIG", "RESETSTAT"}));
         for (int i = 0; i < 40; ++i) {
           boost::asio::co_spawn(
@@ -903,13 +905,8 @@ TEST(RedisStoreBatches, RefundsOfOneBucketShareCallsWithItsDecisions) {
   Sync admin(RedisServer::shared().port());
   ASSERT_TRUE(admin.ok());
   limiter::SteadyClock clock;
-  RedisOptions o;
-  o.port = static_cast<std::uint16_t>(RedisServer::shared().port());
-  o.key_prefix = "refund:";
-  o.decision_timeout_ms = 2000;
-  o.heartbeat_ms = 60'000;
   boost::asio::io_context ctx;
-  RedisStore store(o, {&ctx}, clock);
+  RedisStore store(shared_server_options("refund:"), {&ctx}, clock);
   store.start();
   BucketParams p;
   p.rate = 1;  // a held caller waits a second per place in the queue
@@ -923,10 +920,7 @@ TEST(RedisStoreBatches, RefundsOfOneBucketShareCallsWithItsDecisions) {
       ctx,
       [&]() -> boost::asio::awaitable<void> {
         boost::asio::steady_timer t(ctx);
-        for (int i = 0; i < 200 && !store.stats().up; ++i) {
-          t.expires_after(std::chrono::milliseconds(10));
-          co_await t.async_wait(boost::asio::use_awaitable);
-        }
+        co_await until_up(ctx, store);
         (void)co_await store.try_acquire(req);  // the stored permit
         for (int i = 0; i < 10; ++i) held.push_back(co_await store.try_acquire(req));
         freeReplyObject(admin.cmd({"CONFIG", "RESETSTAT"}));
