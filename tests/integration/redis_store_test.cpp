@@ -664,6 +664,30 @@ boost::asio::awaitable<void> until_up(boost::asio::io_context& ctx, const RedisS
   }
 }
 
+// A Redis store on the flushed shared test server, driven by the test's one io_context, with a
+// plain connection beside it for what the test reads or resets.
+class StoreOnSharedServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+    RedisServer::shared().flush();
+    admin_ = std::make_unique<Sync>(RedisServer::shared().port());
+    ASSERT_TRUE(admin_->ok());
+  }
+  RedisStore& start_store(const std::string& prefix) {
+    store_ = std::make_unique<RedisStore>(shared_server_options(prefix), std::vector<boost::asio::io_context*>{&ctx},
+                                          clock);
+    store_->start();
+    return *store_;
+  }
+  limiter::SteadyClock clock;
+  boost::asio::io_context ctx;
+  std::unique_ptr<Sync> admin_;
+  std::unique_ptr<RedisStore> store_;  // destroyed before the context it runs on
+};
+using RedisStoreScripts = StoreOnSharedServer;
+using RedisStoreBatches = StoreOnSharedServer;
+
 // Through the store itself (EVALSHA, Redis TIME, the reply parsed): callers held 1, 2 and 3 s leave
 // in the order 1, 3, 2; the last departure brings back both remaining slots and the bucket has no debt.
 TEST(RedisStoreAbandon, SlotsComeBackThroughTheStore) {
@@ -719,15 +743,9 @@ TEST(RedisStoreAbandon, SlotsComeBackThroughTheStore) {
 // Through the store: a request with one bucket takes the lean script, one with a channel bucket the
 // general one; after SCRIPT FLUSH (a restarted or failed-over Redis) each is sent once with EVAL and
 // nothing falls to the failure policy.
-TEST(RedisStoreScripts, BothScriptsAreSentAgainAfterAFlush) {
-  if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
-  RedisServer::shared().flush();
-  Sync admin(RedisServer::shared().port());
-  ASSERT_TRUE(admin.ok());
-  limiter::SteadyClock clock;
-  boost::asio::io_context ctx;
-  RedisStore store(shared_server_options("flush:"), {&ctx}, clock);
-  store.start();
+TEST_F(RedisStoreScripts, BothScriptsAreSentAgainAfterAFlush) {
+  Sync& admin = *admin_;
+  RedisStore& store = start_store("flush:");
   BucketParams p;
   p.rate = 1;  // 10 stored; a permit per second comes back: a few ms of test add ~0.00x
   p.burst = 10;
@@ -801,15 +819,9 @@ namespace {
 // Through the store: forty decisions on one bucket from one thread at once go in a few calls, not
 // forty (the first alone, the ones that arrived while it was in flight together), and get exactly
 // what forty separate calls would: the ten stored permits, then refusals.
-TEST(RedisStoreBatches, DecisionsOnOneBucketShareCalls) {
-  if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
-  RedisServer::shared().flush();
-  Sync admin(RedisServer::shared().port());
-  ASSERT_TRUE(admin.ok());
-  limiter::SteadyClock clock;
-  boost::asio::io_context ctx;
-  RedisStore store(shared_server_options("batch:"), {&ctx}, clock);
-  store.start();
+TEST_F(RedisStoreBatches, DecisionsOnOneBucketShareCalls) {
+  Sync& admin = *admin_;
+  RedisStore& store = start_store("batch:");
   BucketParams p;
   p.rate = 0.01;  // no permit comes back while the test runs
   p.burst = 10;
@@ -899,15 +911,9 @@ TEST(RedisStoreHandshake, AFailedSelectNeverEndsTheIncident) {
 
 // Refunds join their bucket's lane: ten held callers that leave at once, newest first, give their
 // ten slots back in a few calls (the refund script would take ten), and the bucket is as it was.
-TEST(RedisStoreBatches, RefundsOfOneBucketShareCallsWithItsDecisions) {
-  if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
-  RedisServer::shared().flush();
-  Sync admin(RedisServer::shared().port());
-  ASSERT_TRUE(admin.ok());
-  limiter::SteadyClock clock;
-  boost::asio::io_context ctx;
-  RedisStore store(shared_server_options("refund:"), {&ctx}, clock);
-  store.start();
+TEST_F(RedisStoreBatches, RefundsOfOneBucketShareCallsWithItsDecisions) {
+  Sync& admin = *admin_;
+  RedisStore& store = start_store("refund:");
   BucketParams p;
   p.rate = 1;  // a held caller waits a second per place in the queue
   p.burst = 1;
