@@ -183,6 +183,18 @@ class RedisScript : public ::testing::Test {
   int lean_calls = 0;
 };
 
+// The replays' interface buckets, /a, /b and /w: 5/s; 3/s with a burst of 2; 2/s warming up over 3 s.
+std::vector<BucketParams> replay_buckets(limiter::Mode mode) {
+  std::vector<BucketParams> params(3);
+  params[0].rate = 5;
+  params[1].rate = 3;
+  params[1].burst = 2;
+  params[2].rate = 2;
+  params[2].warmup_us = 3'000'000;
+  for (BucketParams& p : params) p.mode = mode;
+  return params;
+}
+
 TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
   for (const limiter::Mode mode : {limiter::Mode::pay_now, limiter::Mode::pay_later}) {
     for (const Route rt : kRoutes) {
@@ -192,14 +204,9 @@ TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
       LocalStore local(clock);
       std::mt19937_64 rng(42);
       // Three interface buckets, one of them warming up, and a channel bucket over two of them.
-      std::vector<BucketParams> params(4);
-      params[0].rate = 5;
-      params[1].rate = 3;
-      params[1].burst = 2;
-      params[2].rate = 2;
-      params[2].warmup_us = 3'000'000;
+      std::vector<BucketParams> params = replay_buckets(mode);
+      params.push_back(params[0]);
       params[3].rate = 4;  // the channel
-      for (BucketParams& p : params) p.mode = mode;
       const char* names[] = {"/a", "/b", "/w"};
       int granted = 0, rejected = 0, refunded = 0;
       std::vector<std::pair<AcquireRequest, Reservation>> held;
@@ -264,13 +271,7 @@ TEST_F(RedisScript, ReplaysBatchesTheSameAsTheLocalStore) {
     ManualClock clock(1'700'000'000'000'000);
     LocalStore local(clock, LocalStore::kDefaultMaxClientKeys, cap);
     std::mt19937_64 rng(7);
-    std::vector<BucketParams> params(3);
-    params[0].rate = 5;
-    params[1].rate = 3;
-    params[1].burst = 2;
-    params[2].rate = 2;
-    params[2].warmup_us = 3'000'000;
-    for (BucketParams& p : params) p.mode = mode;
+    std::vector<BucketParams> params = replay_buckets(mode);
     const char* names[] = {"/a", "/b", "/w"};
     int granted = 0, rejected = 0, refunded = 0, refunded_in_batch = 0, remembered_in_batch = 0, batches = 0,
         largest = 0;
