@@ -102,8 +102,14 @@ struct Gateway::Impl {
     if (cfg.limits.store != config::StoreKind::redis) return std::make_unique<store::LocalStore>(clock, cfg.limits.max_client_keys);
     const auto& rc = cfg.limits.redis;
     store::RedisOptions o;
+    o.mode = rc.mode == config::RedisMode::cluster    ? store::RedisMode::cluster
+             : rc.mode == config::RedisMode::sentinel ? store::RedisMode::sentinel
+                                                      : store::RedisMode::standalone;
     o.host = rc.host;
     o.port = rc.port;
+    for (const auto& e : rc.mode == config::RedisMode::cluster ? rc.nodes : rc.sentinels) o.seeds.push_back({e.host, e.port});
+    o.master_name = rc.master_name;
+    o.sentinel_password = rc.sentinel_password;
     o.password = rc.password;
     o.database = rc.database;
     o.key_prefix = rc.key_prefix;

@@ -339,9 +339,46 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     if (l.contains("redis")) {
       const json& r = l["redis"];
       const std::string path = "limits.redis";
-      check_keys(r, path, {"host", "port", "password_env", "database", "key_prefix", "decision_timeout_ms",
-                           "connect_timeout_ms", "failure_policy", "local_divisor", "heartbeat_ms"});
+      check_keys(r, path, {"mode", "host", "port", "nodes", "sentinels", "master_name", "sentinel_password_env",
+                           "password_env", "database", "key_prefix", "decision_timeout_ms", "connect_timeout_ms",
+                           "failure_policy", "local_divisor", "heartbeat_ms"});
       auto& rc = c.limits.redis;
+      rc.mode = get_enum(r, path, "mode", rc.mode,
+                         {{"standalone", RedisMode::standalone}, {"cluster", RedisMode::cluster},
+                          {"sentinel", RedisMode::sentinel}});
+      // A list of "host:port" addresses, required (non-empty) in its own mode and refused in another.
+      const auto endpoints = [&](const char* key, RedisMode owner, const char* owner_name) {
+        std::vector<Endpoint> out;
+        const std::string field = path + "." + key;
+        if (!r.contains(key)) {
+          if (rc.mode == owner) fail(field, std::string("is required when mode is \"") + owner_name + "\"");
+          return out;
+        }
+        if (rc.mode != owner) fail(field, std::string("is only read when mode is \"") + owner_name + "\"");
+        const json& list = r[key];
+        if (!list.is_array() || list.empty()) fail(field, "must be a non-empty array of \"host:port\" strings");
+        for (std::size_t i = 0; i < list.size(); ++i) {
+          const std::string item = field + "[" + std::to_string(i) + "]";
+          if (!list[i].is_string()) fail(item, "must be a \"host:port\" string");
+          Endpoint e = parse_endpoint(list[i].get<std::string>(), item);
+          if (e.host.empty()) fail(item, "must name a host");
+          if (e.port == 0) fail(item, "must name a port (1-65535)");
+          out.push_back(std::move(e));
+        }
+        return out;
+      };
+      rc.nodes = endpoints("nodes", RedisMode::cluster, "cluster");
+      rc.sentinels = endpoints("sentinels", RedisMode::sentinel, "sentinel");
+      rc.master_name = get_string(r, path, "master_name", rc.master_name);
+      if (rc.mode == RedisMode::sentinel && rc.master_name.empty())
+        fail(path + ".master_name", "is required when mode is \"sentinel\"");
+      if (rc.mode != RedisMode::sentinel && r.contains("master_name"))
+        fail(path + ".master_name", "is only read when mode is \"sentinel\"");
+      rc.sentinel_password_env = get_string(r, path, "sentinel_password_env", rc.sentinel_password_env);
+      if (rc.mode != RedisMode::standalone && (r.contains("host") || r.contains("port")))
+        fail(path + (r.contains("host") ? ".host" : ".port"),
+             rc.mode == RedisMode::cluster ? "is not read in cluster mode: list the seed nodes in \"nodes\""
+                                           : "is not read in sentinel mode: the sentinels name the primary");
       rc.host = get_string(r, path, "host", rc.host);
       rc.port = static_cast<std::uint16_t>(get_uint(r, path, "port", rc.port, 1, 65535));
       rc.password_env = get_string(r, path, "password_env", rc.password_env);
@@ -358,8 +395,12 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
       rc.heartbeat_ms = static_cast<std::uint32_t>(get_uint(r, path, "heartbeat_ms", rc.heartbeat_ms, 100, 60'000));
       if (rc.host.empty()) fail(path + ".host", "must not be empty");
       if (rc.key_prefix.find_first_of("{}") != std::string::npos) fail(path + ".key_prefix", "must not contain '{' or '}'");
+      if (rc.mode == RedisMode::cluster && rc.database != 0)
+        fail(path + ".database", "must be 0 in cluster mode (Redis Cluster has one database)");
       if (!rc.password_env.empty())
         if (const char* pw = std::getenv(rc.password_env.c_str())) rc.password = pw;
+      if (!rc.sentinel_password_env.empty())
+        if (const char* pw = std::getenv(rc.sentinel_password_env.c_str())) rc.sentinel_password = pw;
     }
     if (l.contains("switch")) {
       const json& sw = l["switch"];

@@ -1,8 +1,10 @@
-// One hiredis async connection of the Redis store, owned by one gateway thread's io_context: the
-// event-loop hooks (hiredis asks, Asio waits on the fd), connect/handshake/reconnect with backoff,
-// one deadline timer for the oldest command in flight, NOSCRIPT recovery, coalesced lean
-// decisions per bucket key, and heartbeats. Included by redis_store.cpp only (hiredis and Asio
-// stay in this one translation unit).
+// One hiredis async connection of the Redis store to one server (a primary), owned by one gateway
+// thread's io_context: the event-loop hooks (hiredis asks, Asio waits on the fd),
+// connect/handshake/reconnect with backoff, one deadline timer for the oldest command in flight,
+// NOSCRIPT recovery, coalesced lean decisions per bucket key, and what a cluster or a failover
+// answers (MOVED, ASK, TRYAGAIN, READONLY). Then a thread's Link: its connections, one per primary
+// of the current layout, the routing of a key to one of them, and heartbeats. Included by
+// redis_store.cpp only (hiredis and Asio stay in this one translation unit).
 #pragma once
 
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
@@ -23,7 +25,9 @@
 #include <vector>
 
 #include "redis_scripts.hpp"
+#include "redis_topology.hpp"
 #include "tollgate/store/redis_codec.hpp"
+#include "tollgate/store/redis_layout.hpp"
 #include "tollgate/store/redis_store.hpp"
 
 namespace tollgate::store {
@@ -187,6 +191,42 @@ inline std::int64_t unix_ms() {
 
 }  // namespace redis_detail
 
+// A gateway thread's connections: one per primary of the current layout (one outside cluster mode),
+// made and retired on the thread as layouts arrive, and the routing of a key to one of them.
+struct RedisStore::Link : std::enable_shared_from_this<RedisStore::Link> {
+  Link(net::io_context& c, RedisStore& s, bool heartbeats) : ctx(c), store(s), heartbeat(c), beats(heartbeats) {}
+  net::io_context& ctx;
+  RedisStore& store;
+  std::shared_ptr<const RedisLayout> layout;
+  std::vector<std::shared_ptr<Connection>> by_node;  // in the order of layout->nodes
+  std::string key_scratch;
+  net::steady_timer heartbeat;
+  bool beats;  // this thread says the instance is alive (one thread does)
+  bool beating = false, stopping = false;
+
+  // The connection for a request's keys (its hash tag's slot), or nullptr when none serves it.
+  Connection* route(const AcquireRequest& r) {
+    if (by_node.size() == 1) return by_node.front().get();  // standalone, sentinel, a one-node cluster
+    if (by_node.empty()) return nullptr;
+    append_redis_key(key_scratch, store.options_.key_prefix, r.hash_tag.empty() ? r.bucket.name : r.hash_tag,
+                     r.bucket.name);
+    return route(key_scratch);
+  }
+  Connection* route(std::string_view key) {
+    if (by_node.empty()) return nullptr;
+    const std::uint16_t n = layout->node_of(key);
+    return n < by_node.size() ? by_node[n].get() : nullptr;
+  }
+  Connection* find(const RedisAddress& a);
+  // A lean decision or refund routed by the current layout, or failed when no ready connection serves it.
+  template <class W>
+  void enqueue(std::unique_ptr<W> w);
+  void apply(std::shared_ptr<const RedisLayout> next);
+  void connection_ready(Connection* c);
+  void beat();
+  void stop();
+};
+
 // One hiredis async connection, owned by one io_context thread.
 struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connection> {
   using Reply = redis_detail::Reply;
@@ -194,26 +234,27 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   template <class H>
   using OpImpl = redis_detail::OpImpl<H>;
   using milliseconds = std::chrono::milliseconds;
-  Connection(net::io_context& c, RedisStore& s, bool heartbeats)
-      : ctx(c), store(s), opt(s.options_), watchdog(c), retry(c), heartbeat(c), beats(heartbeats) {}
+  Connection(net::io_context& c, RedisStore& s, Link& l, RedisAddress a)
+      : ctx(c), store(s), link(l), opt(s.options_), address(std::move(a)), watchdog(c), retry(c) {}
 
   net::io_context& ctx;
   RedisStore& store;
+  Link& link;
   const RedisOptions& opt;
+  const RedisAddress address;  // the server (a primary) this connection talks to
   redisAsyncContext* ac = nullptr;
   std::unique_ptr<net::posix::stream_descriptor> sd;
   std::uint64_t generation = 0;
   bool want_read = false, want_write = false, reading = false, writing = false;
   bool ready = false, connecting = false, stopping = false, retry_armed = false, watchdog_armed = false;
+  bool retired = false;  // no longer in the layout: finishing what it has in flight, then stopped
   std::deque<limiter::Micros> in_flight;  // send times, oldest first (replies come in order)
   limiter::Micros connect_started = 0;
   std::chrono::steady_clock::time_point watchdog_deadline{};
   std::uint64_t watchdog_gen = 0;
   milliseconds backoff{100};
-  net::steady_timer watchdog, retry, heartbeat;
-  bool ever_ready = false;
+  net::steady_timer watchdog, retry;
   std::string acquire_sha, lean_sha, refund_sha;
-  bool beats;
   redis_detail::ReplyArena arena;  // every reply's objects; outlives the context (freed in stop())
 
   static Connection* of(const redisAsyncContext* c) { return static_cast<Connection*>(c->data); }
@@ -222,7 +263,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   void set_ready(bool now_ready) {
     if (now_ready == ready) return;
     ready = now_ready;
-    store.connections_ready_.fetch_add(now_ready ? 1 : -1, std::memory_order_relaxed);
+    if (!retired) store.count_connection(address, 0, now_ready ? 1 : -1);
   }
 
   // ---- event-loop hooks (hiredis asks, Asio waits) ----
@@ -272,12 +313,12 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     reading = writing = want_read = want_write = false;
     set_ready(false);
     in_flight.clear();
-    ac = redisAsyncConnect(opt.host.c_str(), opt.port);
+    ac = redisAsyncConnect(address.host.c_str(), address.port);
     if (ac == nullptr || ac->err) {
       const std::string err = ac ? ac->errstr : "out of memory";
       if (ac) redisAsyncFree(ac);
       ac = nullptr;
-      store.record_failure("redis connect: " + err);
+      store.record_failure("redis connect " + address.to_string() + ": " + err);
       schedule_reconnect();
       return;
     }
@@ -302,7 +343,10 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     self->connecting = false;
     if (status != REDIS_OK) {
       self->ac = nullptr;  // hiredis frees the context after this callback
-      self->store.record_failure(std::string("redis connect: ") + (c->errstr[0] ? c->errstr : "failed"));
+      if (!self->retired)
+        self->store.record_failure("redis connect " + self->address.to_string() + ": " +
+                                   (c->errstr[0] ? c->errstr : "failed"));
+      self->store.topology_->refresh();
       self->schedule_reconnect();
       return;
     }
@@ -318,9 +362,11 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     self->ac = nullptr;
     self->set_ready(false);
     self->in_flight.clear();
-    if (!self->stopping) {
+    if (!self->stopping && !self->retired) {
       if (!ours)
-        self->store.record_failure(status == REDIS_OK ? "redis connection closed" : std::string("redis: ") + c->errstr);
+        self->store.record_failure(status == REDIS_OK ? "redis connection to " + self->address.to_string() + " closed"
+                                                      : "redis " + self->address.to_string() + ": " + c->errstr);
+      self->store.topology_->refresh();
       self->schedule_reconnect();
     }
   }
@@ -350,19 +396,16 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       self->acquire_sha = r.text;
       self->set_ready(true);
       self->backoff = milliseconds(100);
-      if (!self->ever_ready) {
-        self->ever_ready = true;
-        self->store.connection_ready();
-      }
       self->store.record_success();
-      if (self->beats) self->beat();
+      self->link.connection_ready(self.get());
     });
   }
 
   void teardown(const std::string& why) {
     if (!ac) return;
     set_ready(false);  // before the failure is recorded: an incident never ends on a stale count
-    store.record_failure(why);
+    if (!retired) store.record_failure(why);
+    store.topology_->refresh();
     redisAsyncContext* c = ac;
     ac = nullptr;
     redisAsyncFree(c);  // fails every command in flight (callbacks with no reply), then on_disconnect
@@ -370,13 +413,13 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   }
 
   void schedule_reconnect() {
-    if (stopping || retry_armed) return;
+    if (stopping || retired || retry_armed) return;
     retry_armed = true;
     retry.expires_after(backoff);
     backoff = std::min(backoff * 2, milliseconds(2000));
     retry.async_wait([self = shared_from_this()](auto ec) {
       self->retry_armed = false;
-      if (!ec && !self->stopping && !self->ac) self->connect();
+      if (!ec && !self->stopping && !self->retired && !self->ac) self->connect();
     });
   }
 
@@ -427,6 +470,12 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
         return;
       }
     }
+    if (reply && reply->type == REDIS_REPLY_ERROR && std::string_view(reply->str, reply->len).starts_with("READONLY")) {
+      // A replica now (the sentinels promoted another server): no decision is made here again.
+      net::post(self->ctx, [s = self->shared_from_this(), gen = self->generation] {
+        if (gen == s->generation) s->teardown("redis " + s->address.to_string() + " is a replica now (READONLY)");
+      });
+    }
     op->finish(reply, "connection lost");
   }
 
@@ -476,6 +525,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
     virtual void fail(const std::string& why) = 0;
     AcquireRequest req;
     std::optional<Reservation> give_back;  // set: a refund of this reservation, not a decision
+    std::uint8_t hops = 0;                 // sent again after MOVED, ASK or TRYAGAIN
   };
   template <class Handler>
   struct DecisionWaiter final : Waiter {
@@ -523,6 +573,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
   // order. Parsed straight from hiredis's reply, with no strings made.
   struct BatchOp final : Op {
     BatchOp(std::shared_ptr<Connection> c, LaneEntry* l) : conn(std::move(c)), lane(l) {}
+    // A batch of no lane (sent after ASK) names its own key.
     void finish(const redisReply* r, std::string_view error) override {
       std::optional<std::vector<LeanAnswer>> answers;
       if (r != nullptr && r->type == REDIS_REPLY_ARRAY) {
@@ -547,12 +598,13 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       });
     }
     std::shared_ptr<Connection> conn;
-    LaneEntry* lane;
+    LaneEntry* lane;  // nullptr: a batch sent once after ASK, outside the lanes
     std::vector<std::unique_ptr<Waiter>> waiters;
     std::vector<LeanEntry> entries;
   };
 
-  // Queues a waiter in its key's lane and sends the lane's next batch if none is in flight.
+  // Queues a waiter in its key's lane and sends the lane's next batch if none is in flight. The
+  // caller has checked that the connection is ready.
   void enqueue(std::unique_ptr<Waiter> w) {
     const AcquireRequest& r = w->req;
     append_redis_key(key_scratch, opt.key_prefix, r.hash_tag.empty() ? r.bucket.name : r.hash_tag, r.bucket.name);
@@ -594,6 +646,7 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       if (lanes.size() > kIdleLanes) lanes.erase(entry->first);
       return;
     }
+    if (retired) return reroute_queued(lane);
     auto op = std::make_unique<BatchOp>(shared_from_this(), entry);
     op->waiters.reserve(std::min(lane.queued.size(), kMaxBatch));
     op->entries.reserve(std::min(lane.queued.size(), kMaxBatch));
@@ -624,41 +677,97 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
 
   void finish_batch(LaneEntry* entry, std::vector<std::unique_ptr<Waiter>>& waiters,
                     std::optional<std::vector<LeanAnswer>> answers, const std::string& why) {
-    for (std::size_t i = 0; i < waiters.size(); ++i) {
-      if (answers) waiters[i]->complete(std::move((*answers)[i]));
-      else waiters[i]->fail(why);
+    if (!answers && !waiters.empty() && redirected(waiters, why)) {
+      waiters.clear();
+    } else {
+      for (std::size_t i = 0; i < waiters.size(); ++i) {
+        if (answers) waiters[i]->complete(std::move((*answers)[i]));
+        else waiters[i]->fail(why);
+      }
     }
+    if (entry == nullptr) return;  // an ASK batch
     entry->second.busy = false;
     send_batch(entry);
   }
 
-  // ---- heartbeats: how many instances share the fleet's limits (for the `local` policy) ----
-  void beat() {
-    if (stopping || !ready) return;
-    static constexpr const char* kBeat = R"LUA(
-local t = redis.call('TIME')
-local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], ms, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms - tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
-return redis.call('ZCARD', KEYS[1])
-)LUA";
-    const std::string window = std::to_string(opt.heartbeat_ms * 3);
-    internal({"EVAL", kBeat, "1", opt.key_prefix + "{instances}", store.instance_id_, window},
-             [self = shared_from_this()](Reply r) {
-               if (r.ok && r.integer > 0) self->store.live_instances_.store(static_cast<unsigned>(r.integer));
-             });
-    heartbeat.expires_after(milliseconds(opt.heartbeat_ms));
-    heartbeat.async_wait([self = shared_from_this()](auto ec) {
-      if (!ec) self->beat();
-    });
+  // What a cluster answers while a slot moves, or a connection being retired lost: the batch's
+  // waiters sent again where the slot is now (at most a few hops each). False: answer them as failed.
+  bool redirected(std::vector<std::unique_ptr<Waiter>>& waiters, const std::string& why) {
+    // A MOVED or ASK is followed at once (a hop or two); TRYAGAIN (keys of a slot half moved)
+    // every 20 ms: together at most ~200 ms, then the failure policy decides.
+    static constexpr std::uint8_t kMaxHops = 10;
+    for (const auto& w : waiters)
+      if (w->hops >= kMaxHops) return false;
+    for (auto& w : waiters) ++w->hops;
+    if (const auto to = parse_redirect(why)) {
+      if (!to->ask) store.topology_->refresh();  // the slot moved for good: the map is stale
+      Connection* target = link.find(to->to);
+      if (target == nullptr || !target->ready) {
+        store.topology_->refresh();
+        return false;
+      }
+      if (to->ask) return target->send_asking(waiters), true;
+      for (auto& w : waiters) target->enqueue(std::move(w));
+      return true;
+    }
+    if (why.starts_with("TRYAGAIN")) {  // a multi-key call while the slot's keys move: shortly again
+      auto timer = std::make_shared<net::steady_timer>(ctx, milliseconds(20));
+      timer->async_wait([timer, l = &link, w = std::move(waiters)](auto) mutable {
+        for (auto& one : w) l->enqueue(std::move(one));
+      });
+      return true;
+    }
+    if (retired) {  // lost while leaving the layout: the current one routes them
+      for (auto& w : waiters) link.enqueue(std::move(w));
+      return true;
+    }
+    return false;
+  }
+
+  // After ASK: the batch once on this node, right behind ASKING (replies come in order, and
+  // nothing else is written between the two).
+  void send_asking(std::vector<std::unique_ptr<Waiter>>& waiters) {
+    auto op = std::make_unique<BatchOp>(shared_from_this(), nullptr);
+    const AcquireRequest& r = waiters.front()->req;
+    std::string key;
+    append_redis_key(key, opt.key_prefix, r.hash_tag.empty() ? r.bucket.name : r.hash_tag, r.bucket.name);
+    for (auto& w : waiters) {
+      op->entries.push_back({&w->req, w->give_back ? &*w->give_back : nullptr});
+      op->waiters.push_back(std::move(w));
+    }
+    lean_batch_command(op->wire, lean_sha, key, opt.key_prefix, op->entries);
+    op->script = lean_acquire_script();
+    internal({"ASKING"}, [](Reply) {});
+    send(op.release(), false);
+  }
+
+  // Waiters queued here that were not sent: routed again by the thread's current layout.
+  void reroute_queued(Lane& lane) {
+    while (!lane.queued.empty()) {
+      auto w = std::move(lane.queued.front());
+      lane.queued.pop_front();
+      link.enqueue(std::move(w));
+    }
+  }
+
+  // No longer a primary of the layout: what is queued goes where the layout says, what is in
+  // flight is answered (or redirected), and the connection closes a little later.
+  void retire() {
+    if (retired) return;
+    store.count_connection(address, -1, ready ? -1 : 0);
+    retired = true;
+    for (auto& [key, lane] : lanes)
+      if (!lane.busy) reroute_queued(lane);
+    retry.cancel();
+    retry_armed = true;  // no reconnect
+    retry.expires_after(milliseconds(2 * opt.decision_timeout_ms + 100));
+    retry.async_wait([self = shared_from_this()](auto) { self->stop(); });
   }
 
   void stop() {
     stopping = true;
     retry.cancel();
     watchdog.cancel();
-    heartbeat.cancel();
     if (ac) {
       redisAsyncContext* c = ac;
       ac = nullptr;
@@ -667,5 +776,78 @@ return redis.call('ZCARD', KEYS[1])
     }
   }
 };
+
+inline RedisStore::Connection* RedisStore::Link::find(const RedisAddress& a) {
+  for (auto& c : by_node)
+    if (c->address == a) return c.get();
+  return nullptr;
+}
+
+template <class W>
+void RedisStore::Link::enqueue(std::unique_ptr<W> w) {
+  Connection* c = route(w->req);
+  if (c == nullptr || !c->ready) return w->fail(c == nullptr ? "redis: no primary serves the key's slot" : "redis not connected");
+  c->enqueue(std::move(w));
+}
+
+inline void RedisStore::Link::apply(std::shared_ptr<const RedisLayout> next) {
+  if (stopping) return;
+  std::vector<std::shared_ptr<Connection>> fresh, gone;
+  for (const RedisAddress& a : next->nodes) {
+    auto it = std::find_if(by_node.begin(), by_node.end(), [&](const auto& c) { return c && c->address == a; });
+    if (it != by_node.end()) {
+      fresh.push_back(std::move(*it));
+      continue;
+    }
+    fresh.push_back(std::make_shared<Connection>(ctx, store, *this, a));
+    store.count_connection(a, 1, 0);
+    fresh.back()->connect();
+  }
+  for (auto& c : by_node)
+    if (c) gone.push_back(std::move(c));
+  by_node = std::move(fresh);
+  layout = std::move(next);
+  for (auto& c : gone) c->retire();  // after by_node: what they had queued goes by the new layout
+  if (beats && !beating) {
+    beating = true;
+    beat();
+  }
+}
+
+// Heartbeats: how many instances share the fleet's limits (for the `local` policy's rate / N). One
+// key, in the slot of "{instances}", written by one thread of each instance.
+inline void RedisStore::Link::connection_ready(Connection* c) {
+  if (beats && route(store.options_.key_prefix + "{instances}") == c) {
+    heartbeat.cancel();  // beats at once (and from then on every heartbeat_ms)
+  }
+}
+
+inline void RedisStore::Link::beat() {
+  if (stopping) return;
+  static constexpr const char* kBeat = R"LUA(
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], ms, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+return redis.call('ZCARD', KEYS[1])
+)LUA";
+  const RedisOptions& opt = store.options_;
+  const std::string key = opt.key_prefix + "{instances}";
+  if (Connection* c = route(key); c != nullptr && c->ready) {
+    c->internal({"EVAL", kBeat, "1", key, store.instance_id_, std::to_string(opt.heartbeat_ms * 3)},
+                [s = &store](redis_detail::Reply r) {
+                  if (r.ok && r.integer > 0) s->live_instances_.store(static_cast<unsigned>(r.integer));
+                });
+  }
+  heartbeat.expires_after(std::chrono::milliseconds(opt.heartbeat_ms));
+  heartbeat.async_wait([self = shared_from_this()](auto) { self->beat(); });
+}
+
+inline void RedisStore::Link::stop() {
+  stopping = true;
+  heartbeat.cancel();
+  for (auto& c : by_node) c->stop();
+}
 
 }  // namespace tollgate::store

@@ -10,12 +10,15 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <future>
 #include <iostream>
 #include <unordered_map>
 
 #include "redis_connection.hpp"
 #include "redis_scripts.hpp"
+#include "redis_topology.hpp"
+#include "tollgate/store/cluster_slot.hpp"
 #include "tollgate/store/redis_codec.hpp"
 #include "tollgate/store/metric_series.hpp"
 
@@ -30,7 +33,7 @@ using redis_detail::Reply;
 using redis_detail::unix_ms;
 
 thread_local const RedisStore* t_owner = nullptr;
-thread_local RedisStore::Connection* t_connection = nullptr;
+thread_local RedisStore::Link* t_link = nullptr;
 
 }  // namespace
 
@@ -44,40 +47,45 @@ RedisStore::RedisStore(RedisOptions options, std::vector<net::io_context*> conte
     gethostname(host, sizeof host - 1);
     instance_id_ = std::string(host) + ":" + std::to_string(getpid());
   }
-  for (std::size_t i = 0; i < contexts_.size(); ++i)
-    connections_.push_back(std::make_shared<Connection>(*contexts_[i], *this, i == 0));
+  for (std::size_t i = 0; i < contexts_.size(); ++i) links_.push_back(std::make_shared<Link>(*contexts_[i], *this, i == 0));
+  // Each layout the watcher finds goes to every thread, which connects to its primaries there.
+  topology_ = std::make_unique<RedisTopology>(options_, [this](std::shared_ptr<const RedisLayout> layout) {
+    for (auto& l : links_) net::post(l->ctx, [l, layout] { l->apply(layout); });
+  });
 }
 
 RedisStore::~RedisStore() = default;
 
 void RedisStore::start() {
-  for (auto& c : connections_) {
-    net::post(c->ctx, [this, c] {
+  for (auto& l : links_) {
+    net::post(l->ctx, [this, l] {
       t_owner = this;
-      t_connection = c.get();
-      c->connect();
+      t_link = l.get();
     });
   }
+  topology_->start();
 }
 
 void RedisStore::stop() {
-  for (auto& c : connections_) net::post(c->ctx, [c] { c->stop(); });
+  topology_->stop();
+  for (auto& l : links_) net::post(l->ctx, [l] { l->stop(); });
 }
 
-RedisStore::Connection* RedisStore::connection_for_current_thread() {
-  return t_owner == this ? t_connection : nullptr;
-}
+RedisStore::Link* RedisStore::link_for_current_thread() { return t_owner == this ? t_link : nullptr; }
 
 void RedisStore::record_success() {
   if (up_flag_.load(std::memory_order_relaxed)) return;  // the common case: no lock
-  // An incident ends when every thread's connection is back: until then some decisions still go
-  // to the failure policy.
-  if (connections_ready_.load(std::memory_order_relaxed) < static_cast<int>(connections_.size())) return;
+  // An incident ends when every thread's connection to every primary is back: until then some
+  // decisions still go to the failure policy.
+  const auto all_ready = [this] {
+    return connections_ready_.load(std::memory_order_relaxed) >= connections_.load(std::memory_order_relaxed);
+  };
+  if (!all_ready()) return;
   std::lock_guard lock(incident_mu_);
   if (up_) return;
   // Again under the lock: a connection torn down meanwhile counted itself out before its failure
   // was recorded, so a stale count cannot end the incident that failure belongs to.
-  if (connections_ready_.load(std::memory_order_relaxed) < static_cast<int>(connections_.size())) return;
+  if (!all_ready()) return;
   up_ = true;
   up_flag_.store(true, std::memory_order_relaxed);
   if (ever_up_ && incidents_ > 0) {
@@ -88,12 +96,34 @@ void RedisStore::record_success() {
   ever_up_ = true;
 }
 
-void RedisStore::connection_ready() {
-  // Said once, when every thread's connection has answered: from then on no decision of this
+void RedisStore::count_connection(const RedisAddress& node, int made, int ready) {
+  std::lock_guard lock(nodes_mu_);
+  const std::string name = node.to_string();
+  auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n.first == name; });
+  if (it == nodes_.end()) it = nodes_.insert(nodes_.end(), {name, NodeCount{}});
+  it->second.made += made;
+  it->second.ready += ready;
+  if (it->second.made == 0) nodes_.erase(it);
+  // Counted in this order: never more ready than made, seen from record_success.
+  if (made > 0) connections_.fetch_add(made, std::memory_order_relaxed);
+  connections_ready_.fetch_add(ready, std::memory_order_relaxed);
+  if (made < 0) connections_.fetch_add(made, std::memory_order_relaxed);
+  // Said once, when every thread's connections have answered: from then on no decision of this
   // instance falls to the failure policy unless Redis fails.
-  if (ready_connections_.fetch_add(1) + 1 == connections_.size())
-    std::cerr << "tollgate: redis store connected to " << options_.host << ":" << options_.port << " ("
-              << connections_.size() << " connections)" << std::endl;
+  if (ready > 0 && !announced_ && connections_ready_.load() == connections_.load()) {
+    announced_ = true;
+    std::string where;
+    for (const auto& n : nodes_) where += (where.empty() ? "" : ", ") + n.first;
+    std::cerr << "tollgate: redis store connected to " << where << " (" << connections_.load() << " connections)"
+              << std::endl;
+  }
+}
+
+std::vector<std::pair<std::string, bool>> RedisStore::nodes_up() const {
+  std::lock_guard lock(nodes_mu_);
+  std::vector<std::pair<std::string, bool>> out;
+  for (const auto& [name, n] : nodes_) out.emplace_back(name, n.ready == n.made);
+  return out;
 }
 
 void RedisStore::record_failure(const std::string& error) {
@@ -121,12 +151,46 @@ StoreDecision RedisStore::unavailable(std::string error) {
   return out;
 }
 
+namespace {
+// Why a request found no ready connection.
+std::string no_connection(const RedisStore::Link* l, const RedisStore::Connection* c, std::string last) {
+  if (l == nullptr) return "redis store not on this thread";
+  if (l->by_node.empty()) return "redis: where the primaries are is not known yet";
+  if (c == nullptr) return "redis: no primary serves the key's slot";
+  return last;
+}
+}  // namespace
+
+// A script call that is not coalesced, sent where the thread's layout says and again where a
+// cluster redirects it (MOVED, ASK after ASKING) or 20 ms later on TRYAGAIN, ten times at most.
+boost::asio::awaitable<redis_detail::Reply> RedisStore::call_routed(Link& l, Connection* c, std::vector<std::string> args,
+                                                                    const char* script) {
+  for (int hop = 0;; ++hop) {
+    Reply r = co_await c->async_call(args, script, net::use_awaitable);
+    if (r.ok || hop == 10) co_return r;  // as a coalesced batch: at most ~200 ms of TRYAGAIN
+    if (const auto to = parse_redirect(r.error)) {
+      topology_->refresh();
+      Connection* target = l.find(to->to);
+      if (target == nullptr || !target->ready) co_return r;
+      if (to->ask) target->internal({"ASKING"}, [](Reply) {});  // then the call, with nothing between
+      c = target;
+      continue;
+    }
+    if (!r.error.starts_with("TRYAGAIN")) co_return r;
+    net::steady_timer pause(l.ctx, milliseconds(20));
+    co_await pause.async_wait(net::use_awaitable);
+    c = l.route(args[3]);  // the first key
+    if (c == nullptr || !c->ready) co_return r;
+  }
+}
+
 boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req) {
-  Connection* c = connection_for_current_thread();
+  Link* l = link_for_current_thread();
+  Connection* c = l ? l->route(req) : nullptr;
   if (c == nullptr || !c->ready) {
     // Named, not a temporary of the co_return expression (g++ 12 may destroy a conditional's
     // string temporary there twice).
-    std::string why = c ? last_error() : "redis store not on this thread";
+    std::string why = no_connection(l, c, c ? last_error() : std::string());
     co_return unavailable(std::move(why));
   }
   // The common case (one bucket, nothing else) takes the lean script, coalesced per bucket.
@@ -138,7 +202,7 @@ boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req
   }
   std::vector<std::string> args{"EVALSHA", c->acquire_sha};
   for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
-  Reply r = co_await c->async_call(std::move(args), acquire_script(), net::use_awaitable);
+  Reply r = co_await call_routed(*l, c, std::move(args), acquire_script());
   std::optional<StoreDecision> out;
   if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size());
   if (!out) {
@@ -154,7 +218,8 @@ boost::asio::awaitable<bool> RedisStore::refund(AcquireRequest req, Reservation 
 }
 
 boost::asio::awaitable<RefundResult> RedisStore::refund_slots(AcquireRequest req, Reservation res) {
-  Connection* c = connection_for_current_thread();
+  Link* l = link_for_current_thread();
+  Connection* c = l ? l->route(req) : nullptr;
   if (c == nullptr || !c->ready) co_return RefundResult{};
   if (lean_request(req)) {  // in the bucket's lane, with its decisions
     const RefundResult out = co_await c->async_refund(std::move(req), res, net::use_awaitable);
@@ -163,7 +228,7 @@ boost::asio::awaitable<RefundResult> RedisStore::refund_slots(AcquireRequest req
   }
   std::vector<std::string> args{"EVALSHA", c->refund_sha};
   for (auto& a : refund_call(req, options_.key_prefix, res)) args.push_back(std::move(a));
-  Reply r = co_await c->async_call(std::move(args), refund_script(), net::use_awaitable);
+  Reply r = co_await call_routed(*l, c, std::move(args), refund_script());
   std::optional<RefundResult> out;
   if (r.ok) out = parse_refund_reply(req, r.items);
   if (!out) co_return RefundResult{};
@@ -175,13 +240,16 @@ namespace {
 // A command sent from a thread that is not the connection's (the admin thread): posted to the
 // connection's event loop, waited for at most `bound`. nullopt when it could not be sent or did not
 // answer in time; the connection's own deadline fails it long before on a stalled Redis.
-std::optional<Reply> call_from_outside(const std::shared_ptr<RedisStore::Connection>& c, std::vector<std::string> args,
-                                       milliseconds bound) {
-  if (t_connection != nullptr) return std::nullopt;  // a request thread would wait for itself
+// `pick` chooses the connection there, by the thread's layout.
+using Pick = std::function<RedisStore::Connection*(RedisStore::Link&)>;
+std::optional<Reply> call_from_outside(const std::shared_ptr<RedisStore::Link>& l, Pick pick,
+                                       std::vector<std::string> args, milliseconds bound) {
+  if (t_link != nullptr) return std::nullopt;  // a request thread would wait for itself
   auto done = std::make_shared<std::promise<Reply>>();
   std::future<Reply> reply = done->get_future();
-  net::post(c->ctx, [c, args = std::move(args), done]() mutable {
-    if (!c->ready) return done->set_value(Reply{false, "redis not connected", {}, 0, {}});
+  net::post(l->ctx, [l, pick = std::move(pick), args = std::move(args), done]() mutable {
+    RedisStore::Connection* c = pick(*l);
+    if (c == nullptr || !c->ready) return done->set_value(Reply{false, "redis not connected", {}, 0, {}});
     c->internal(std::move(args), [done](Reply r) { done->set_value(std::move(r)); });
   });
   if (reply.wait_for(bound) != std::future_status::ready) return std::nullopt;
@@ -197,19 +265,40 @@ std::optional<BucketSnapshot> RedisStore::inspect(const BucketRef& ref, std::str
 
 std::vector<std::optional<BucketSnapshot>> RedisStore::inspect_many(const std::vector<BucketProbe>& probes) {
   std::vector<std::optional<BucketSnapshot>> out(probes.size());
-  if (probes.empty() || connections_.empty()) return out;
-  std::vector<std::string> args{"EVAL", scripts::kInspect, std::to_string(2 * probes.size())};
-  args.reserve(3 + 2 * probes.size());
-  for (const BucketProbe& p : probes) {
-    args.push_back(redis_key(options_.key_prefix, p.hash_tag, p.bucket.name));
-    args.push_back(abandoned_key(options_.key_prefix, p.hash_tag, p.bucket.name));
+  if (probes.empty() || links_.empty()) return out;
+  // One script call per slot (a cluster runs a script only on keys of one slot; outside cluster
+  // mode, one call for all).
+  const bool cluster = options_.mode == RedisMode::cluster;
+  std::vector<std::pair<std::uint16_t, std::vector<std::size_t>>> groups;
+  for (std::size_t i = 0; i < probes.size(); ++i) {
+    const std::uint16_t slot =
+        cluster ? cluster_slot(redis_key(options_.key_prefix, probes[i].hash_tag, probes[i].bucket.name)) : 0;
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == slot; });
+    if (g == groups.end()) g = groups.insert(groups.end(), {slot, {}});
+    g->second.push_back(i);
   }
-  const auto r = call_from_outside(connections_.front(), std::move(args), milliseconds(options_.connect_timeout_ms));
-  if (!r || r->items.size() != 2 + 3 * probes.size()) return out;
+  for (const auto& [slot, members] : groups) {
+    std::vector<std::string> args{"EVAL", scripts::kInspect, std::to_string(2 * members.size())};
+    for (const std::size_t i : members) {
+      args.push_back(redis_key(options_.key_prefix, probes[i].hash_tag, probes[i].bucket.name));
+      args.push_back(abandoned_key(options_.key_prefix, probes[i].hash_tag, probes[i].bucket.name));
+    }
+    Pick pick = [key = args[3]](Link& l) { return l.route(key); };
+    const auto r = call_from_outside(links_.front(), std::move(pick), std::move(args),
+                                     milliseconds(options_.connect_timeout_ms));
+    if (!r || r->items.size() != 2 + 3 * members.size()) continue;
+    read_snapshots(probes, members, r->items, out);
+  }
+  return out;
+}
+
+void RedisStore::read_snapshots(const std::vector<BucketProbe>& probes, const std::vector<std::size_t>& members,
+                                const std::vector<std::string>& items, std::vector<std::optional<BucketSnapshot>>& out) {
   try {
-    const Micros now = std::stoll(r->items[0]) * 1'000'000 + std::stoll(r->items[1]);
-    for (std::size_t i = 0; i < probes.size(); ++i) {
-      const std::string* f = &r->items[2 + 3 * i];
+    const Micros now = std::stoll(items[0]) * 1'000'000 + std::stoll(items[1]);
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      const std::size_t i = members[m];
+      const std::string* f = &items[2 + 3 * m];
       const limiter::Shape shape = limiter::shape_of(probes[i].bucket.params);
       BucketSnapshot snap;
       snap.now = now;
@@ -229,9 +318,8 @@ std::vector<std::optional<BucketSnapshot>> RedisStore::inspect_many(const std::v
       out[i] = snap;
     }
   } catch (const std::exception&) {  // not a number where one belongs: no figures rather than wrong ones
-    std::fill(out.begin(), out.end(), std::nullopt);
+    for (const std::size_t i : members) out[i].reset();
   }
-  return out;
 }
 
 std::optional<std::uint64_t> RedisStore::client_keys() const {
@@ -240,22 +328,26 @@ std::optional<std::uint64_t> RedisStore::client_keys() const {
   if (counted_at_ms_ != 0 && now - counted_at_ms_ < 10'000) return client_keys_;
   counted_at_ms_ = now;
   client_keys_.reset();
-  if (connections_.empty()) return client_keys_;
+  const auto layout = topology_->current();
+  if (links_.empty() || !layout) return client_keys_;
   const std::string pattern = client_keys_pattern(options_.key_prefix);
   const auto deadline = std::chrono::steady_clock::now() + milliseconds(options_.connect_timeout_ms) * 2;
-  std::string cursor = "0";
   std::uint64_t n = 0;
-  for (int round = 0; round < 10'000 && std::chrono::steady_clock::now() < deadline; ++round) {
-    const auto r = call_from_outside(connections_.front(), {"EVAL", scripts::kScanCount, "0", cursor, pattern},
-                                     milliseconds(options_.connect_timeout_ms));
-    if (!r || r->items.size() != 2) return client_keys_;
-    cursor = r->items[0];
-    n += std::strtoull(r->items[1].c_str(), nullptr, 10);
-    if (cursor == "0") {
-      client_keys_ = n;
-      break;
+  // Every primary's keys (one server outside cluster mode).
+  for (std::size_t node = 0; node < layout->nodes.size(); ++node) {
+    const Pick pick = [node](Link& l) { return node < l.by_node.size() ? l.by_node[node].get() : nullptr; };
+    std::string cursor = "0";
+    for (int round = 0;; ++round) {
+      if (round == 10'000 || std::chrono::steady_clock::now() >= deadline) return client_keys_;
+      const auto r = call_from_outside(links_.front(), pick, {"EVAL", scripts::kScanCount, "0", cursor, pattern},
+                                       milliseconds(options_.connect_timeout_ms));
+      if (!r || r->items.size() != 2) return client_keys_;
+      cursor = r->items[0];
+      n += std::strtoull(r->items[1].c_str(), nullptr, 10);
+      if (cursor == "0") break;
     }
   }
+  client_keys_ = n;
   return client_keys_;
 }
 
@@ -278,6 +370,24 @@ RedisStats RedisStore::stats() const {
 void RedisStore::publish_metrics(prometheus::Registry& registry) const {
   const RedisStats st = stats();
   gauge(registry, "tollgate_store_up", "Whether the shared bucket store (Redis) answers.").Set(st.up ? 1 : 0);
+  // Per primary (one outside cluster mode): whether every thread's connection to it is ready. A
+  // primary that left the layout leaves the series.
+  auto& per_node = prometheus::BuildGauge()
+                       .Name("tollgate_store_node_up")
+                       .Help("Whether every gateway thread's connection to this Redis primary is ready.")
+                       .Register(registry);
+  const auto nodes = nodes_up();
+  {
+    std::lock_guard lock(nodes_mu_);
+    for (const auto& name : shown_nodes_)
+      if (std::none_of(nodes.begin(), nodes.end(), [&](const auto& n) { return n.first == name; }))
+        per_node.Remove(&per_node.Add({{"node", name}}));
+    shown_nodes_.clear();
+    for (const auto& [name, up] : nodes) {
+      per_node.Add({{"node", name}}).Set(up ? 1 : 0);
+      shown_nodes_.push_back(name);
+    }
+  }
   advance_to(counter(registry, "tollgate_store_incidents_total", "Store outages (each logged once at start and end)."),
              static_cast<double>(st.incidents));
   gauge(registry, "tollgate_store_live_instances", "Gateway instances heartbeating in the store.").Set(st.live_instances);

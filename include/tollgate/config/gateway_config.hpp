@@ -83,12 +83,19 @@ struct MysqlConfig {
 enum class RuleSource : std::uint8_t { file, mysql };                  // limits.source
 enum class StoreKind : std::uint8_t { local, redis };                  // limits.store
 enum class FailurePolicy : std::uint8_t { fail_open, fail_closed, local };  // limits.redis.failure_policy
+enum class RedisMode : std::uint8_t { standalone, cluster, sentinel };        // limits.redis.mode
 // limits.missing_key: a keyBy header:<Name> without the header is keyed "anonymous", or refused (400).
 enum class MissingKey : std::uint8_t { anonymous, reject };
 
 struct RedisConfig {
-  std::string host = "127.0.0.1";
+  RedisMode mode = RedisMode::standalone;
+  std::string host = "127.0.0.1";  // standalone
   std::uint16_t port = 6379;
+  std::vector<Endpoint> nodes;      // cluster: seed nodes ("host:port"), any of them will do
+  std::vector<Endpoint> sentinels;  // sentinel: the sentinels to ask for the primary
+  std::string master_name;               // sentinel: the name the sentinels monitor the primary under
+  std::string sentinel_password_env = "TOLLGATE_REDIS_SENTINEL_PASSWORD";
+  std::string sentinel_password;         // resolved from sentinel_password_env at load
   std::string password_env = "TOLLGATE_REDIS_PASSWORD";
   std::string password;                    // resolved from password_env at load
   int database = 0;

@@ -1,7 +1,9 @@
-// Bucket state shared by the fleet in Redis (DESIGN.md section 3). One EVALSHA per decision: an
-// atomic Lua script does resync, decision and update on the server with Redis TIME as the clock.
-// One hiredis async connection per gateway thread, driven by that thread's io_context through a
-// descriptor on the connection's fd; requests of a thread are pipelined on its connection.
+// Bucket state shared by the fleet in Redis (DESIGN.md section 3). One EVALSHA per decision (or per
+// batch of coalesced decisions of one bucket): an atomic Lua script does resync, decision and update
+// on the server with Redis TIME as the clock. Each gateway thread has one hiredis async connection
+// per primary (one outside cluster mode), driven by that thread's io_context through a descriptor
+// on the connection's fd; requests of a thread are pipelined on it. Which primaries there are, and
+// which serves a key, is kept current by a topology watcher (standalone, cluster or sentinel).
 #pragma once
 
 #include <atomic>
@@ -13,6 +15,7 @@
 #include "tollgate/limiter/clock.hpp"
 #include "tollgate/store/bucket_store.hpp"
 #include "tollgate/store/key_schema.hpp"
+#include "tollgate/store/redis_layout.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -20,9 +23,24 @@ class io_context;
 
 namespace tollgate::store {
 
+class RedisTopology;
+namespace redis_detail {
+struct Reply;
+}
+
+enum class RedisMode : std::uint8_t {
+  standalone,  // one server at host:port
+  cluster,     // Redis Cluster: the slot map asked of `seeds` (any node), one connection per primary
+  sentinel,    // the primary named `master_name`, asked of the sentinels in `seeds` and followed
+};
+
 struct RedisOptions {
-  std::string host = "127.0.0.1";
+  RedisMode mode = RedisMode::standalone;
+  std::string host = "127.0.0.1";  // standalone
   std::uint16_t port = 6379;
+  std::vector<RedisAddress> seeds;  // cluster: seed nodes; sentinel: the sentinels
+  std::string master_name;          // sentinel
+  std::string sentinel_password;    // sentinel: AUTH for the sentinels (empty: none)
   std::string password;          // empty: no AUTH
   int database = 0;
   std::string key_prefix = "tollgate:";
@@ -68,20 +86,30 @@ class RedisStore final : public BucketStore {
   std::optional<std::uint64_t> client_keys() const;
   const RedisOptions& options() const { return options_; }
 
+  // Whether each primary's connections (one per thread) are all ready, by "host:port".
+  std::vector<std::pair<std::string, bool>> nodes_up() const;
+
   struct Connection;
+  struct Link;
 
  private:
-  Connection* connection_for_current_thread();
+  Link* link_for_current_thread();
   void record_success();
-  void connection_ready();
+  // A connection to `node` made (+1) or retired (-1); one became ready (+1) or not (-1).
+  void count_connection(const RedisAddress& node, int made, int ready);
   void record_failure(const std::string& error);
   // A decision Redis could not make: StoreStatus::unavailable, counted in the incident.
   StoreDecision unavailable(std::string error);
   std::string last_error() const;
+  boost::asio::awaitable<redis_detail::Reply> call_routed(Link& l, Connection* c, std::vector<std::string> args,
+                                                         const char* script);
+  static void read_snapshots(const std::vector<BucketProbe>& probes, const std::vector<std::size_t>& members,
+                             const std::vector<std::string>& items, std::vector<std::optional<BucketSnapshot>>& out);
 
   RedisOptions options_;
   std::vector<boost::asio::io_context*> contexts_;
-  std::vector<std::shared_ptr<Connection>> connections_;
+  std::vector<std::shared_ptr<Link>> links_;  // one per context
+  std::unique_ptr<RedisTopology> topology_;
 
   std::string instance_id_;
   mutable std::mutex incident_mu_;
@@ -94,8 +122,17 @@ class RedisStore final : public BucketStore {
   std::uint64_t incidents_ = 0;
   std::atomic<std::uint64_t> refunds_{0};
   std::atomic<unsigned> live_instances_{1};
-  std::atomic<std::size_t> ready_connections_{0};  // that have ever been ready (the start-up line)
-  std::atomic<int> connections_ready_{0};          // ready now
+  // Connections of every thread to the current layout's primaries, and those ready now: an
+  // incident ends when all are ready.
+  std::atomic<int> connections_{0};
+  std::atomic<int> connections_ready_{0};
+  struct NodeCount {
+    int made = 0, ready = 0;
+  };
+  mutable std::mutex nodes_mu_;
+  std::vector<std::pair<std::string, NodeCount>> nodes_;  // by "host:port", for nodes_up()
+  bool announced_ = false;                                // the "connected" line was said
+  mutable std::vector<std::string> shown_nodes_;          // tollgate_store_node_up series out
   mutable std::mutex count_mu_;
   mutable std::int64_t counted_at_ms_ = 0;
   mutable std::optional<std::uint64_t> client_keys_;

@@ -1,0 +1,299 @@
+#include "redis_topology.hpp"
+
+#include <hiredis/hiredis.h>
+#include <poll.h>
+
+#include <charconv>
+#include <iostream>
+#include <vector>
+
+namespace tollgate::store {
+
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr milliseconds kPeriod{1000};      // asked again this often with nothing to prompt it
+constexpr milliseconds kMinInterval{50};   // and at most this often when prompted
+
+struct ReplyPtr {
+  redisReply* r = nullptr;
+  ~ReplyPtr() {
+    if (r) freeReplyObject(r);
+  }
+};
+
+std::optional<std::uint16_t> port_of(const redisReply* e) {
+  if (e->type == REDIS_REPLY_INTEGER) {
+    if (e->integer <= 0 || e->integer > 65535) return std::nullopt;
+    return static_cast<std::uint16_t>(e->integer);
+  }
+  if (e->type != REDIS_REPLY_STRING) return std::nullopt;
+  unsigned p = 0;
+  const auto res = std::from_chars(e->str, e->str + e->len, p);
+  if (res.ec != std::errc() || p == 0 || p > 65535) return std::nullopt;
+  return static_cast<std::uint16_t>(p);
+}
+
+timeval to_timeval(std::uint32_t ms) { return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)}; }
+
+}  // namespace
+
+RedisTopology::RedisTopology(const RedisOptions& options, Listener on_change)
+    : opt_(options), on_change_(std::move(on_change)) {}
+
+RedisTopology::~RedisTopology() { stop(); }
+
+void RedisTopology::start() {
+  if (opt_.mode == RedisMode::standalone) {
+    RedisLayout one;
+    one.nodes.push_back({opt_.host, opt_.port});
+    publish(std::move(one), "");
+    return;
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+void RedisTopology::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (query_) redisFree(query_);
+  if (subscriber_) redisFree(subscriber_);
+  query_ = subscriber_ = nullptr;
+}
+
+void RedisTopology::refresh() {
+  if (opt_.mode == RedisMode::standalone) return;
+  {
+    std::lock_guard lock(mu_);
+    refresh_wanted_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::shared_ptr<const RedisLayout> RedisTopology::current() const {
+  std::lock_guard lock(mu_);
+  return layout_;
+}
+
+void RedisTopology::publish(RedisLayout layout, const std::string& why) {
+  auto next = std::make_shared<const RedisLayout>(std::move(layout));
+  {
+    std::lock_guard lock(mu_);
+    if (layout_ && *layout_ == *next) return;
+    layout_ = next;
+  }
+  if (!why.empty()) std::cerr << "tollgate: " << why << ": " << next->describe() << std::endl;
+  on_change_(std::move(next));
+}
+
+void RedisTopology::warn_once(const std::string& what) {
+  if (failing_) return;
+  failing_ = true;
+  std::cerr << "tollgate: warn: " << what << "; asking again every " << kPeriod.count() << " ms" << std::endl;
+}
+
+redisContext* RedisTopology::connect(const RedisAddress& a, const std::string& password, std::string& error) const {
+  redisContext* c = redisConnectWithTimeout(a.host.c_str(), a.port, to_timeval(opt_.connect_timeout_ms));
+  if (c == nullptr || c->err) {
+    error = a.to_string() + ": " + (c ? c->errstr : "out of memory");
+    if (c) redisFree(c);
+    return nullptr;
+  }
+  redisSetTimeout(c, to_timeval(opt_.connect_timeout_ms));
+  if (!password.empty()) {
+    ReplyPtr r{static_cast<redisReply*>(redisCommand(c, "AUTH %b", password.data(), password.size()))};
+    if (r.r == nullptr || r.r->type == REDIS_REPLY_ERROR) {
+      error = a.to_string() + ": AUTH " + (r.r ? std::string(r.r->str, r.r->len) : std::string(c->errstr));
+      redisFree(c);
+      return nullptr;
+    }
+  }
+  return c;
+}
+
+void RedisTopology::run() {
+  auto last = std::chrono::steady_clock::now() - kPeriod;
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      refresh_wanted_ = false;
+    }
+    last = std::chrono::steady_clock::now();
+    const bool ok = opt_.mode == RedisMode::cluster ? ask_cluster() : ask_sentinels();
+    if (ok && failing_) {
+      failing_ = false;
+      std::cerr << "tollgate: redis " << (opt_.mode == RedisMode::cluster ? "cluster" : "sentinels")
+                << " answer again" << std::endl;
+    }
+    // At least kMinInterval between asks, however often the store prompts.
+    const auto earliest = last + kMinInterval;
+    while (std::chrono::steady_clock::now() < earliest) wait(milliseconds(10));
+    const auto until = last + kPeriod;
+    for (;;) {
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_ || refresh_wanted_) break;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= until) break;
+      wait(std::min(milliseconds(100), std::chrono::duration_cast<milliseconds>(until - now) + milliseconds(1)));
+    }
+  }
+}
+
+void RedisTopology::wait(milliseconds period) {
+  if (opt_.mode == RedisMode::sentinel && subscriber_ != nullptr) return follow_switch(period);
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, period, [this] { return stopping_ || refresh_wanted_; });
+}
+
+bool RedisTopology::ask_cluster() {
+  // Known primaries first (the seeds may be gone), then the seeds.
+  std::vector<RedisAddress> candidates;
+  if (query_) candidates.push_back(query_addr_);
+  if (const auto known = current())
+    for (const auto& n : known->nodes) candidates.push_back(n);
+  for (const auto& s : opt_.seeds) candidates.push_back(s);
+  std::string errors;
+  for (const RedisAddress& a : candidates) {
+    if (!query_ || !(query_addr_ == a)) {
+      if (query_) redisFree(query_);
+      std::string error;
+      query_ = connect(a, opt_.password, error);
+      query_addr_ = a;
+      if (!query_) {
+        errors += (errors.empty() ? "" : "; ") + error;
+        continue;
+      }
+    }
+    ReplyPtr r{static_cast<redisReply*>(redisCommand(query_, "CLUSTER SLOTS"))};
+    if (r.r == nullptr || r.r->type != REDIS_REPLY_ARRAY) {
+      errors += (errors.empty() ? "" : "; ") + a.to_string() + ": CLUSTER SLOTS " +
+                (r.r && r.r->type == REDIS_REPLY_ERROR ? std::string(r.r->str, r.r->len) : std::string(query_->errstr));
+      redisFree(query_);
+      query_ = nullptr;
+      continue;
+    }
+    std::vector<SlotRange> ranges;
+    for (std::size_t i = 0; i < r.r->elements; ++i) {
+      const redisReply* e = r.r->element[i];
+      if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[0]->type != REDIS_REPLY_INTEGER ||
+          e->element[1]->type != REDIS_REPLY_INTEGER || e->element[2]->type != REDIS_REPLY_ARRAY ||
+          e->element[2]->elements < 2)
+        continue;
+      const redisReply* primary = e->element[2];
+      SlotRange range;
+      range.first = static_cast<std::uint16_t>(e->element[0]->integer);
+      range.last = static_cast<std::uint16_t>(e->element[1]->integer);
+      // An empty host is the node asked; "?" an address the node does not know yet (skipped).
+      const std::string host(primary->element[0]->str ? primary->element[0]->str : "", primary->element[0]->len);
+      if (host == "?") continue;
+      range.primary.host = host.empty() ? a.host : host;
+      const auto port = port_of(primary->element[1]);
+      if (!port) continue;
+      range.primary.port = *port;
+      ranges.push_back(std::move(range));
+    }
+    auto layout = layout_of(ranges);
+    if (!layout) {
+      errors += (errors.empty() ? "" : "; ") + a.to_string() + ": no slot served";
+      continue;
+    }
+    publish(std::move(*layout), "redis cluster layout");
+    return true;
+  }
+  warn_once("redis cluster: no node answers CLUSTER SLOTS (" + errors + ")");
+  return false;
+}
+
+bool RedisTopology::ask_sentinels() {
+  std::vector<RedisAddress> candidates;
+  if (query_) candidates.push_back(query_addr_);
+  for (const auto& s : opt_.seeds) candidates.push_back(s);
+  std::string errors;
+  for (const RedisAddress& a : candidates) {
+    if (!query_ || !(query_addr_ == a)) {
+      if (query_) redisFree(query_);
+      std::string error;
+      query_ = connect(a, opt_.sentinel_password, error);
+      query_addr_ = a;
+      if (!query_) {
+        errors += (errors.empty() ? "" : "; ") + error;
+        continue;
+      }
+    }
+    ReplyPtr r{static_cast<redisReply*>(
+        redisCommand(query_, "SENTINEL get-master-addr-by-name %b", opt_.master_name.data(), opt_.master_name.size()))};
+    if (r.r == nullptr || r.r->type != REDIS_REPLY_ARRAY || r.r->elements != 2 ||
+        r.r->element[0]->type != REDIS_REPLY_STRING) {
+      const std::string why = r.r == nullptr ? std::string(query_->errstr)
+                              : r.r->type == REDIS_REPLY_ERROR ? std::string(r.r->str, r.r->len)
+                              : r.r->type == REDIS_REPLY_NIL   ? "does not monitor '" + opt_.master_name + "'"
+                                                               : "unexpected reply";
+      errors += (errors.empty() ? "" : "; ") + a.to_string() + ": " + why;
+      redisFree(query_);
+      query_ = nullptr;
+      continue;
+    }
+    const auto port = port_of(r.r->element[1]);
+    if (!port) continue;
+    RedisLayout one;
+    one.nodes.push_back({std::string(r.r->element[0]->str, r.r->element[0]->len), *port});
+    publish(std::move(one), "redis sentinel: primary '" + opt_.master_name + "'");
+    // Between asks, +switch-master says at once when the sentinels promote a replica.
+    if (subscriber_ == nullptr) {
+      std::string error;
+      subscriber_ = connect(a, opt_.sentinel_password, error);
+      if (subscriber_) {
+        ReplyPtr s{static_cast<redisReply*>(redisCommand(subscriber_, "SUBSCRIBE +switch-master"))};
+        if (s.r == nullptr || s.r->type != REDIS_REPLY_ARRAY) {
+          redisFree(subscriber_);
+          subscriber_ = nullptr;
+        }
+      }
+    }
+    return true;
+  }
+  warn_once("redis sentinel: no sentinel names the primary '" + opt_.master_name + "' (" + errors + ")");
+  return false;
+}
+
+// Reads +switch-master messages ("<name> <old ip> <old port> <new ip> <new port>") for up to
+// `slice`; a message for our primary is published at once.
+void RedisTopology::follow_switch(milliseconds slice) {
+  void* raw = nullptr;
+  if (redisGetReplyFromReader(subscriber_, &raw) == REDIS_OK && raw == nullptr) {
+    pollfd p{subscriber_->fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(slice.count())) <= 0) return;
+    if (redisBufferRead(subscriber_) != REDIS_OK || redisGetReplyFromReader(subscriber_, &raw) != REDIS_OK) {
+      redisFree(subscriber_);
+      subscriber_ = nullptr;  // subscribed again at the next ask
+      return;
+    }
+  }
+  ReplyPtr r{static_cast<redisReply*>(raw)};
+  if (r.r == nullptr || r.r->type != REDIS_REPLY_ARRAY || r.r->elements != 3 || r.r->element[2]->type != REDIS_REPLY_STRING)
+    return;
+  const std::string text(r.r->element[2]->str, r.r->element[2]->len);
+  std::vector<std::string> words;
+  for (std::size_t at = 0; at <= text.size();) {
+    const auto space = std::min(text.find(' ', at), text.size());
+    words.push_back(text.substr(at, space - at));
+    at = space + 1;
+  }
+  if (words.size() != 5 || words[0] != opt_.master_name) return;
+  unsigned port = 0;
+  const auto res = std::from_chars(words[4].data(), words[4].data() + words[4].size(), port);
+  if (res.ec != std::errc() || port == 0 || port > 65535) return;
+  RedisLayout one;
+  one.nodes.push_back({words[3], static_cast<std::uint16_t>(port)});
+  publish(std::move(one), "redis sentinel: +switch-master '" + opt_.master_name + "'");
+}
+
+}  // namespace tollgate::store
