@@ -2,6 +2,8 @@
 
 #include "support/load.hpp"
 
+#include <algorithm>
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -64,6 +66,20 @@ LoadResult run_load(const std::vector<int>& ports, const std::string& target, in
   }
   for (auto& t : threads) t.join();
   return result;
+}
+
+WindowCheck check_windows(std::vector<std::int64_t> arrivals_us, double burst, double rate) {
+  WindowCheck out;
+  if (arrivals_us.empty()) return out;
+  std::sort(arrivals_us.begin(), arrivals_us.end());
+  for (std::size_t i = 0; i < arrivals_us.size(); ++i)
+    for (std::size_t j = i; j < arrivals_us.size(); ++j) {
+      const double T = static_cast<double>(arrivals_us[j] - arrivals_us[i]) / 1e6;
+      out.worst_excess = std::max(out.worst_excess, static_cast<double>(j - i + 1) - (burst + rate * T));
+    }
+  out.span_s = static_cast<double>(arrivals_us.back() - arrivals_us.front()) / 1e6;
+  out.share = static_cast<double>(arrivals_us.size()) / (burst + rate * out.span_s);
+  return out;
 }
 
 }  // namespace tollgate::testing

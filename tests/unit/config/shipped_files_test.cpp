@@ -24,6 +24,7 @@ std::string read(const std::string& path) {
 
 TEST(ShippedFiles, EveryConfVariantParses) {
   for (const char* f : {"conf/gateway.json", "conf/gateway-mysql.json", "conf/gateway-redis.json",
+                        "conf/gateway-redis-cluster.json", "conf/gateway-redis-sentinel.json",
                         "conf/compose/gateway.json"}) {
     SCOPED_TRACE(f);
     EXPECT_NO_THROW(load_gateway_config(kRoot + "/" + f));
