@@ -13,7 +13,7 @@ std::uint16_t RedisLayout::node_of(std::string_view key) const {
 }
 
 std::string RedisLayout::describe() const {
-  if (owner.empty()) return nodes.empty() ? std::string("(none)") : nodes.front().to_string();
+  if (owner.empty()) return !nodes.empty() ? nodes.front().to_string() : note.empty() ? std::string("(none)") : note;
   std::string out;
   for (std::size_t n = 0; n < nodes.size(); ++n) {
     if (n > 0) out += ", ";

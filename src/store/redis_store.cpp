@@ -50,6 +50,9 @@ RedisStore::RedisStore(RedisOptions options, std::vector<net::io_context*> conte
   for (std::size_t i = 0; i < contexts_.size(); ++i) links_.push_back(std::make_shared<Link>(*contexts_[i], *this, i == 0));
   // Each layout the watcher finds goes to every thread, which connects to its primaries there.
   topology_ = std::make_unique<RedisTopology>(options_, [this](std::shared_ptr<const RedisLayout> layout) {
+    // No primary to use (a failover under way): an incident from now, ended when the new one's
+    // connections are ready.
+    if (layout->nodes.empty()) record_failure(layout->note);
     for (auto& l : links_) net::post(l->ctx, [l, layout] { l->apply(layout); });
   });
 }
@@ -78,7 +81,8 @@ void RedisStore::record_success() {
   // An incident ends when every thread's connection to every primary is back: until then some
   // decisions still go to the failure policy.
   const auto all_ready = [this] {
-    return connections_ready_.load(std::memory_order_relaxed) >= connections_.load(std::memory_order_relaxed);
+    const int made = connections_.load(std::memory_order_relaxed);
+    return made > 0 && connections_ready_.load(std::memory_order_relaxed) >= made;
   };
   if (!all_ready()) return;
   std::lock_guard lock(incident_mu_);
@@ -155,7 +159,8 @@ namespace {
 // Why a request found no ready connection.
 std::string no_connection(const RedisStore::Link* l, const RedisStore::Connection* c, std::string last) {
   if (l == nullptr) return "redis store not on this thread";
-  if (l->by_node.empty()) return "redis: where the primaries are is not known yet";
+  if (l->by_node.empty())
+    return l->layout && !l->layout->note.empty() ? l->layout->note : "redis: where the primaries are is not known yet";
   if (c == nullptr) return "redis: no primary serves the key's slot";
   return last;
 }

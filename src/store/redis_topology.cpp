@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <charconv>
 #include <iostream>
 #include <vector>
@@ -15,6 +16,7 @@ namespace {
 
 constexpr milliseconds kPeriod{1000};      // asked again this often with nothing to prompt it
 constexpr milliseconds kMinInterval{50};   // and at most this often when prompted
+constexpr milliseconds kFailoverPause{10000};  // the longest a sentinel failover keeps decisions off Redis
 
 struct ReplyPtr {
   redisReply* r = nullptr;
@@ -62,8 +64,9 @@ void RedisTopology::stop() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (query_) redisFree(query_);
-  if (subscriber_) redisFree(subscriber_);
-  query_ = subscriber_ = nullptr;
+  query_ = nullptr;
+  for (auto& s : subscribers_) redisFree(s.c);
+  subscribers_.clear();
 }
 
 void RedisTopology::refresh() {
@@ -148,7 +151,7 @@ void RedisTopology::run() {
 }
 
 void RedisTopology::wait(milliseconds period) {
-  if (opt_.mode == RedisMode::sentinel && subscriber_ != nullptr) return follow_switch(period);
+  if (opt_.mode == RedisMode::sentinel && !subscribers_.empty()) return follow_switch(period);
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, period, [this] { return stopping_ || refresh_wanted_; });
 }
@@ -243,57 +246,116 @@ bool RedisTopology::ask_sentinels() {
     }
     const auto port = port_of(r.r->element[1]);
     if (!port) continue;
+    const RedisAddress primary{std::string(r.r->element[0]->str, r.r->element[0]->len), *port};
+    subscribe_all();
+    // During a failover the sentinels name the old primary until it ends: it stays unused.
+    if (paused_ && primary == paused_from_ && std::chrono::steady_clock::now() < paused_until_) return true;
+    if (paused_ && primary == paused_from_)
+      std::cerr << "tollgate: warn: redis sentinel: the failover of '" << opt_.master_name << "' did not end within "
+                << kFailoverPause.count() << " ms; using the primary the sentinels name" << std::endl;
+    paused_ = false;
     RedisLayout one;
-    one.nodes.push_back({std::string(r.r->element[0]->str, r.r->element[0]->len), *port});
+    one.nodes.push_back(primary);
     publish(std::move(one), "redis sentinel: primary '" + opt_.master_name + "'");
-    // Between asks, +switch-master says at once when the sentinels promote a replica.
-    if (subscriber_ == nullptr) {
-      std::string error;
-      subscriber_ = connect(a, opt_.sentinel_password, error);
-      if (subscriber_) {
-        ReplyPtr s{static_cast<redisReply*>(redisCommand(subscriber_, "SUBSCRIBE +switch-master"))};
-        if (s.r == nullptr || s.r->type != REDIS_REPLY_ARRAY) {
-          redisFree(subscriber_);
-          subscriber_ = nullptr;
-        }
-      }
-    }
     return true;
   }
   warn_once("redis sentinel: no sentinel names the primary '" + opt_.master_name + "' (" + errors + ")");
   return false;
 }
 
-// Reads +switch-master messages ("<name> <old ip> <old port> <new ip> <new port>") for up to
-// `slice`; a message for our primary is published at once.
+// Every sentinel that answers gets a subscription of its own: the events of a failover are
+// published by the sentinel that leads it, which may be any of them.
+void RedisTopology::subscribe_all() {
+  // A sentinel that is down (a connect can take connect_timeout_ms) is tried again every 5 s.
+  const auto now = std::chrono::steady_clock::now();
+  if (subscribers_.size() == opt_.seeds.size() || now < next_subscribe_) return;
+  next_subscribe_ = now + std::chrono::seconds(5);
+  for (const RedisAddress& a : opt_.seeds) {
+    if (std::any_of(subscribers_.begin(), subscribers_.end(), [&](const Subscriber& s) { return s.sentinel == a; }))
+      continue;
+    std::string error;
+    redisContext* c = connect(a, opt_.sentinel_password, error);
+    if (c == nullptr) continue;  // down: tried again at the next ask
+    bool ok = redisAppendCommand(c, "PSUBSCRIBE +switch-master +selected-slave -failover-abort-*") == REDIS_OK;
+    for (int i = 0; ok && i < 3; ++i) {  // one confirmation per pattern
+      void* raw = nullptr;
+      ok = redisGetReply(c, &raw) == REDIS_OK && raw != nullptr;
+      ReplyPtr r{static_cast<redisReply*>(raw)};
+      ok = ok && r.r->type == REDIS_REPLY_ARRAY;
+    }
+    if (!ok) {
+      redisFree(c);
+      continue;
+    }
+    subscribers_.push_back({a, c});
+  }
+}
+
+// Reads the sentinels' events for up to `slice`; each is acted on at once.
 void RedisTopology::follow_switch(milliseconds slice) {
-  void* raw = nullptr;
-  if (redisGetReplyFromReader(subscriber_, &raw) == REDIS_OK && raw == nullptr) {
-    pollfd p{subscriber_->fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(slice.count())) <= 0) return;
-    if (redisBufferRead(subscriber_) != REDIS_OK || redisGetReplyFromReader(subscriber_, &raw) != REDIS_OK) {
-      redisFree(subscriber_);
-      subscriber_ = nullptr;  // subscribed again at the next ask
-      return;
+  std::vector<pollfd> fds;
+  for (const auto& s : subscribers_) fds.push_back({s.c->fd, POLLIN, 0});
+  // Replies already read into a context's buffer come first.
+  bool buffered = false;
+  for (std::size_t i = 0; i < subscribers_.size() && !buffered; ++i) {
+    void* raw = nullptr;
+    if (redisGetReplyFromReader(subscribers_[i].c, &raw) == REDIS_OK && raw != nullptr) {
+      ReplyPtr r{static_cast<redisReply*>(raw)};
+      buffered = true;
+      if (r.r->type == REDIS_REPLY_ARRAY && r.r->elements == 4 && r.r->element[2]->type == REDIS_REPLY_STRING &&
+          r.r->element[3]->type == REDIS_REPLY_STRING)
+        on_sentinel_event(std::string(r.r->element[2]->str, r.r->element[2]->len),
+                          std::string(r.r->element[3]->str, r.r->element[3]->len));
     }
   }
-  ReplyPtr r{static_cast<redisReply*>(raw)};
-  if (r.r == nullptr || r.r->type != REDIS_REPLY_ARRAY || r.r->elements != 3 || r.r->element[2]->type != REDIS_REPLY_STRING)
-    return;
-  const std::string text(r.r->element[2]->str, r.r->element[2]->len);
+  if (buffered) return;
+  if (::poll(fds.data(), fds.size(), static_cast<int>(slice.count())) <= 0) return;
+  for (std::size_t i = fds.size(); i-- > 0;) {
+    if (fds[i].revents == 0) continue;
+    if (redisBufferRead(subscribers_[i].c) != REDIS_OK) {  // that sentinel went away: subscribed again later
+      redisFree(subscribers_[i].c);
+      subscribers_.erase(subscribers_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+}
+
+// "+selected-slave": "slave <ip>:<port> <ip> <port> @ <name> <ip> <port>"; "+switch-master":
+// "<name> <old ip> <old port> <new ip> <new port>"; "-failover-abort-*": "master <name> <ip> <port>".
+void RedisTopology::on_sentinel_event(const std::string& channel, const std::string& text) {
   std::vector<std::string> words;
   for (std::size_t at = 0; at <= text.size();) {
     const auto space = std::min(text.find(' ', at), text.size());
     words.push_back(text.substr(at, space - at));
     at = space + 1;
   }
-  if (words.size() != 5 || words[0] != opt_.master_name) return;
-  unsigned port = 0;
-  const auto res = std::from_chars(words[4].data(), words[4].data() + words[4].size(), port);
-  if (res.ec != std::errc() || port == 0 || port > 65535) return;
-  RedisLayout one;
-  one.nodes.push_back({words[3], static_cast<std::uint16_t>(port)});
-  publish(std::move(one), "redis sentinel: +switch-master '" + opt_.master_name + "'");
+  const std::string& name = opt_.master_name;
+  if (channel == "+switch-master") {
+    if (words.size() != 5 || words[0] != name) return;
+    unsigned port = 0;
+    const auto res = std::from_chars(words[4].data(), words[4].data() + words[4].size(), port);
+    if (res.ec != std::errc() || port == 0 || port > 65535) return;
+    paused_ = false;
+    RedisLayout one;
+    one.nodes.push_back({words[3], static_cast<std::uint16_t>(port)});
+    publish(std::move(one), "redis sentinel: +switch-master '" + name + "'");
+  } else if (channel == "+selected-slave") {
+    if (words.size() != 8 || words[4] != "@" || words[5] != name || paused_) return;
+    const auto known = current();
+    if (!known || known->nodes.empty()) return;
+    paused_ = true;
+    paused_from_ = known->nodes.front();
+    paused_until_ = std::chrono::steady_clock::now() + kFailoverPause;
+    RedisLayout none;
+    none.note = "redis sentinel: failover of '" + name + "' under way (" + words[1] + " to be promoted, " +
+                paused_from_.to_string() + " no longer written to)";
+    publish(std::move(none), "redis sentinel");
+  } else if (channel.starts_with("-failover-abort")) {
+    if (words.size() < 2 || words[0] != "master" || words[1] != name || !paused_) return;
+    paused_ = false;
+    std::cerr << "tollgate: redis sentinel: " << channel << " '" << name << "': asking for the primary again" << std::endl;
+    std::lock_guard lock(mu_);
+    refresh_wanted_ = true;
+  }
 }
 
 }  // namespace tollgate::store

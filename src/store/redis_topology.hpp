@@ -5,7 +5,10 @@
 //               store asks (a MOVED reply, a lost connection);
 //   sentinel    SENTINEL get-master-addr-by-name asked of the first sentinel that answers, every
 //               second and at once when the store asks (a lost connection, a READONLY reply), and
-//               followed between asks through a subscription to +switch-master.
+//               followed between asks through subscriptions on every sentinel: +selected-slave
+//               (a failover begins: no primary is used until it ends, so that nothing granted on
+//               the old primary after the replica's promotion is lost), +switch-master (it ended:
+//               the new primary) and -failover-abort-* (it did not happen: asked again).
 // Each new layout is handed to `on_change` (on the watcher's thread; the store posts it to its
 // threads). Included by redis_store.cpp only.
 #pragma once
@@ -17,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tollgate/store/redis_layout.hpp"
 #include "tollgate/store/redis_store.hpp"
@@ -47,6 +51,8 @@ class RedisTopology {
   // messages meanwhile.
   void wait(std::chrono::milliseconds period);
   void follow_switch(std::chrono::milliseconds slice);
+  void on_sentinel_event(const std::string& channel, const std::string& text);
+  void subscribe_all();
   void publish(RedisLayout layout, const std::string& why);
   redisContext* connect(const RedisAddress& a, const std::string& password, std::string& error) const;
   void warn_once(const std::string& what);
@@ -61,7 +67,17 @@ class RedisTopology {
   std::thread thread_;
   redisContext* query_ = nullptr;       // the node (cluster) or sentinel last asked
   RedisAddress query_addr_;
-  redisContext* subscriber_ = nullptr;  // sentinel: subscribed to +switch-master
+  struct Subscriber {
+    RedisAddress sentinel;
+    redisContext* c = nullptr;
+  };
+  std::vector<Subscriber> subscribers_;  // sentinel: one per sentinel that answers
+  std::chrono::steady_clock::time_point next_subscribe_{};
+  // A failover under way (sentinel): no primary is used until +switch-master, an abort, a primary
+  // other than `paused_from_` asked of the sentinels, or `paused_until_`.
+  bool paused_ = false;
+  RedisAddress paused_from_;
+  std::chrono::steady_clock::time_point paused_until_{};
   bool failing_ = false;                // a warning is out; said again when it answers
 };
 

@@ -24,6 +24,7 @@ struct RedisLayout {
   std::vector<RedisAddress> nodes;   // the primaries; one outside cluster mode
   std::vector<std::uint16_t> owner;  // cluster: slot -> index in nodes (kNoOwner: none serves it);
                                      // empty: nodes[0] serves every key
+  std::string note;                  // with no nodes: why none is to be used (a failover under way)
   // The index in `nodes` of the primary serving `key`, or kNoOwner.
   std::uint16_t node_of(std::string_view key) const;
   bool operator==(const RedisLayout&) const = default;
