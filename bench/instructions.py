@@ -291,12 +291,15 @@ DESC = {
     "RT": "redis-server per Tollgate decision (T2 traffic, gateway not under callgrind)",
     "RT1": "redis-server per Tollgate decision, one client (T2C1 traffic)",
     "RTB": "redis-server per Tollgate decision, 100 buckets (T2B traffic)",
+    "T2K": "T2B on a 3-primary Redis Cluster",
+    "RK1": "one redis-server's request path per decision, 100 buckets (T2B traffic)",
+    "RKB": "a 3-primary cluster's request paths (summed) per decision, 100 buckets (T2B traffic)",
     "RS": "redis-server per EVALSHA of Tollgate's acquire script (redis-benchmark -c 1)",
     "RL": "redis-server per EVALSHA of Tollgate's lean script: one bucket, nothing else (-c 1)",
     "RM": "redis-server per EVALSHA of a minimal token bucket (TIME HMGET HSET PEXPIRE; -c 1)",
     "RP": "redis-server per PING (redis-benchmark -c 1): the fixed cost of one call",
 }
-ORDER = ["N0", "N1", "T0", "T1", "T2", "T2C1", "T2B", "RT", "RT1", "RTB", "RS", "RL", "RM", "RP"]
+ORDER = ["N0", "N1", "T0", "T1", "T2", "T2C1", "T2B", "T2K", "RT", "RT1", "RTB", "RK1", "RKB", "RS", "RL", "RM", "RP"]
 
 
 def report(runs_tsv, out_txt, header):
@@ -316,7 +319,7 @@ def report(runs_tsv, out_txt, header):
                      + (f" [{note}]" if note else ""))
     lines.append("")
     for a, b in (("T0", "N0"), ("T1", "N1"), ("T2", "T1"), ("T2C1", "T1"), ("T2B", "T1"), ("T1", "T0"), ("N1", "N0"),
-                 ("RS", "RM"), ("RL", "RM"), ("RT", "RM"), ("RT1", "RM"), ("RTB", "RM")):
+                 ("RS", "RM"), ("RL", "RM"), ("RT", "RM"), ("RT1", "RM"), ("RTB", "RM"), ("T2K", "T2B"), ("RKB", "RK1")):
         if a in slope and b in slope:
             lines.append(f"{a}/{b} = {slope[a] / slope[b]:.3f}   ({slope[a] - slope[b]:+,.0f} Ir/request)")
     if "T2" in slope and "RT" in slope:

@@ -23,12 +23,19 @@
 #      and nothing else), RM per EVALSHA of a minimal token bucket, RP per PING (the last four with
 #      redis-benchmark -c 1).
 #   R1 redis-server under callgrind: RT1 per decision of T2C1's traffic, RTB of T2B's.
+#   K  a 3-primary Redis Cluster (no replicas) instead of one server, with T2B's traffic (100
+#      rules, their slots spread over the three primaries): T2K the gateway under callgrind (the
+#      cluster not); RKB the three redis-servers under callgrind (the gateway not), their sum per
+#      decision (each node's share in the log), against RK1, one server (not a cluster) counted the
+#      same way: only the request path (reading, running and answering commands), because a
+#      cluster node's serverCron cannot be left out with --toggle-collect (the count comes out
+#      inverted) and its cost is per second, not per decision.
 # Writes bench/results/instructions-<time>.txt (the table, the T1 and T2 profiles) and keeps every
 # callgrind file in bench/results/instructions-<time>/ for callgrind_annotate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-CASES=${CASES:-"N0 N1 T0 T1 T2 T2C1 T2B R0 R1"}
+CASES=${CASES:-"N0 N1 T0 T1 T2 T2C1 T2B R0 R1 K"}
 if [[ ${QUICK:-0} == 1 ]]; then N_LO=${N_LO:-500}; N_HI=${N_HI:-1500}; else N_LO=${N_LO:-2000}; N_HI=${N_HI:-6000}; fi
 CONC=${CONC:-8}
 PROFILES=${PROFILES:-"T1 T2"}  # whose profiles (top functions, each as a slope) go in the results file
@@ -40,7 +47,7 @@ have valgrind || missing+=(valgrind)
 have nginx || missing+=(nginx-light)
 have ab || missing+=(apache2-utils)
 have python3 || missing+=(python3)
-if [[ " $CASES " =~ " "(T2|T2C1|T2B|R0|R1)" " ]]; then
+if [[ " $CASES " =~ " "(T2|T2C1|T2B|R0|R1|K)" " ]]; then
   have redis-server || missing+=(redis-server)
   { have redis-cli && have redis-benchmark; } || missing+=(redis-tools)
 fi
@@ -211,6 +218,7 @@ run_nginx() { # CASE LIMIT N
 
 # --- Tollgate (T0, T1, T2) -----------------------------------------------------------------------------
 REDIS_PORT=6379  # replaced by the private Redis's port when one runs
+REDIS_NODES=""   # a JSON array of "host:port": the gateway is configured for a cluster of those
 BUCKETS=100  # T2B/RTB: rules /b0 .. /b99, requested as /ibe/b0 .. /ibe/b99
 many_rules() { # the T2B rules, as JSON array items after the /nobind rule
   local i
@@ -236,17 +244,24 @@ tollgate_conf() { # PORT STORE [many]
 {"listen": "127.0.0.1:$1", "threads": 1, "access_log": "off", "admin": {"listen": "127.0.0.1:0"},
  "upstreams": {"up": {"url": "http://127.0.0.1:$UP"}}, "routes": [{"prefix": "/", "upstream": "up"}],
  "limits": {"source": "file", "store": "$2",
-   "redis": {"host": "127.0.0.1", "port": $REDIS_PORT, "decision_timeout_ms": 10000, "connect_timeout_ms": 10000,
+   "redis": {$(if [[ -n $REDIS_NODES ]]; then echo "\"mode\": \"cluster\", \"nodes\": $REDIS_NODES"
+               else echo "\"host\": \"127.0.0.1\", \"port\": $REDIS_PORT"; fi),
+             "decision_timeout_ms": 10000, "connect_timeout_ms": 10000,
              "failure_policy": "fail_closed", "heartbeat_ms": 60000},
    "rules": [{"configId": 1, "interfaceUrl": "/nobind", "rateLimit": 1000000, "cache": 0, "status": 1}$([[ ${3:-} == many ]] && many_rules)]}}
 JSON
 }
 redis_cli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
+flush_store() { # the private Redis, or every primary of the private cluster
+  local p
+  if [[ -n $REDIS_NODES ]]; then for p in "${CLUSTER_PORTS[@]}"; do redis-cli -p "$p" FLUSHALL >/dev/null; done
+  else redis_cli FLUSHALL >/dev/null; fi
+}
 # Redis store: Tollgate is ready for decisions once it has loaded its scripts; its first heartbeat
 # follows at once and leaves the instances key, which says so (the key is flushed before each start).
 wait_store() { # NAME PID
   for _ in $(seq 1 1200); do
-    [[ $(redis_cli EXISTS 'tollgate:{instances}' 2>/dev/null) == 1 ]] && return 0
+    [[ $(redis-cli -c -h 127.0.0.1 -p "$REDIS_PORT" EXISTS 'tollgate:{instances}' 2>/dev/null) == 1 ]] && return 0
     kill -0 "$2" 2>/dev/null || { cat "$W/$1.log" >&2; fail "$1 exited during start-up"; }
     sleep 0.25
   done
@@ -256,7 +271,7 @@ run_tollgate() { # CASE STORE PATH N [CONCURRENCY]; PATH "many": the 100 rules, 
   local port name=$1-$4 file=$OUT/$1.$4.callgrind
   port=$(free_port)
   tollgate_conf "$port" "$2" "$([[ $3 == many ]] && echo many)" >"$W/$name.json"
-  [[ $2 == redis ]] && redis_cli FLUSHALL >/dev/null
+  [[ $2 == redis ]] && flush_store
   start "$name" "${CG[@]}" --callgrind-out-file="$file" "$TOLLGATE_BIN" --config "$W/$name.json"
   local pid=$LAST_PID
   wait_log "$name" "$pid" "tollgate: ready"
@@ -345,6 +360,88 @@ run_redis_bench() { # CASE N ARGS...: redis-benchmark -c 1 (one call per read: n
   record "$case" "$n" "$file" "redis-benchmark -c 1"
 }
 
+# --- a 3-primary Redis Cluster (K) ---------------------------------------------------------------------------
+# Three cluster-enabled servers, plain or each under callgrind (FILE_PREFIX set: FILE_PREFIX.nodeI.callgrind),
+# joined by redis-cli --cluster create (slots 0-5460, 5461-10922, 10923-16383). The cluster bus's
+# gossip, like serverCron, is work per second and not per decision: what is received is left out.
+cluster_port() { # a free port whose cluster bus port (+10000) is free too
+  local p
+  for _ in $(seq 1 50); do
+    p=$(free_port)
+    ((p < 55535)) && python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1])))' $((p + 10000)) 2>/dev/null &&
+      { echo "$p"; return 0; }
+  done
+  fail "no port with a free cluster bus port"
+}
+# The request path of a redis-server: reading and running commands (readQueryFromClient) and
+# writing replies (handleClientsWithPendingWritesUsingThreads, from beforeSleep); no cron, no gossip.
+CG_REQUEST=(valgrind --tool=callgrind -q --collect-atstart=no --toggle-collect=readQueryFromClient
+  --toggle-collect=handleClientsWithPendingWritesUsingThreads)
+start_cluster() { # NAME [FILE_PREFIX]: sets CLUSTER_PORTS, CLUSTER_PIDS, REDIS_NODES, REDIS_PORT
+  local i port addrs=() cg=("${CG_REQUEST[@]}")
+  CLUSTER_PORTS=() CLUSTER_PIDS=()
+  for i in 0 1 2; do
+    port=$(cluster_port)
+    rm -rf "$W/$1-$i.dir" && mkdir -p "$W/$1-$i.dir"  # a fresh nodes.conf: a node that knows others cannot join
+    if [[ -n ${2:-} ]]; then
+      start "$1-$i" "${cg[@]}" --callgrind-out-file="$2.node$i.callgrind" redis-server --bind 127.0.0.1 --port "$port" \
+        --save '' --appendonly no --dir "$W/$1-$i.dir" --cluster-enabled yes --cluster-config-file nodes.conf
+    else
+      start "$1-$i" redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --dir "$W/$1-$i.dir" \
+        --cluster-enabled yes --cluster-config-file nodes.conf
+    fi
+    CLUSTER_PIDS+=("$LAST_PID") CLUSTER_PORTS+=("$port") addrs+=("127.0.0.1:$port")
+    wait_listen "$port" "$LAST_PID" "$1-$i"
+  done
+  redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$W/$1.create" 2>&1 ||
+    { cat "$W/$1.create" >&2; fail "$1: redis-cli --cluster create failed"; }
+  for _ in $(seq 1 600); do
+    local ok=0
+    for port in "${CLUSTER_PORTS[@]}"; do
+      redis-cli -p "$port" CLUSTER INFO 2>/dev/null | grep -q 'cluster_state:ok' && ok=$((ok + 1))
+    done
+    ((ok == 3)) && break
+    sleep 0.25
+  done
+  ((ok == 3)) || fail "$1: the cluster never became ok"
+  REDIS_NODES="[\"${addrs[0]}\", \"${addrs[1]}\", \"${addrs[2]}\"]" REDIS_PORT=${CLUSTER_PORTS[0]}
+}
+stop_cluster() { # NAME
+  local i
+  for i in 0 1 2; do stop "${CLUSTER_PIDS[$i]}" "$1-$i"; done
+  REDIS_NODES=""
+}
+run_redis_cluster() { # CASE N NODES: NODES (1: one plain server, 3: a cluster) under callgrind (the
+  # request path), Tollgate native making N decisions over 100 buckets
+  local case=$1 n=$2 nodes=$3 name=tollgate-$1-$2 port i sum=0 ir shares=""
+  if ((nodes == 3)); then
+    start_cluster "cluster-$case-$n" "$OUT/$case.$n"
+  else
+    REDIS_PORT=$(free_port) CLUSTER_PORTS=() CLUSTER_PIDS=()
+    mkdir -p "$W/redis-$case-$n.dir"
+    start "redis-$case-$n" "${CG_REQUEST[@]}" --callgrind-out-file="$OUT/$case.$n.node0.callgrind" \
+      redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$W/redis-$case-$n.dir"
+    CLUSTER_PIDS=("$LAST_PID") CLUSTER_PORTS=("$REDIS_PORT")
+    wait_listen "$REDIS_PORT" "$LAST_PID" "redis-$case-$n"
+  fi
+  port=$(free_port)
+  tollgate_conf "$port" redis many >"$W/$name.json"
+  start "$name" "$TOLLGATE_BIN" --config "$W/$name.json"
+  local gpid=$LAST_PID
+  wait_log "$name" "$gpid" "tollgate: ready"
+  wait_store_metric "$name" "$gpid"
+  load_buckets "$n" "$port" "$name"
+  stop "$gpid" "$name"
+  if ((nodes == 3)); then stop_cluster "cluster-$case-$n"; else stop "${CLUSTER_PIDS[0]}" "redis-$case-$n"; fi
+  for ((i = 0; i < nodes; i++)); do
+    ir=$(python3 bench/instructions.py total "$OUT/$case.$n.node$i.callgrind") || fail "$case N=$n: node $i has no total"
+    sum=$((sum + ir)) shares="$shares $ir"
+  done
+  echo "summary: $sum" >"$OUT/$case.$n.callgrind"  # the nodes' sum, as record reads it
+  echo "instructions: $case N=$n nodes:$shares"
+  record "$case" "$n" "$OUT/$case.$n.callgrind" "gateway native, $CONC clients over $BUCKETS buckets, $nodes node(s), request path"
+}
+
 # --- the cases --------------------------------------------------------------------------------------------
 echo "instructions: $TOLLGATE_BIN ($DESCRIBE); N=$N_LO and $N_HI, ab -k -c $CONC; cases: $CASES"
 for c in $CASES; do
@@ -371,13 +468,19 @@ for c in $CASES; do
       R1)
         run_redis_gateway RT1 "$n" 1
         run_redis_gateway RTB "$n" many ;;
+      K)
+        start_cluster cluster-t2k
+        run_tollgate T2K redis many "$n"
+        stop_cluster cluster-t2k
+        run_redis_cluster RK1 "$n" 1
+        run_redis_cluster RKB "$n" 3 ;;
       R0)
         run_redis_gateway RT "$n"
         if [[ -x $TOLLGATE_SIM ]]; then run_redis_bench RS "$n"; run_redis_bench RL "$n"
         else echo "instructions: no $TOLLGATE_SIM: RS and RL skipped"; fi
         run_redis_bench RM "$n"
         run_redis_bench RP "$n" ;;
-      *) fail "unknown case $c (N0 N1 T0 T1 T2 T2C1 T2B R0 R1)" ;;
+      *) fail "unknown case $c (N0 N1 T0 T1 T2 T2C1 T2B R0 R1 K)" ;;
     esac
   done
 done

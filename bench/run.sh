@@ -4,6 +4,7 @@
 # the cases in interleaved rounds (A B C ... A B C ...), stops exactly the processes it started,
 # and writes bench/results/<time>/summary.md (medians, min-max) with the raw output beside it.
 #   ROUNDS=3 DURATION=10 CONNS=64 bench/run.sh
+#   ONLY="T2B T2K" bench/run.sh     # those cases only (no Redis ceiling, hold or micro benchmarks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -11,6 +12,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-64}
 HOLD=${HOLD:-10000}
+ONLY=${ONLY:-}
 
 scripts/deps.sh build
 need=()
@@ -59,6 +61,32 @@ start upstream nginx -c "$W/upstream.conf" -p "$W"
 start mock "$BIN/tollgate-mock-upstream" --port "$MOCK"
 start redis redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no
 wait_port "$UP"; wait_port "$MOCK"; wait_port "$RP"
+# A 3-primary Redis Cluster (no replicas) for T2K, on the same core: each port's +10000 (the
+# cluster bus) free too.
+cluster_port() {
+  python3 -c 'import socket
+while True:
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+    if p >= 55535: continue
+    try: b = socket.socket(); b.bind(("127.0.0.1", p + 10000)); print(p); break
+    except OSError: pass'
+}
+CP=()
+for i in 0 1 2; do
+  CP+=("$(cluster_port)")
+  mkdir -p "$W/cluster-$i"
+  start "cluster-$i" redis-server --bind 127.0.0.1 --port "${CP[$i]}" --save '' --appendonly no --dir "$W/cluster-$i" \
+    --cluster-enabled yes --cluster-config-file nodes.conf
+  wait_port "${CP[$i]}"
+done
+redis-cli --cluster create "127.0.0.1:${CP[0]}" "127.0.0.1:${CP[1]}" "127.0.0.1:${CP[2]}" --cluster-replicas 0 \
+  --cluster-yes >"$W/cluster-create.log" 2>&1 || { cat "$W/cluster-create.log" >&2; exit 1; }
+for _ in $(seq 1 100); do
+  ok=0
+  for p in "${CP[@]}"; do redis-cli -p "$p" CLUSTER INFO | grep -q cluster_state:ok && ok=$((ok + 1)); done
+  ((ok == 3)) && break
+  sleep 0.1
+done
 
 # --- nginx as the proxy (N0: plain, N1: limit_req that never binds, N2: a binding limit,
 #     N3: limit_req per client address that never binds) ------------------------------------------
@@ -99,6 +127,24 @@ gateway_conf() { # PORT ADMIN UPSTREAM_PORT STORE
       "quotas": [{"quotaId": 1, "periodSeconds": 60, "limitCount": 1000000000, "keyBy": "client_ip"}]}]}}
 JSON
 }
+# T2B and T2K: 100 never-binding rules /b0 .. /b99, requested round-robin (bench/buckets.lua); on
+# one Redis, and on the cluster.
+buckets_conf() { # PORT ADMIN REDIS_JSON
+  local rules="" i
+  for ((i = 0; i < 100; i++)); do
+    rules+="${rules:+, }{\"configId\": $((i + 1)), \"interfaceUrl\": \"/b$i\", \"rateLimit\": 1000000, \"burst\": 1000000000, \"cache\": 0.5, \"status\": 1}"
+  done
+  cat <<JSON
+{"listen": "127.0.0.1:$1", "threads": 1, "admin": {"listen": "127.0.0.1:$2"},
+ "upstreams": {"up": {"url": "http://127.0.0.1:$UP"}}, "routes": [{"prefix": "/", "upstream": "up"}],
+ "limits": {"store": "redis", "redis": $3, "rules": [$rules]}}
+JSON
+}
+TB=$(free_port); TBA=$(free_port); TK=$(free_port); TKA=$(free_port)
+buckets_conf "$TB" "$TBA" "{\"host\": \"127.0.0.1\", \"port\": $RP, \"decision_timeout_ms\": 1000}" >"$W/tb.json"
+buckets_conf "$TK" "$TKA" "{\"mode\": \"cluster\", \"nodes\": [\"127.0.0.1:${CP[0]}\"], \"decision_timeout_ms\": 1000}" >"$W/tk.json"
+start tollgate-buckets "$BIN/tollgate" --config "$W/tb.json"
+start tollgate-cluster "$BIN/tollgate" --config "$W/tk.json"
 T=$(free_port); TA=$(free_port); TR=$(free_port); TRA=$(free_port); TM=$(free_port); TMA=$(free_port)
 gateway_conf "$T" "$TA" "$UP" local >"$W/t.json"
 gateway_conf "$TR" "$TRA" "$UP" redis >"$W/tr.json"
@@ -106,11 +152,11 @@ gateway_conf "$TM" "$TMA" "$MOCK" local >"$W/tm.json"
 start tollgate "$BIN/tollgate" --config "$W/t.json"
 start tollgate-redis "$BIN/tollgate" --config "$W/tr.json"
 start tollgate-mock "$BIN/tollgate" --config "$W/tm.json"
-for p in "$N0" "$N1" "$N2" "$N3" "$N0M" "$N1M" "$T" "$TR" "$TM"; do wait_port "$p"; done
+for p in "$N0" "$N1" "$N2" "$N3" "$N0M" "$N1M" "$T" "$TR" "$TM" "$TB" "$TK"; do wait_port "$p"; done
 sleep 1  # Redis connection up
 
 pid_of() { cat "$W/$1.pid"; }
-# case name | url | process whose CPU is the proxy's
+# case name | url | process whose CPU is the proxy's | wrk script (optional)
 CASES=(
   "U|http://127.0.0.1:$UP/ibe/shopping/search|upstream"
   "N0|http://127.0.0.1:$N0/ibe/shopping/search|nginx"
@@ -118,6 +164,8 @@ CASES=(
   "T0|http://127.0.0.1:$T/ibe/shopping/search|tollgate"
   "T1|http://127.0.0.1:$T/ibe/nobind|tollgate"
   "T2|http://127.0.0.1:$TR/ibe/nobind|tollgate-redis"
+  "T2B|http://127.0.0.1:$TB/|tollgate-buckets|bench/buckets.lua"
+  "T2K|http://127.0.0.1:$TK/|tollgate-cluster|bench/buckets.lua"
   "N2|http://127.0.0.1:$N2/ibe/bind|nginx"
   "T3|http://127.0.0.1:$T/ibe/bind|tollgate"
   "N3|http://127.0.0.1:$N3/ibe/perclient|nginx"
@@ -132,12 +180,18 @@ CASES=(
 proc_cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }         # utime + stime, clock ticks
 core_busy() { awk -v c="cpu$SERVER_CORE" '$1 == c {print $2+$3+$4+$7+$8}' /proc/stat; }
 
-run_case() { # NAME URL PROC ROUND SECONDS
-  local name=$1 url=$2 proc=$3 round=$4 secs=$5 pid out
+if [[ -n $ONLY ]]; then  # a subset: the cases named, nothing else
+  kept=()
+  for c in "${CASES[@]}"; do [[ " $ONLY " == *" ${c%%|*} "* ]] && kept+=("$c"); done
+  CASES=("${kept[@]}")
+fi
+
+run_case() { # NAME URL PROC ROUND SECONDS [SCRIPT]
+  local name=$1 url=$2 proc=$3 round=$4 secs=$5 script=${6:-} pid out
   pid=$(pid_of "$proc")
   local c0 p0 c1 p1
   c0=$(core_busy); p0=$(proc_cpu "$pid")
-  out=$(taskset -c "$LOAD_CORE" wrk -t1 -c"$CONNS" -d"${secs}s" --latency "$url")
+  out=$(taskset -c "$LOAD_CORE" wrk -t1 -c"$CONNS" -d"${secs}s" --latency ${script:+-s "$script"} "$url")
   c1=$(core_busy); p1=$(proc_cpu "$pid")
   if [[ $round != warm ]]; then
     echo "$out" >"$OUT/raw/$name-round$round.txt"
@@ -146,13 +200,14 @@ run_case() { # NAME URL PROC ROUND SECONDS
 }
 
 echo "bench: warm-up"
-for c in "${CASES[@]}"; do IFS='|' read -r n u p <<<"$c"; run_case "$n" "$u" "$p" warm 2; done
+for c in "${CASES[@]}"; do IFS='|' read -r n u p sc <<<"$c"; run_case "$n" "$u" "$p" warm 2 "$sc"; done
 for r in $(seq 1 "$ROUNDS"); do
   echo "bench: round $r of $ROUNDS"
-  for c in "${CASES[@]}"; do IFS='|' read -r n u p <<<"$c"; run_case "$n" "$u" "$p" "$r" "$DURATION"; done
+  for c in "${CASES[@]}"; do IFS='|' read -r n u p sc <<<"$c"; run_case "$n" "$u" "$p" "$r" "$DURATION" "$sc"; done
 done
 
 # --- Redis's ceiling for Tollgate's own script --------------------------------------------------
+if [[ -z $ONLY ]]; then
 echo "bench: redis-benchmark"
 SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$("$BIN/tollgate-sim" --redis-script)")
 # permits, timeout, mode, now (Redis TIME), one bucket, no parent, no quotas, no maxShare, its shape
@@ -185,6 +240,8 @@ taskset -c "$SERVER_CORE" "$BIN/tollgate-micro-bench" --benchmark_filter='^BM_(T
 for f in '^BM_IdleBuckets' '^BM_ClientKeysMemory/10000/' '^BM_ClientKeysMemory/100000/'; do
   taskset -c "$SERVER_CORE" "$BIN/tollgate-micro-bench" --benchmark_filter="$f" >>"$OUT/raw/micro.txt" 2>&1
 done
+
+fi  # not ONLY
 
 python3 bench/summarize.py "$OUT" "$DURATION" "$CONNS" "$(nproc)"
 ln -sfn "$OUT" "$ROOT/bench/results/latest"

@@ -4,11 +4,13 @@ import json, os, re, statistics, subprocess, sys
 
 out, duration, conns, cores = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
 TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
-ORDER = ["U", "N0", "N1", "T0", "T1", "T2", "N2", "T3", "N3", "T4", "T5", "Um", "N0m", "N1m", "T1m"]
+ORDER = ["U", "N0", "N1", "T0", "T1", "T2", "T2B", "T2K", "N2", "T3", "N3", "T4", "T5", "Um", "N0m", "N1m", "T1m"]
 DESC = {
     "U": "nginx upstream, direct (ceiling)", "N0": "nginx proxy, no limit", "N1": "nginx proxy, limit_req never binds",
     "T0": "Tollgate, no matching rule", "T1": "Tollgate, never-binding rule, in-process",
-    "T2": "Tollgate, never-binding rule, Redis", "N2": "nginx limit_req 1000r/s burst=200 (delay)",
+    "T2": "Tollgate, never-binding rule, Redis",
+    "T2B": "Tollgate, 100 never-binding rules round-robin, one Redis",
+    "T2K": "T2B on a 3-primary Redis Cluster (the rules' slots spread over the primaries)", "N2": "nginx limit_req 1000r/s burst=200 (delay)",
     "T3": "Tollgate 1000/s, burst 200, cache 0.2 s",
     "N3": "nginx limit_req per $binary_remote_addr, never binds",
     "T4": "Tollgate bucket keyed by client_ip + a per-IP quota, never bind, in-process",
@@ -62,7 +64,7 @@ for n in ORDER:
                  f"{cell(n, 'non2xx')} |")
 med = lambda n, k: agg(n, k)[0]
 lines += ["", "| pair | req/s ratio | p99 difference (ms) | proxy µs/req (Tollgate vs nginx) |", "|---|---|---|---|"]
-for a, b in (("T1", "N1"), ("T2", "N1"), ("T0", "N0"), ("T4", "N3"), ("T5", "N3"), ("T1m", "N1m")):
+for a, b in (("T1", "N1"), ("T2", "N1"), ("T0", "N0"), ("T4", "N3"), ("T5", "N3"), ("T1m", "N1m"), ("T2K", "T2B")):
     if a in runs and b in runs:
         lines.append(f"| {a}/{b} | {med(a, 'rps') / med(b, 'rps'):.3f} | {med(a, 'p99') - med(b, 'p99'):+.2f} | "
                      f"{med(a, 'proc_us'):.1f} vs {med(b, 'proc_us'):.1f} |")
