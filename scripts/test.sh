@@ -39,10 +39,14 @@ rm -rf build-asan
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOLLGATE_JEMALLOC=OFF -DTOLLGATE_SERVER_TESTS=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -Wno-maybe-uninitialized" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
-cmake --build build-asan -j"$(nproc)" --target unit_tests e2e_tests tollgate tollgate-mock-upstream tollgate-sim
+cmake --build build-asan -j"$(nproc)" --target unit_tests e2e_tests redis_cluster_tests tollgate tollgate-mock-upstream tollgate-sim
 (cd build-asan && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./tests/unit_tests --gtest_brief=1)
 (cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --output-on-failure -j2 --timeout 300)
+  ctest --output-on-failure -j2 --timeout 300 -LE cluster)
+# The Redis Cluster and Sentinel tests (their own servers), alone: slot moves, failovers and
+# re-routing under the sanitizers, with the machine's two cores to themselves.
+(cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --output-on-failure --timeout 300 -L cluster)
 
 # Fuzzing: a short run of each libFuzzer target on its seeded corpus (clang; longer runs: README).
 echo "test: fuzzing"

@@ -303,7 +303,8 @@ void RedisClusterServers::move_slot(int slot, int to_port) {
       int code = 0;
       const std::string out = redis_cli(p, "cluster nodes", &code);
       if (code != 0) continue;
-      const Node* o = owner(parse_nodes(out), slot);
+      const auto seen = parse_nodes(out);  // named: owner() points into it
+      const Node* o = owner(seen, slot);
       if (o == nullptr || o->port != to_port) {
         all = false;
         break;
