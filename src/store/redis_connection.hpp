@@ -383,6 +383,13 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       return true;
     };
     if (!opt.password.empty()) internal({"AUTH", opt.password}, [after](Reply r) { after(std::move(r), "AUTH"); });
+    // Only a primary takes decisions: a replica (a stale layout, a demoted primary) is left at once.
+    internal({"ROLE"}, [self = shared_from_this(), after](Reply r) {
+      if (!after(r, "ROLE")) return;
+      if (r.items.empty() || r.items.front() != "master")
+        self->teardown("redis " + self->address.to_string() + " is a " + (r.items.empty() ? "?" : r.items.front()) +
+                       ", not a primary");
+    });
     if (opt.database != 0)
       internal({"SELECT", std::to_string(opt.database)}, [after](Reply r) { after(std::move(r), "SELECT"); });
     internal({"SCRIPT", "LOAD", refund_script()}, [self = shared_from_this(), after](Reply r) {
@@ -470,7 +477,9 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
         return;
       }
     }
-    if (reply && reply->type == REDIS_REPLY_ERROR && std::string_view(reply->str, reply->len).starts_with("READONLY")) {
+    // Redis 7 answers READONLY; Redis 6 wraps it in a script error ("... -READONLY ...").
+    if (reply && reply->type == REDIS_REPLY_ERROR &&
+        std::string_view(reply->str, reply->len).find("READONLY") != std::string_view::npos) {
       // A replica now (the sentinels promoted another server): no decision is made here again.
       net::post(self->ctx, [s = self->shared_from_this(), gen = self->generation] {
         if (gen == s->generation) s->teardown("redis " + s->address.to_string() + " is a replica now (READONLY)");
@@ -717,7 +726,11 @@ struct RedisStore::Connection : std::enable_shared_from_this<RedisStore::Connect
       });
       return true;
     }
-    if (retired) {  // lost while leaving the layout: the current one routes them
+    // Not sent, or refused unrun, by a connection leaving the layout: the current one routes them.
+    // A call that may have run (no answer in time, connection lost) is answered as failed, never
+    // run twice.
+    if (retired && (why.starts_with("redis not connected") || why.starts_with("redis: command not accepted") ||
+                    why.find("READONLY") != std::string::npos)) {
       for (auto& w : waiters) link.enqueue(std::move(w));
       return true;
     }
@@ -786,7 +799,10 @@ inline RedisStore::Connection* RedisStore::Link::find(const RedisAddress& a) {
 template <class W>
 void RedisStore::Link::enqueue(std::unique_ptr<W> w) {
   Connection* c = route(w->req);
-  if (c == nullptr || !c->ready) return w->fail(c == nullptr ? "redis: no primary serves the key's slot" : "redis not connected");
+  if (c == nullptr || !c->ready)
+    return w->fail(c != nullptr ? "redis not connected"
+                   : by_node.empty() && layout && !layout->note.empty() ? layout->note
+                                                                        : "redis: no primary serves the key's slot");
   c->enqueue(std::move(w));
 }
 
@@ -808,6 +824,7 @@ inline void RedisStore::Link::apply(std::shared_ptr<const RedisLayout> next) {
   by_node = std::move(fresh);
   layout = std::move(next);
   for (auto& c : gone) c->retire();  // after by_node: what they had queued goes by the new layout
+  store.layouts_pending_.fetch_sub(1);
   if (beats && !beating) {
     beating = true;
     beat();

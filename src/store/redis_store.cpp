@@ -52,12 +52,15 @@ RedisStore::RedisStore(RedisOptions options, std::vector<net::io_context*> conte
   topology_ = std::make_unique<RedisTopology>(options_, [this](std::shared_ptr<const RedisLayout> layout) {
     // No primary to use (a failover under way): an incident from now, ended when the new one's
     // connections are ready.
+    // Until every thread has applied it, the counts of connections describe the old layout: no
+    // incident may end on them (Link::apply counts itself out).
+    layouts_pending_.fetch_add(static_cast<int>(links_.size()));
     if (layout->nodes.empty()) record_failure(layout->note);
     for (auto& l : links_) net::post(l->ctx, [l, layout] { l->apply(layout); });
   });
 }
 
-RedisStore::~RedisStore() = default;
+RedisStore::~RedisStore() { topology_->stop(); }  // its thread uses members destroyed before it
 
 void RedisStore::start() {
   for (auto& l : links_) {
@@ -82,7 +85,7 @@ void RedisStore::record_success() {
   // decisions still go to the failure policy.
   const auto all_ready = [this] {
     const int made = connections_.load(std::memory_order_relaxed);
-    return made > 0 && connections_ready_.load(std::memory_order_relaxed) >= made;
+    return made > 0 && layouts_pending_.load() == 0 && connections_ready_.load(std::memory_order_relaxed) >= made;
   };
   if (!all_ready()) return;
   std::lock_guard lock(incident_mu_);
@@ -174,7 +177,7 @@ boost::asio::awaitable<redis_detail::Reply> RedisStore::call_routed(Link& l, Con
     Reply r = co_await c->async_call(args, script, net::use_awaitable);
     if (r.ok || hop == 10) co_return r;  // as a coalesced batch: at most ~200 ms of TRYAGAIN
     if (const auto to = parse_redirect(r.error)) {
-      topology_->refresh();
+      if (!to->ask) topology_->refresh();  // ASK: a migration under way, the map is right
       Connection* target = l.find(to->to);
       if (target == nullptr || !target->ready) co_return r;
       if (to->ask) target->internal({"ASKING"}, [](Reply) {});  // then the call, with nothing between
@@ -340,7 +343,7 @@ std::optional<std::uint64_t> RedisStore::client_keys() const {
   std::uint64_t n = 0;
   // Every primary's keys (one server outside cluster mode).
   for (std::size_t node = 0; node < layout->nodes.size(); ++node) {
-    const Pick pick = [node](Link& l) { return node < l.by_node.size() ? l.by_node[node].get() : nullptr; };
+    const Pick pick = [a = layout->nodes[node]](Link& l) { return l.find(a); };
     std::string cursor = "0";
     for (int round = 0;; ++round) {
       if (round == 10'000 || std::chrono::steady_clock::now() >= deadline) return client_keys_;

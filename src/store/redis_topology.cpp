@@ -25,16 +25,20 @@ struct ReplyPtr {
   }
 };
 
+std::optional<std::uint16_t> port_of_text(std::string_view text) {
+  unsigned p = 0;
+  const auto res = std::from_chars(text.data(), text.data() + text.size(), p);
+  if (res.ec != std::errc() || res.ptr != text.data() + text.size() || p == 0 || p > 65535) return std::nullopt;
+  return static_cast<std::uint16_t>(p);
+}
+
 std::optional<std::uint16_t> port_of(const redisReply* e) {
   if (e->type == REDIS_REPLY_INTEGER) {
     if (e->integer <= 0 || e->integer > 65535) return std::nullopt;
     return static_cast<std::uint16_t>(e->integer);
   }
   if (e->type != REDIS_REPLY_STRING) return std::nullopt;
-  unsigned p = 0;
-  const auto res = std::from_chars(e->str, e->str + e->len, p);
-  if (res.ec != std::errc() || p == 0 || p > 65535) return std::nullopt;
-  return static_cast<std::uint16_t>(p);
+  return port_of_text(std::string_view(e->str, e->len));
 }
 
 timeval to_timeval(std::uint32_t ms) { return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)}; }
@@ -100,8 +104,10 @@ void RedisTopology::warn_once(const std::string& what) {
   std::cerr << "tollgate: warn: " << what << "; asking again every " << kPeriod.count() << " ms" << std::endl;
 }
 
-redisContext* RedisTopology::connect(const RedisAddress& a, const std::string& password, std::string& error) const {
-  redisContext* c = redisConnectWithTimeout(a.host.c_str(), a.port, to_timeval(opt_.connect_timeout_ms));
+redisContext* RedisTopology::connect(const RedisAddress& a, const std::string& password, std::string& error,
+                                     std::uint32_t timeout_ms) const {
+  if (timeout_ms == 0 || timeout_ms > opt_.connect_timeout_ms) timeout_ms = opt_.connect_timeout_ms;
+  redisContext* c = redisConnectWithTimeout(a.host.c_str(), a.port, to_timeval(timeout_ms));
   if (c == nullptr || c->err) {
     error = a.to_string() + ": " + (c ? c->errstr : "out of memory");
     if (c) redisFree(c);
@@ -134,9 +140,12 @@ void RedisTopology::run() {
       std::cerr << "tollgate: redis " << (opt_.mode == RedisMode::cluster ? "cluster" : "sentinels")
                 << " answer again" << std::endl;
     }
-    // At least kMinInterval between asks, however often the store prompts.
-    const auto earliest = last + kMinInterval;
-    while (std::chrono::steady_clock::now() < earliest) wait(milliseconds(10));
+    // At least kMinInterval between asks, however often the store prompts (a prompt already
+    // pending must not turn this into a spin).
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_until(lock, last + kMinInterval, [this] { return stopping_; });
+    }
     const auto until = last + kPeriod;
     for (;;) {
       {
@@ -248,8 +257,12 @@ bool RedisTopology::ask_sentinels() {
     if (!port) continue;
     const RedisAddress primary{std::string(r.r->element[0]->str, r.r->element[0]->len), *port};
     subscribe_all();
-    // During a failover the sentinels name the old primary until it ends: it stays unused.
-    if (paused_ && primary == paused_from_ && std::chrono::steady_clock::now() < paused_until_) return true;
+    // During a failover the sentinels name the old primary until it ends: it stays unused. After
+    // it, a sentinel that has not heard of it yet still names the old one for a while (the
+    // sentinels tell each other every 2 s): not believed for kFailoverPause.
+    const auto now = std::chrono::steady_clock::now();
+    if (paused_ && primary == paused_from_ && now < paused_until_) return true;
+    if (!paused_ && primary == switched_from_ && now < switched_until_) return true;
     if (paused_ && primary == paused_from_)
       std::cerr << "tollgate: warn: redis sentinel: the failover of '" << opt_.master_name << "' did not end within "
                 << kFailoverPause.count() << " ms; using the primary the sentinels name" << std::endl;
@@ -274,8 +287,9 @@ void RedisTopology::subscribe_all() {
     if (std::any_of(subscribers_.begin(), subscribers_.end(), [&](const Subscriber& s) { return s.sentinel == a; }))
       continue;
     std::string error;
-    redisContext* c = connect(a, opt_.sentinel_password, error);
+    redisContext* c = connect(a, opt_.sentinel_password, error, 250);
     if (c == nullptr) continue;  // down: tried again at the next ask
+    redisEnableKeepAlive(c);  // a sentinel whose host vanished is noticed, and subscribed to again
     bool ok = redisAppendCommand(c, "PSUBSCRIBE +switch-master +selected-slave -failover-abort-*") == REDIS_OK;
     for (int i = 0; ok && i < 3; ++i) {  // one confirmation per pattern
       void* raw = nullptr;
@@ -331,17 +345,23 @@ void RedisTopology::on_sentinel_event(const std::string& channel, const std::str
   const std::string& name = opt_.master_name;
   if (channel == "+switch-master") {
     if (words.size() != 5 || words[0] != name) return;
-    unsigned port = 0;
-    const auto res = std::from_chars(words[4].data(), words[4].data() + words[4].size(), port);
-    if (res.ec != std::errc() || port == 0 || port > 65535) return;
+    const auto port = port_of_text(words[4]);
+    if (!port) return;
     paused_ = false;
     RedisLayout one;
-    one.nodes.push_back({words[3], static_cast<std::uint16_t>(port)});
+    one.nodes.push_back({words[3], *port});
+    if (const auto from_port = port_of_text(words[2])) {
+      switched_from_ = {words[1], *from_port};
+      switched_until_ = std::chrono::steady_clock::now() + kFailoverPause;
+    }
     publish(std::move(one), "redis sentinel: +switch-master '" + name + "'");
   } else if (channel == "+selected-slave") {
     if (words.size() != 8 || words[4] != "@" || words[5] != name || paused_) return;
+    // Only a failover of the primary in use (a late event of one already followed is not).
     const auto known = current();
-    if (!known || known->nodes.empty()) return;
+    const auto master_port = port_of_text(words[7]);
+    if (!known || known->nodes.empty() || !master_port || !(known->nodes.front() == RedisAddress{words[6], *master_port}))
+      return;
     paused_ = true;
     paused_from_ = known->nodes.front();
     paused_until_ = std::chrono::steady_clock::now() + kFailoverPause;

@@ -54,7 +54,9 @@ class RedisTopology {
   void on_sentinel_event(const std::string& channel, const std::string& text);
   void subscribe_all();
   void publish(RedisLayout layout, const std::string& why);
-  redisContext* connect(const RedisAddress& a, const std::string& password, std::string& error) const;
+  // A blocking connection (and AUTH), within timeout_ms (0: connect_timeout_ms).
+  redisContext* connect(const RedisAddress& a, const std::string& password, std::string& error,
+                        std::uint32_t timeout_ms = 0) const;
   void warn_once(const std::string& what);
 
   const RedisOptions& opt_;
@@ -78,6 +80,9 @@ class RedisTopology {
   bool paused_ = false;
   RedisAddress paused_from_;
   std::chrono::steady_clock::time_point paused_until_{};
+  // The primary a failover left, not believed again for a while (a sentinel may lag behind).
+  RedisAddress switched_from_;
+  std::chrono::steady_clock::time_point switched_until_{};
   bool failing_ = false;                // a warning is out; said again when it answers
 };
 

@@ -83,6 +83,19 @@ WindowCheck admissions(const MockUpstream& upstream, const std::string& url, dou
   return w;
 }
 
+// Every decision the failure policy made belongs to an incident and is counted in the line that
+// ends it: with fail_closed each is a 503, so the incidents' counts add up to the 503s exactly.
+void expect_incidents_count_every_503(const std::vector<std::unique_ptr<GatewayProcess>>& fleet, const LoadResult& load) {
+  long counted = 0;
+  for (const auto& g : fleet) {
+    const std::string out = g->proc->output();
+    static const std::regex ended(R"(incident ended after [0-9.]+ s: ([0-9]+) decisions were made by the failure policy)");
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), ended); it != std::sregex_iterator(); ++it)
+      counted += std::stol((*it)[1]);
+  }
+  EXPECT_EQ(counted, load.count(503));
+}
+
 double failures(const GatewayProcess& gw) {
   const std::string m = http_get(gw.admin_port, "/metrics").body;
   const std::string series = "tollgate_store_failures_total{policy=\"fail_closed\"} ";
@@ -213,6 +226,7 @@ TEST_F(RedisClusterE2E, KilledPrimaryIsReplacedAndTheGatewaysFollow) {
     EXPECT_NE(m.find("tollgate_store_node_up{node=\"127.0.0.1:" + std::to_string(replica) + "\"} 1"), std::string::npos)
         << m;
   }
+  expect_incidents_count_every_503(fleet, result);
   // Across the failover: the bound, plus what the replica had not yet received when its primary
   // died (README: at most the grants of the replication lag; +0.0x measured here).
   admissions(upstream, url, 20, 1.0 + kFailoverLoss, "cluster failover");
@@ -287,8 +301,25 @@ TEST_P(RedisSentinelE2E, GatewaysFollowThePromotedReplica) {
               std::string::npos)
         << m;
   }
+  expect_incidents_count_every_503(fleet, result);
   admissions(upstream, "/shopping/search", 20, 1.0 + kFailoverLoss,
              "sentinel " + ::testing::PrintToString(GetParam()));
+}
+
+// A store pointed at a replica (standalone mode, a stale address) never takes decisions there:
+// the connection's handshake asks ROLE and leaves; the failure policy decides, said in the log.
+TEST(RedisReplicaE2E, AReplicaIsNeverUsedAsThePrimary) {
+  RedisSentinelServers servers;
+  if (!servers.available()) GTEST_SKIP() << servers.why_not();
+  MockUpstream upstream;
+  const json c = store_config(upstream.port, {{"host", "127.0.0.1"}, {"port", servers.replica_port()}},
+                              json::array({rule(1, "/shopping/search", 20)}));
+  GatewayProcess gw(c);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  EXPECT_TRUE(gw.proc->wait_for_line("is a slave, not a primary", 10s)) << gw.proc->output();
+  EXPECT_EQ(http_get(gw.port, "/ibe/shopping/search").status, 503);
+  EXPECT_EQ(metric_value(gw, "tollgate_store_up"), 0);
+  EXPECT_EQ(servers.cli(servers.replica_port(), "DBSIZE"), "0");  // nothing was written there
 }
 
 INSTANTIATE_TEST_SUITE_P(Handovers, RedisSentinelE2E, ::testing::Values(Handover::kill, Handover::failover),

@@ -126,6 +126,7 @@ class RedisStore final : public BucketStore {
   // incident ends when all are ready.
   std::atomic<int> connections_{0};
   std::atomic<int> connections_ready_{0};
+  std::atomic<int> layouts_pending_{0};  // threads yet to apply the latest layout
   struct NodeCount {
     int made = 0, ready = 0;
   };
