@@ -19,15 +19,19 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::string_view kBusy =
-    "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-    "Connection: close\r\nContent-Length: 69\r\n\r\n"
-    "{\"error\":\"too_many_connections\",\"detail\":\"connection limit reached\"}\n";
+constexpr std::string_view kBusyBody =
+    "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,"
+    "\"detail\":\"connection limit reached\",\"error\":\"too_many_connections\"}\n";
+constexpr std::string_view kBusyHead =
+    "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nRetry-After: 1\r\n"
+    "Connection: close\r\nContent-Length: ";
+// Head and body, made at start (sent when descriptors run out: nothing is made then).
+const std::string kBusy = std::string(kBusyHead) + std::to_string(kBusyBody.size()) + "\r\n\r\n" + std::string(kBusyBody);
 
 // Over proxy.max_connections: a canned 429 without reading the request, then close.
 net::awaitable<void> refuse(tcp::socket sock) {
   beast::error_code ec;
-  co_await net::async_write(sock, net::buffer(kBusy.data(), kBusy.size()), with(ec));
+  co_await net::async_write(sock, net::buffer(kBusy), with(ec));
   sock.shutdown(tcp::socket::shutdown_both, ec);
 }
 

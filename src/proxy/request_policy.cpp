@@ -137,7 +137,8 @@ Verdict verdict_for(const Plan& plan, const store::StoreDecision& sd) {
     v.action = Action::unavailable;  // policy fail_closed: refuse
     v.outcome = Outcome::store_error;
     v.retry_after_s = 1;
-    v.body = error_body("limiter_unavailable", "the shared rate-limit store is unavailable and the policy is fail_closed");
+    v.body = problem_body(503, "The rate limiter cannot decide: its shared store is unavailable", "limiter_unavailable",
+                          "the shared rate-limit store is unavailable and the policy is fail_closed", kReducedCapacity);
     return v;
   }
   const limiter::Decision& d = sd.decision;

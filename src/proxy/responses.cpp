@@ -11,7 +11,7 @@ net::awaitable<bool> send_answer(TimedSocket& stream, unsigned version, bool kee
   std::string head;
   head.reserve(256 + a.policy_header.size() + a.limit_header.size());
   append_status_line(head, version, a.status, reason_of(a.status));
-  append_field(head, "Content-Type", "application/json");
+  append_field(head, "Content-Type", "application/problem+json");
   if (a.retry_after_s > 0) append_field(head, "Retry-After", std::to_string(a.retry_after_s));
   if (!a.allow.empty()) append_field(head, "Allow", a.allow);
   if (!a.policy_header.empty()) {
@@ -33,7 +33,7 @@ net::awaitable<bool> send_answer(TimedSocket& stream, unsigned version, bool kee
 OwnAnswer error_answer(int status, std::string_view code, std::string_view detail) {
   OwnAnswer a;
   a.status = status;
-  a.body = error_body(code, detail);
+  a.body = problem_body(status, reason_of(status), code, detail);
   return a;
 }
 

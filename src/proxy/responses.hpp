@@ -1,5 +1,6 @@
 // Internal to the proxy: the one writer of the answers the gateway gives itself (4xx, 429, 502,
-// 503, 504): a JSON body and the few fields each needs, head and body in one write.
+// 503, 504): an application/problem+json body (RFC 9457) and the few fields each needs, head and
+// body in one write.
 #pragma once
 
 #include <string>
@@ -11,7 +12,7 @@ namespace tollgate::proxy {
 
 struct OwnAnswer {
   int status = 200;
-  std::string body;                  // JSON (error_body, rejection_body)
+  std::string body;                  // problem details (problem_body, rejection_body)
   long long retry_after_s = 0;       // > 0: Retry-After
   std::string_view allow;            // non-empty: Allow (405)
   std::string_view policy_header;    // non-empty: RateLimit-Policy and RateLimit (429)
@@ -23,7 +24,8 @@ struct OwnAnswer {
 net::awaitable<bool> send_answer(TimedSocket& stream, unsigned version, bool keep, const OwnAnswer& a,
                                  milliseconds timeout);
 
-// The common case: {"error":code,"detail":detail} with `status`.
+// The common case: problem details of `status` (about:blank, its reason phrase as the title) with
+// error = code and `detail`.
 OwnAnswer error_answer(int status, std::string_view code, std::string_view detail);
 
 }  // namespace tollgate::proxy

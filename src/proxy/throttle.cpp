@@ -101,11 +101,19 @@ std::string ratelimit_header(const config::Rule& rule, const config::Rule* chann
 std::string rejection_body(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd) {
   const limiter::Decision& d = sd.decision;
   const config::Rule& owner = sd.bound == store::Bound::parent && channel ? *channel : rule;
-  nlohmann::json j = {{"error", "rate_limited"},
-                      {"policy", bound_policy(rule, channel, sd)},
+  const std::string policy = bound_policy(rule, channel, sd);
+  const long long retry_ms = (d.retry_after_us + 999) / 1000;
+  nlohmann::json j = {{"type", kQuotaExceeded},
+                      {"title", "Request refused: a rate-limit policy's quota is exceeded"},
+                      {"status", 429},
+                      {"detail", "policy " + policy + " admits no more requests now; retry after " +
+                                     std::to_string(retry_ms) + " ms"},
+                      {"violated-policies", nlohmann::json::array({policy})},
+                      {"error", "rate_limited"},
+                      {"policy", policy},
                       {"bucket", owner.bucket},
                       {"configId", owner.config_id},
-                      {"retry_after_ms", (d.retry_after_us + 999) / 1000}};
+                      {"retry_after_ms", retry_ms}};
   switch (sd.bound) {
     case store::Bound::bucket:
     case store::Bound::parent:
@@ -133,6 +141,13 @@ std::string rejection_body(const config::Rule& rule, const config::Rule* channel
       break;
     }
   }
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string problem_body(int status, std::string_view title, std::string_view code, std::string_view detail,
+                         std::string_view type) {
+  // Details can quote untrusted bytes (a parse error cites them): never throw on invalid UTF-8.
+  nlohmann::json j = {{"type", type}, {"title", title}, {"status", status}, {"detail", detail}, {"error", code}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -37,7 +37,13 @@ TEST_F(GatewayE2E, BurstThenPacedThenRejected) {
     EXPECT_EQ(r.header("retry-after"), "1");
     EXPECT_EQ(r.header("ratelimit-policy"), "\"/shopping/search\";q=5;w=1;burst=5");
     EXPECT_NE(r.header("ratelimit").find(";r=0;t=1"), std::string::npos);
+    // Problem details (RFC 9457) of the RateLimit draft's "quota-exceeded" type, the fields
+    // clients read before kept beside them.
+    EXPECT_EQ(r.header("content-type"), "application/problem+json");
     const auto body = json::parse(r.body);
+    EXPECT_EQ(body["type"], "https://iana.org/assignments/http-problem-types#quota-exceeded");
+    EXPECT_EQ(body["status"], 429);
+    EXPECT_EQ(body["violated-policies"], json::array({"/shopping/search"}));
     EXPECT_EQ(body["bucket"], "/shopping/search");
     EXPECT_GT(body["retry_after_ms"].get<int>(), 0);
     EXPECT_LE(body["retry_after_ms"].get<int>(), 1000);

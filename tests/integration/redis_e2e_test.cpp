@@ -217,7 +217,11 @@ TEST_P(RedisOutage, PolicyDecidesWhileRedisIsDownAndLimitingResumes) {
   EXPECT_EQ(count_status(rs, 503), pc.while_down_503);
   EXPECT_EQ(count_status(rs, 200) + count_status(rs, 429) + count_status(rs, 503), 20);
   if (pc.while_down_503) {
-    EXPECT_EQ(json::parse(rs[0].body)["error"], "limiter_unavailable");
+    const json problem = json::parse(rs[0].body);
+    EXPECT_EQ(problem["error"], "limiter_unavailable");
+    EXPECT_EQ(problem["type"], "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity");
+    EXPECT_EQ(problem["status"], 503);
+    EXPECT_EQ(rs[0].header("content-type"), "application/problem+json");
   }
   EXPECT_TRUE(gw->proc->wait_for_line("redis store incident started", 5s));
   const std::string m = http_get(gw->admin_port, "/metrics").body;

@@ -37,10 +37,24 @@ std::string bound_policy(const config::Rule& rule, const config::Rule* channel, 
 // the one closest to its limit (smallest remaining share of its quota).
 std::string ratelimit_header(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd);
 
-// JSON body of a 429 naming the policy that bound it (with the quota's terms for a quota).
+// Problem details (RFC 9457, application/problem+json) with the problem types of the IETF
+// RateLimit header fields draft: a 429 is "quota-exceeded" naming the policy that bound it in
+// "violated-policies"; the limiter's own 503 (fail_closed) is "temporary-reduced-capacity".
+inline constexpr std::string_view kQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+inline constexpr std::string_view kReducedCapacity =
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
+
+// The body of a 429: type, title, status, detail, violated-policies, and as extension members what
+// clients read before (error "rate_limited", policy, bucket, configId, retry_after_ms, kind and the
+// bound policy's terms).
 std::string rejection_body(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd);
 
-// JSON body of an error the gateway answers itself: {"error":code,"detail":detail}
+// The body of an answer the gateway gives itself (4xx, 502, 503, 504): type (`type`, or
+// about:blank), title, status, detail, and the extension member error = `code`.
+std::string problem_body(int status, std::string_view title, std::string_view code, std::string_view detail,
+                         std::string_view type = "about:blank");
+
+// The admin API's plain JSON error: {"error":code,"detail":detail}
 std::string error_body(std::string_view code, std::string_view detail);
 
 }  // namespace tollgate::proxy

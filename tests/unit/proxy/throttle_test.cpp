@@ -49,6 +49,21 @@ TEST(Throttle, RejectionBodyNamesTheBucket) {
   EXPECT_EQ(j["bucket"], "/shopping/search");
   EXPECT_EQ(j["retry_after_ms"], 101);
   EXPECT_EQ(j["wait_window_ms"], 500);
+  // RFC 9457 members, with the RateLimit draft's problem type and its extension member.
+  EXPECT_EQ(j["type"], "https://iana.org/assignments/http-problem-types#quota-exceeded");
+  EXPECT_EQ(j["status"], 429);
+  EXPECT_FALSE(j["title"].get<std::string>().empty());
+  EXPECT_EQ(j["detail"], "policy /shopping/search admits no more requests now; retry after 101 ms");
+  EXPECT_EQ(j["violated-policies"], nlohmann::json::array({"/shopping/search"}));
+}
+
+TEST(Throttle, ProblemBodyOfTheGatewaysOwnAnswers) {
+  const auto j = nlohmann::json::parse(problem_body(404, "Not Found", "no_route", "no route for this path"));
+  EXPECT_EQ(j, nlohmann::json::parse(R"({"type":"about:blank","title":"Not Found","status":404,
+                                         "detail":"no route for this path","error":"no_route"})"));
+  const auto busy = nlohmann::json::parse(problem_body(503, "t", "limiter_unavailable", "d", kReducedCapacity));
+  EXPECT_EQ(busy["type"], "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity");
+  EXPECT_NO_THROW(nlohmann::json::parse(problem_body(400, "Bad Request", "bad_request", std::string("\x8c\xff /p"))));
 }
 
 TEST(Throttle, ErrorBodyNeverThrowsOnInvalidUtf8) {
