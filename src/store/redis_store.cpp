@@ -117,7 +117,9 @@ void RedisStore::count_connection(const RedisAddress& node, int made, int ready)
   if (made < 0) connections_.fetch_add(made, std::memory_order_relaxed);
   // Said once, when every thread's connections have answered: from then on no decision of this
   // instance falls to the failure policy unless Redis fails.
-  if (ready > 0 && !announced_ && connections_ready_.load() == connections_.load()) {
+  // Every thread must have applied the layout first: one thread's connection ready before another
+  // thread has even made its own is not "connected" (the other's decisions still go to the policy).
+  if (ready > 0 && !announced_ && layouts_pending_.load() == 0 && connections_ready_.load() == connections_.load()) {
     announced_ = true;
     std::string where;
     for (const auto& n : nodes_) where += (where.empty() ? "" : ", ") + n.first;
