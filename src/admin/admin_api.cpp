@@ -7,6 +7,7 @@
 #include "tollgate/proxy/rate_headers.hpp"
 #include "tollgate/proxy/throttle.hpp"
 #include "tollgate/store/metric_series.hpp"
+#include "tollgate/log_line.hpp"
 
 namespace tollgate::admin {
 
@@ -55,9 +56,9 @@ std::optional<SimpleResponse> AdminApi::authorize(const SimpleRequest& req) {
   const std::int64_t now = limiter::steady_now_us();
   if (now - last_failure_log_us_ >= kFailureLogIntervalUs || last_failure_log_us_ == 0) {
     last_failure_log_us_ = now;
-    std::cerr << "tollgate: warn: admin authentication failed from " << (req.peer.empty() ? "?" : req.peer) << " ("
-              << req.method << " " << proxy::path_of(req.target) << ", " << (has_bearer ? "wrong token" : "no bearer token")
-              << "); " << n << " failed attempts since start" << std::endl;
+    log_line("tollgate: warn: admin authentication failed from ", (req.peer.empty() ? "?" : req.peer), " (",
+             req.method, " ", proxy::path_of(req.target), ", ",
+             (has_bearer ? "wrong token" : "no bearer token"), "); ", n, " failed attempts since start");
   }
   return denied;
 }

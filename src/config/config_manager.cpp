@@ -1,4 +1,5 @@
 #include "tollgate/config/config_manager.hpp"
+#include "tollgate/log_line.hpp"
 
 #include <algorithm>
 #include <iostream>
@@ -19,7 +20,7 @@ void ConfigManager::log_rejections(const ValidatedRules& rules) {
   for (const auto& r : rules.rejected) {
     const std::string msg = r.message();
     now.insert(msg);
-    if (!logged_rejections_.count(msg)) std::cerr << "tollgate: warn: rule rejected: " << msg << std::endl;
+    if (!logged_rejections_.count(msg)) log_line("tollgate: warn: rule rejected: ", msg);
   }
   logged_rejections_ = std::move(now);
 }
@@ -49,7 +50,7 @@ ReloadResult ConfigManager::load_and_swap(bool force) {
       out.ok = true;
       out.version = version_;
       std::lock_guard s(status_mu_);
-      if (!status_.healthy) std::cerr << "tollgate: config source " << status_.source << " is back" << std::endl;
+      if (!status_.healthy) log_line("tollgate: config source ", status_.source, " is back");
       status_.healthy = true;
       status_.last_error.clear();
       status_.last_success_ms = status_.last_attempt_ms = now_ms;
@@ -67,19 +68,18 @@ ReloadResult ConfigManager::load_and_swap(bool force) {
     if (loaded.fleet_switch && loaded.fleet_switch != last_switch_) {
       const SwitchRecord& sw = *loaded.fleet_switch;
       if (switch_.mode() != sw.mode)
-        std::cerr << "tollgate: switch " << switch_mode_name(sw.mode) << " (changed by " << sw.changed_by << ")"
-                  << std::endl;
+        log_line("tollgate: switch ", switch_mode_name(sw.mode), " (changed by ", sw.changed_by, ")");
       switch_.set(sw.mode, sw.changed_by, sw.changed_at_ms, "mysql", sw.revert_at_ms, sw.revert_to);
       last_switch_ = loaded.fleet_switch;
     }
-    std::cerr << "tollgate: config v" << version_ << " loaded from " << source_->describe() << ": " << active
-              << " enabled rules, " << rejected << " rejected rows" << std::endl;
+    log_line("tollgate: config v", version_, " loaded from ", source_->describe(), ": ", active,
+             " enabled rules, ", rejected, " rejected rows");
     out.ok = true;
     out.changed = true;
     out.version = version_;
     std::lock_guard s(status_mu_);
     if (!status_.healthy && status_.loads_failed > 0)
-      std::cerr << "tollgate: config source " << status_.source << " is back" << std::endl;
+      log_line("tollgate: config source ", status_.source, " is back");
     status_.healthy = true;
     status_.using_fallback = false;
     status_.last_error.clear();
@@ -93,8 +93,8 @@ ReloadResult ConfigManager::load_and_swap(bool force) {
     std::lock_guard s(status_mu_);
     // Logged once per incident: the first failure after a success (or the very first attempt).
     if (status_.healthy || status_.loads_failed == 0)
-      std::cerr << "tollgate: warn: config source " << status_.source << " failed, keeping config v" << version_
-                << ": " << out.error << std::endl;
+      log_line("tollgate: warn: config source ", status_.source, " failed, keeping config v", version_, ": ",
+               out.error);
     status_.healthy = false;
     status_.last_error = out.error;
     status_.last_attempt_ms = now_ms;

@@ -21,6 +21,7 @@
 #include "tollgate/store/cluster_slot.hpp"
 #include "tollgate/store/redis_codec.hpp"
 #include "tollgate/store/metric_series.hpp"
+#include "tollgate/log_line.hpp"
 
 namespace tollgate::store {
 
@@ -97,8 +98,8 @@ void RedisStore::record_success() {
   up_flag_.store(true, std::memory_order_relaxed);
   if (ever_up_ && incidents_ > 0) {
     const double secs = static_cast<double>(unix_ms() - incident_started_ms_) / 1e3;
-    std::cerr << "tollgate: redis store incident ended after " << secs << " s: " << incident_failures_
-              << " decisions were made by the failure policy" << std::endl;
+    log_line("tollgate: redis store incident ended after ", secs, " s: ", incident_failures_,
+             " decisions were made by the failure policy");
   }
   ever_up_ = true;
 }
@@ -123,8 +124,7 @@ void RedisStore::count_connection(const RedisAddress& node, int made, int ready)
     announced_ = true;
     std::string where;
     for (const auto& n : nodes_) where += (where.empty() ? "" : ", ") + n.first;
-    std::cerr << "tollgate: redis store connected to " << where << " (" << connections_.load() << " connections)"
-              << std::endl;
+    log_line("tollgate: redis store connected to ", where, " (", connections_.load(), " connections)");
   }
 }
 
@@ -144,8 +144,8 @@ void RedisStore::record_failure(const std::string& error) {
   ++incidents_;
   incident_started_ms_ = unix_ms();
   incident_failures_ = 0;
-  std::cerr << "tollgate: warn: redis store incident started: " << error
-            << "; decisions go to the failure policy until it answers" << std::endl;
+  log_line("tollgate: warn: redis store incident started: ", error,
+           "; decisions go to the failure policy until it answers");
 }
 
 StoreDecision RedisStore::unavailable(std::string error) {

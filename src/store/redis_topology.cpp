@@ -1,4 +1,5 @@
 #include "redis_topology.hpp"
+#include "tollgate/log_line.hpp"
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
@@ -94,14 +95,14 @@ void RedisTopology::publish(RedisLayout layout, const std::string& why) {
     if (layout_ && *layout_ == *next) return;
     layout_ = next;
   }
-  if (!why.empty()) std::cerr << "tollgate: " << why << ": " << next->describe() << std::endl;
+  if (!why.empty()) log_line("tollgate: ", why, ": ", next->describe());
   on_change_(std::move(next));
 }
 
 void RedisTopology::warn_once(const std::string& what) {
   if (failing_) return;
   failing_ = true;
-  std::cerr << "tollgate: warn: " << what << "; asking again every " << kPeriod.count() << " ms" << std::endl;
+  log_line("tollgate: warn: ", what, "; asking again every ", kPeriod.count(), " ms");
 }
 
 redisContext* RedisTopology::connect(const RedisAddress& a, const std::string& password, std::string& error,
@@ -137,8 +138,7 @@ void RedisTopology::run() {
     const bool ok = opt_.mode == RedisMode::cluster ? ask_cluster() : ask_sentinels();
     if (ok && failing_) {
       failing_ = false;
-      std::cerr << "tollgate: redis " << (opt_.mode == RedisMode::cluster ? "cluster" : "sentinels")
-                << " answer again" << std::endl;
+      log_line("tollgate: redis ", (opt_.mode == RedisMode::cluster ? "cluster" : "sentinels"), " answer again");
     }
     // At least kMinInterval between asks, however often the store prompts (a prompt already
     // pending must not turn this into a spin).
@@ -264,8 +264,8 @@ bool RedisTopology::ask_sentinels() {
     if (paused_ && primary == paused_from_ && now < paused_until_) return true;
     if (!paused_ && primary == switched_from_ && now < switched_until_) return true;
     if (paused_ && primary == paused_from_)
-      std::cerr << "tollgate: warn: redis sentinel: the failover of '" << opt_.master_name << "' did not end within "
-                << kFailoverPause.count() << " ms; using the primary the sentinels name" << std::endl;
+      log_line("tollgate: warn: redis sentinel: the failover of '", opt_.master_name, "' did not end within ",
+               kFailoverPause.count(), " ms; using the primary the sentinels name");
     paused_ = false;
     RedisLayout one;
     one.nodes.push_back(primary);
@@ -372,7 +372,7 @@ void RedisTopology::on_sentinel_event(const std::string& channel, const std::str
   } else if (channel.starts_with("-failover-abort")) {
     if (words.size() < 2 || words[0] != "master" || words[1] != name || !paused_) return;
     paused_ = false;
-    std::cerr << "tollgate: redis sentinel: " << channel << " '" << name << "': asking for the primary again" << std::endl;
+    log_line("tollgate: redis sentinel: ", channel, " '", name, "': asking for the primary again");
     std::lock_guard lock(mu_);
     refresh_wanted_ = true;
   }
