@@ -165,6 +165,18 @@ void RedisTopology::wait(milliseconds period) {
   cv_.wait_for(lock, period, [this] { return stopping_ || refresh_wanted_; });
 }
 
+// The query connection to `a`: the one open if it is to `a`, else a new one (the old closed); a
+// failure is added to `errors`.
+bool RedisTopology::query_to(const RedisAddress& a, const std::string& password, std::string& errors) {
+  if (query_ && query_addr_ == a) return true;
+  if (query_) redisFree(query_);
+  std::string error;
+  query_ = connect(a, password, error);
+  query_addr_ = a;
+  if (!query_) errors += (errors.empty() ? "" : "; ") + error;
+  return query_ != nullptr;
+}
+
 bool RedisTopology::ask_cluster() {
   // Known primaries first (the seeds may be gone), then the seeds.
   std::vector<RedisAddress> candidates;
@@ -174,16 +186,7 @@ bool RedisTopology::ask_cluster() {
   for (const auto& s : opt_.seeds) candidates.push_back(s);
   std::string errors;
   for (const RedisAddress& a : candidates) {
-    if (!query_ || !(query_addr_ == a)) {
-      if (query_) redisFree(query_);
-      std::string error;
-      query_ = connect(a, opt_.password, error);
-      query_addr_ = a;
-      if (!query_) {
-        errors += (errors.empty() ? "" : "; ") + error;
-        continue;
-      }
-    }
+    if (!query_to(a, opt_.password, errors)) continue;
     ReplyPtr r{static_cast<redisReply*>(redisCommand(query_, "CLUSTER SLOTS"))};
     if (r.r == nullptr || r.r->type != REDIS_REPLY_ARRAY) {
       errors += (errors.empty() ? "" : "; ") + a.to_string() + ": CLUSTER SLOTS " +
@@ -230,16 +233,7 @@ bool RedisTopology::ask_sentinels() {
   for (const auto& s : opt_.seeds) candidates.push_back(s);
   std::string errors;
   for (const RedisAddress& a : candidates) {
-    if (!query_ || !(query_addr_ == a)) {
-      if (query_) redisFree(query_);
-      std::string error;
-      query_ = connect(a, opt_.sentinel_password, error);
-      query_addr_ = a;
-      if (!query_) {
-        errors += (errors.empty() ? "" : "; ") + error;
-        continue;
-      }
-    }
+    if (!query_to(a, opt_.sentinel_password, errors)) continue;
     ReplyPtr r{static_cast<redisReply*>(
         redisCommand(query_, "SENTINEL get-master-addr-by-name %b", opt_.master_name.data(), opt_.master_name.size()))};
     if (r.r == nullptr || r.r->type != REDIS_REPLY_ARRAY || r.r->elements != 2 ||

@@ -45,6 +45,7 @@ class RedisTopology {
 
  private:
   void run();
+  bool query_to(const RedisAddress& a, const std::string& password, std::string& errors);
   bool ask_cluster();
   bool ask_sentinels();
   // Waits up to `period` for a refresh request or a stop; in sentinel mode reads +switch-master
