@@ -3,7 +3,8 @@
 set -euo pipefail
 want=(cmake g++ make pkg-config libboost-dev nlohmann-json3-dev libmysqlcppconn-dev libhiredis-dev libjemalloc-dev libspdlog-dev prometheus-cpp-dev curl)
 if [[ "${1:-build}" == "test" ]]; then
-  want+=(googletest libgtest-dev mariadb-server mariadb-client redis-server redis-tools python3 clang libclang-rt-14-dev)
+  want+=(googletest libgtest-dev mariadb-server mariadb-client redis-server redis-tools python3 clang libclang-rt-14-dev
+        chromium chromium-driver python3-selenium)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the embedded default: the mock upstream on :9000 and
-# the gateway on :8080 (admin on 127.0.0.1:9901) with conf/gateway.json. Ctrl-C stops both.
+# Installs what is missing, builds, and runs the embedded default: the mock upstream on :9000, the
+# gateway on :8080 (admin and console on 127.0.0.1:9901) with conf/gateway.json, and demo traffic
+# for the console to show (TOLLGATE_DEMO=0: none). Ctrl-C stops them all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh build
@@ -8,8 +9,16 @@ scripts/build.sh -DTOLLGATE_BUILD_TESTS=OFF
 export TOLLGATE_ADMIN_TOKEN="${TOLLGATE_ADMIN_TOKEN:-change-me}"
 ./build/tollgate-mock-upstream --port 9000 &
 mock=$!
-trap 'kill $mock 2>/dev/null || true' EXIT
+demo=""
+if [[ "${TOLLGATE_DEMO:-1}" != 0 ]]; then
+  scripts/demo-traffic.sh >/dev/null &
+  demo=$!
+fi
+trap 'kill $mock $demo 2>/dev/null || true' EXIT
 cat <<MSG
+
+Console: http://127.0.0.1:9901/  (demo traffic is running, so /shopping/search and /login are busy;
+         TOLLGATE_DEMO=0 scripts/run.sh for a quiet gateway. The admin token is "$TOLLGATE_ADMIN_TOKEN")
 
 Try:
   curl -i http://127.0.0.1:8080/ibe/shopping/search          # 5/s, may wait up to 0.5 s

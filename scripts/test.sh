@@ -29,7 +29,8 @@ export TOLLGATE_TEST_REDIS_PORT=$(free_port)
 scripts/redis-server.sh start "$TOLLGATE_TEST_REDIS_DIR" "$TOLLGATE_TEST_REDIS_PORT"
 echo "test: Redis on 127.0.0.1:$TOLLGATE_TEST_REDIS_PORT ($TOLLGATE_TEST_REDIS_DIR)"
 
-(cd build-test && ctest --output-on-failure -j2 --timeout 300)
+# The browser test must run here, not skip: its packages were installed above.
+(cd build-test && TOLLGATE_REQUIRE_BROWSER=1 ctest --output-on-failure -j2 --timeout 300)
 
 # Sanitizers: the unit and end-to-end tests again, built with ASan + UBSan (g++; no jemalloc, which
 # would hide allocations from ASan). Leak checking stays on for the unit tests; the gateway
@@ -42,7 +43,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOLLGATE_JEMALLOC=O
 cmake --build build-asan -j"$(nproc)" --target unit_tests e2e_tests redis_cluster_tests tollgate tollgate-mock-upstream tollgate-sim
 (cd build-asan && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./tests/unit_tests --gtest_brief=1)
 (cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --output-on-failure -j2 --timeout 300 -LE cluster)
+  ctest --output-on-failure -j2 --timeout 300 -LE 'cluster|browser')
 # The Redis Cluster and Sentinel tests (their own servers), alone: slot moves, failovers and
 # re-routing under the sanitizers, with the machine's two cores to themselves.
 (cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -1,8 +1,11 @@
 #include "tollgate/admin/admin_api.hpp"
 
+#include <charconv>
+#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "tollgate/admin/console_assets.hpp"
 #include "tollgate/limiter/clock.hpp"
 #include "tollgate/proxy/rate_headers.hpp"
 #include "tollgate/proxy/throttle.hpp"
@@ -17,6 +20,29 @@ namespace {
 SimpleResponse ok_json(const json& j) { return {200, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n"}; }
 SimpleResponse error(int status, std::string_view code, std::string_view detail) {
   return {status, proxy::error_body(code, detail) + "\n"};
+}
+std::string_view query_of(std::string_view target) {
+  const auto q = target.find('?');
+  return q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+}
+// A query parameter as a whole non-negative number: nullopt when absent, `bad` set when present
+// but not a number.
+std::optional<std::uint64_t> query_number(std::string_view query, std::string_view name, bool& bad) {
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view part = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (!part.starts_with(name) || part.size() <= name.size() || part[name.size()] != '=') continue;
+    const std::string_view value = part.substr(name.size() + 1);
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size()) {
+      bad = true;
+      return std::nullopt;
+    }
+    return n;
+  }
+  return std::nullopt;
 }
 }  // namespace
 
@@ -90,6 +116,14 @@ SimpleResponse AdminApi::handle(const SimpleRequest& req) {
       return put_switch(req);
     }
     return error(405, "method_not_allowed", "use GET or PUT");
+  }
+  if (path == "/admin/overview") return get ? get_overview() : error(405, "method_not_allowed", "use GET");
+  if (path == "/admin/history") return get ? get_history(query_of(req.target)) : error(405, "method_not_allowed", "use GET");
+  if (path == "/admin/refusals") return get ? get_refusals(query_of(req.target)) : error(405, "method_not_allowed", "use GET");
+  if (path == "/" || path == "/ui" || path.starts_with("/ui/")) {
+    if (!get) return error(405, "method_not_allowed", "use GET");
+    if (auto asset = console_asset(path)) return {200, std::string(asset->body), std::string(asset->content_type)};
+    return error(404, "not_found", "no such console file");
   }
   constexpr std::string_view buckets = "/admin/buckets/";
   if (path.starts_with(buckets)) {
@@ -336,6 +370,159 @@ SimpleResponse AdminApi::get_bucket(std::string_view name) const {
                   {"stored_permits", view->stored},
                   {"debt_s", debt_s},
                   {"tracked", view->tracked}});
+}
+
+namespace {
+// Whole figures as whole numbers, others with three decimals (not a float's noise).
+json rounded(double v) {
+  const double r = std::round(v * 1000.0) / 1000.0;
+  if (r == std::trunc(r) && std::abs(r) < 1e15) return static_cast<std::int64_t>(r);
+  return r;
+}
+json opt(std::optional<double> v) { return v ? rounded(*v) : json(nullptr); }
+json sample_json(const History::Sample& x) {
+  auto n = [](float v) { return rounded(static_cast<double>(v)); };
+  return {{"forwarded", n(x.forwarded)},
+          {"delayed", n(x.delayed)},
+          {"rejected", n(x.rejected)},
+          {"shadow_rejected", n(x.shadow_rejected)},
+          {"bypassed", n(x.bypassed)},
+          {"store_error", n(x.store_error)},
+          {"held", n(x.held)}};
+}
+SimpleResponse compact_json(const json& j) { return {200, j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"}; }
+}  // namespace
+
+SimpleResponse AdminApi::get_overview() const {
+  auto snap = deps_.snapshots.get();
+  json out = {{"now_ms", config::SwitchState::now_ms()}, {"history_seq", deps_.history ? deps_.history->seq() : 0}};
+  out["switch"] = json::parse(get_switch().body);
+  const store::StoreHealth h = deps_.store.health();
+  json nodes = json::array();
+  for (const auto& [node, up] : h.nodes) nodes.push_back({{"node", node}, {"up", up}});
+  out["store"] = {{"name", h.name},
+                  {"shared", h.shared},
+                  {"up", h.up},
+                  {"incidents", h.incidents},
+                  {"live_instances", h.live_instances},
+                  {"last_error", h.last_error},
+                  {"failure_policy", h.failure_policy},
+                  {"policy_decisions", h.policy_decisions},
+                  {"nodes", std::move(nodes)}};
+  if (deps_.config) out["config_source"] = status_json(deps_.config->status());
+  out["held"] = deps_.metrics.held.Value();
+  out["connections"] = deps_.metrics.connections.Value();
+  out["refusals_total"] = deps_.refusals ? deps_.refusals->total() : 0;
+
+  json buckets = json::array();
+  if (snap) {
+    out["config"] = {{"version", snap->version}, {"source", snap->source}, {"rejected_rows", snap->rejected.size()}};
+    // The stored permits and debt of every shared bucket, in one store read.
+    std::vector<const config::Rule*> probed;
+    std::vector<store::BucketProbe> probes;
+    for (const auto& r : snap->rules) {
+      if (!r.enabled || !r.has_bucket || r.key_by.kind != config::KeySpec::Kind::none) continue;
+      const config::Rule* channel = r.channel ? &r : snap->channel_of(r);
+      probed.push_back(&r);
+      probes.push_back({{r.bucket, r.params},
+                        channel ? std::string_view(channel->channel_type) : std::string_view(r.bucket)});
+    }
+    const auto views = deps_.store.inspect_many(probes);
+    for (const auto& r : snap->rules) {
+      json b = {{"bucket", r.bucket},
+                {"configId", r.config_id},
+                {"channelType", r.channel_type},
+                {"scope", r.channel ? "channel" : "interface"},
+                {"status", r.enabled ? 1 : 0},
+                {"cache_s", r.cache_s}};
+      if (r.has_bucket) {
+        b["rateLimit"] = r.rate_limit;
+        b["burst"] = limiter::shape_of(r.params).max_permits;
+      } else {
+        b["rateLimit"] = nullptr;
+        b["burst"] = nullptr;
+      }
+      if (r.key_by.kind != config::KeySpec::Kind::none) b["keyBy"] = r.key_by.text();
+      b["stored_permits"] = nullptr;
+      b["debt_s"] = nullptr;
+      for (std::size_t i = 0; i < probed.size(); ++i) {
+        if (probed[i] != &r || !views[i]) continue;
+        b["stored_permits"] = views[i]->stored;
+        b["debt_s"] = static_cast<double>(std::max<limiter::Micros>(0, views[i]->next_free - views[i]->now)) / 1e6;
+      }
+      bool saturated = false;
+      if (deps_.history) {
+        if (auto w = deps_.history->window(r.bucket)) {
+          b["held"] = w->last.held;
+          b["last_second"] = sample_json(w->last);
+          b["last_minute"] = sample_json(w->sum);
+          b["wait_p50_ms"] = opt(w->wait_p50_ms);
+          b["wait_p99_ms"] = opt(w->wait_p99_ms);
+          saturated = w->rejected_10s > 0;
+        }
+      }
+      // Saturated: it refused a request in the last ten seconds, or its queue is past half its
+      // wait window (the next arrivals wait long or are refused).
+      if (b["debt_s"].is_number() && b["debt_s"].get<double>() > r.cache_s / 2) saturated = true;
+      b["saturated"] = saturated;
+      buckets.push_back(std::move(b));
+    }
+  }
+  out["buckets"] = std::move(buckets);
+
+  json policies = json::array();
+  deps_.metrics.each_policy([&](std::string_view rule, std::string_view policy, const proxy::PolicyMetrics& p) {
+    json j = {{"rule", rule}, {"policy", policy}, {"bound", p.bound ? p.bound->Value() : 0.0}};
+    if (p.passed) j["passed"] = p.passed->Value();
+    if (p.failed) j["failed"] = p.failed->Value();
+    policies.push_back(std::move(j));
+  });
+  out["policies"] = std::move(policies);
+
+  json upstreams = json::array();
+  if (deps_.history) {
+    for (const auto& [name, w] : deps_.history->upstreams()) {
+      json errors = json::object(), totals = json::object();
+      for (std::size_t e = 0; e < proxy::kUpstreamErrors; ++e) {
+        errors[proxy::upstream_error_name(static_cast<proxy::UpstreamError>(e))] = w.errors[e];
+        totals[proxy::upstream_error_name(static_cast<proxy::UpstreamError>(e))] = w.errors_total[e];
+      }
+      upstreams.push_back({{"upstream", name},
+                           {"responses_last_minute", w.responses},
+                           {"latency_p50_ms", opt(w.p50_ms)},
+                           {"latency_p99_ms", opt(w.p99_ms)},
+                           {"errors_last_minute", std::move(errors)},
+                           {"errors_total", std::move(totals)}});
+    }
+  }
+  out["upstreams"] = std::move(upstreams);
+  return compact_json(out);
+}
+
+SimpleResponse AdminApi::get_history(std::string_view query) const {
+  if (!deps_.history) return error(501, "not_supported", "no history is kept");
+  bool bad = false;
+  const auto since = query_number(query, "since", bad);
+  if (bad) return error(400, "bad_request", "since: must be a sample number (the \"seq\" of an earlier answer)");
+  return compact_json(deps_.history->to_json(since));
+}
+
+SimpleResponse AdminApi::get_refusals(std::string_view query) const {
+  if (!deps_.refusals) return error(501, "not_supported", "no refusals are kept");
+  bool bad = false;
+  const std::uint64_t limit = query_number(query, "limit", bad).value_or(proxy::RefusalLog::kCapacity);
+  if (bad) return error(400, "bad_request", "limit: must be a whole number");
+  json list = json::array();
+  for (const proxy::Refusal& r : deps_.refusals->recent(limit)) {
+    json j = {{"at_ms", r.at_ms}, {"status", r.status},         {"path", r.path},
+              {"bucket", r.bucket}, {"policy", r.policy},       {"retry_after_s", r.retry_after_s}};
+    if (!r.key_by.empty()) j["key_by"] = r.key_by;
+    if (!r.key_shape.empty()) j["key_shape"] = r.key_shape;
+    list.push_back(std::move(j));
+  }
+  return ok_json({{"total", deps_.refusals->total()},
+                  {"capacity", deps_.refusals->capacity()},
+                  {"refusals", std::move(list)}});
 }
 
 }  // namespace tollgate::admin

@@ -76,6 +76,11 @@ struct AdminServer::Impl {
                                     beast::error_code& ec) {
     http::response<http::string_body> res{static_cast<http::status>(out.status), version};
     res.set(http::field::content_type, out.content_type);
+    res.set("Content-Security-Policy", kContentSecurityPolicy);
+    res.set("X-Frame-Options", "DENY");
+    res.set("X-Content-Type-Options", "nosniff");
+    res.set("Referrer-Policy", "no-referrer");
+    res.set(http::field::cache_control, "no-store");
     res.keep_alive(keep);
     res.body() = std::move(out.body);
     res.prepare_payload();

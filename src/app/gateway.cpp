@@ -56,6 +56,9 @@ struct Gateway::Impl {
   std::unique_ptr<admin::AdminApi> admin_api;
   std::unique_ptr<admin::AdminServer> admin_server;
   std::unique_ptr<proxy::AccessLog> access_log;
+  proxy::RefusalLog refusals;                    // the last 429s and 503s, for the console
+  std::unique_ptr<admin::History> history;       // five minutes per bucket, sampled every second
+  std::unique_ptr<net::steady_timer> history_timer;
   std::atomic<bool> draining{false};
   std::unique_ptr<net::signal_set> signals;  // created before "ready": no signal is lost or fatal
 
@@ -74,6 +77,19 @@ struct Gateway::Impl {
     guards.clear();
     contexts.clear();
     access_log.reset();
+  }
+
+  // One history sample a second, on the admin thread (it only reads counters: never blocks), on
+  // a fixed grid so that samples do not drift.
+  void sample_history(std::chrono::steady_clock::time_point due) {
+    const auto wall = std::chrono::system_clock::now().time_since_epoch();
+    history->sample(std::chrono::duration_cast<std::chrono::milliseconds>(wall).count());
+    auto next = due + std::chrono::seconds(1);
+    if (next < std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    history_timer->expires_at(next);
+    history_timer->async_wait([this, next](const boost::system::error_code& ec) {
+      if (!ec) sample_history(next);
+    });
   }
 
   explicit Impl(config::GatewayConfig c) : cfg(std::move(c)), switch_state(cfg.limits.switch_mode, "file") {
@@ -140,6 +156,13 @@ bool is_loopback(const std::string& host) {
   return !ec && addr.is_loopback();
 }
 
+// Where a browser on this host reaches the admin listener: a wildcard address prints as loopback.
+std::string console_host(const std::string& host) {
+  if (host == "0.0.0.0" || host.empty()) return "127.0.0.1";
+  if (host == "::") return "[::1]";
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
 // Every client connection is a descriptor, and so is every upstream connection, the listeners,
 // the log files and the store and database connections. The soft limit is raised to the hard one;
 // if proxy.max_connections still does not fit under it with room for the rest, it is lowered (and
@@ -185,8 +208,11 @@ void Gateway::start() {
   m.store = m.make_store(raw);
   m.access_log = std::make_unique<proxy::AccessLog>(m.cfg.access_log);
   m.proxy = std::make_unique<proxy::ProxyServer>(
-      raw, proxy::ProxyDeps{m.cfg, m.snapshots, m.switch_state, *m.store, m.metrics, m.access_log.get()});
+      raw, proxy::ProxyDeps{m.cfg, m.snapshots, m.switch_state, *m.store, m.metrics, m.access_log.get(), &m.refusals});
   m.proxy->start();
+  m.history = std::make_unique<admin::History>(m.metrics, m.snapshots);
+  m.history_timer = std::make_unique<net::steady_timer>(m.admin_ctx);
+  m.sample_history(std::chrono::steady_clock::now());
   m.admin_api = std::make_unique<admin::AdminApi>(admin::AdminDeps{m.snapshots, m.switch_state, *m.store, m.metrics,
                                                                    m.cfg.admin.token, m.cfg.admin.token_name,
                                                                    m.config_manager.get(), m.mysql.get(),
@@ -201,7 +227,8 @@ void Gateway::start() {
                                                                          if (!ec) f();
                                                                        });
                                                                      });
-                                                                   }});
+                                                                   },
+                                                                   m.history.get(), &m.refusals});
   m.admin_server = std::make_unique<admin::AdminServer>(
       m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const admin::SimpleRequest& r) { return api->handle(r); },
       &admin::AdminApi::runs_inline);
@@ -220,6 +247,8 @@ void Gateway::start() {
             << " threads)\n"
             << "tollgate: admin listening on " << m.cfg.admin.listen.host << ":" << m.admin_server->port()
             << (m.cfg.admin.token.empty() ? " (read-only: $" + m.cfg.admin.token_env + " is not set)" : "") << "\n"
+            << "tollgate: console at http://" << console_host(m.cfg.admin.listen.host) << ":" << m.admin_server->port()
+            << "/\n"
             << "tollgate: " << enabled << " enabled rules from " << snap->source << ", switch "
             << config::switch_mode_name(m.switch_state.mode()) << ", store " << m.store->name();
   if (const auto* policy = dynamic_cast<const store::FailurePolicyStore*>(m.store.get()))

@@ -155,6 +155,20 @@ PolicyMetrics& Metrics::policy(std::string_view rule, std::string_view policy, b
   return *p;
 }
 
+void Metrics::each_upstream(const std::function<void(const std::string&, const UpstreamMetrics&)>& fn) {
+  std::lock_guard lock(mu_);
+  for (const auto& [name, u] : upstreams_) fn(name, *u);
+}
+
+void Metrics::each_policy(
+    const std::function<void(std::string_view rule, std::string_view policy, const PolicyMetrics&)>& fn) {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, p] : policies_) {
+    const auto sep = key.find('\x1f');
+    fn(std::string_view(key).substr(0, sep), std::string_view(key).substr(sep + 1), *p);
+  }
+}
+
 std::string Metrics::render() const { return prometheus::TextSerializer().Serialize(registry.Collect()); }
 
 }  // namespace tollgate::proxy

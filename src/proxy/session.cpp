@@ -7,6 +7,7 @@
 #include "outcomes.hpp"
 #include "responses.hpp"
 #include "tollgate/proxy/access_log.hpp"
+#include "tollgate/proxy/refusals.hpp"
 #include "tollgate/proxy/request_target.hpp"
 #include "tollgate/proxy/throttle.hpp"
 #include "upstream.hpp"
@@ -84,6 +85,13 @@ class Session {
   net::awaitable<void> answer_read_error(beast::error_code ec);
   net::awaitable<bool> handle(std::string_view body);
   net::awaitable<bool> hold(BucketMetrics& bm, std::chrono::microseconds wait);
+  // A 429 or the limiter's 503 goes into the ring of recent refusals (the console's list).
+  void remember_refusal(const Plan& plan, const Verdict& v, std::string_view path, int status) const {
+    if (RefusalLog* log = px_.deps.refusals) {
+      const auto now = std::chrono::system_clock::now().time_since_epoch();
+      log->record(refusal_of(plan, v, path, status, std::chrono::duration_cast<milliseconds>(now).count()));
+    }
+  }
 
   ProxyContext& px_;
   Worker& w_;
@@ -340,6 +348,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     case Action::forward:
       break;
     case Action::unavailable: {
+      remember_refusal(plan, verdict, target.path, 503);
       OwnAnswer answer;
       answer.status = 503;
       answer.body = verdict.body;
@@ -348,6 +357,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     }
     case Action::reject: {
       if (access.log) access.policy = verdict.bound;
+      remember_refusal(plan, verdict, target.path, 429);
       OwnAnswer answer;
       answer.status = 429;
       answer.body = verdict.body;

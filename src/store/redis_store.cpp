@@ -377,6 +377,19 @@ RedisStats RedisStore::stats() const {
   return s;
 }
 
+StoreHealth RedisStore::health() const {
+  const RedisStats st = stats();
+  StoreHealth h;
+  h.name = name();
+  h.shared = true;
+  h.up = st.up;
+  h.incidents = st.incidents;
+  h.live_instances = st.live_instances;
+  h.last_error = st.last_error;
+  h.nodes = nodes_up();
+  return h;
+}
+
 void RedisStore::publish_metrics(prometheus::Registry& registry) const {
   const RedisStats st = stats();
   gauge(registry, "tollgate_store_up", "Whether the shared bucket store (Redis) answers.").Set(st.up ? 1 : 0);

@@ -7,11 +7,13 @@
 #include <string>
 
 #include "tollgate/admin/admin_server.hpp"
+#include "tollgate/admin/history.hpp"
 #include "tollgate/config/config_manager.hpp"
 #include "tollgate/config/config_source.hpp"
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/proxy/metrics.hpp"
+#include "tollgate/proxy/refusals.hpp"
 #include "tollgate/store/bucket_store.hpp"
 
 namespace tollgate::admin {
@@ -28,6 +30,8 @@ struct AdminDeps {
   const std::atomic<bool>* draining = nullptr;    // set while shutting down: /readyz answers 503
   // Per-process switch (no MySQL): runs `revert` after `after_ms` on the admin thread.
   std::function<void(std::int64_t after_ms, std::function<void()> revert)> schedule = nullptr;
+  const History* history = nullptr;             // the console's per-second history (null: none kept)
+  const proxy::RefusalLog* refusals = nullptr;  // recent 429s and 503s (null: none kept)
 };
 
 // Constant-time comparison (the time taken does not depend on where the strings differ).
@@ -55,6 +59,10 @@ class AdminApi {
   SimpleResponse post_reload();
   SimpleResponse get_bucket(std::string_view name) const;
   SimpleResponse readyz() const;
+  // The console's reads (DESIGN.md, README "Operator console").
+  SimpleResponse get_overview() const;
+  SimpleResponse get_history(std::string_view query) const;
+  SimpleResponse get_refusals(std::string_view query) const;
   // The registry serialized, after the store and this API have set their scrape-time series.
   std::string metrics_text();
   void publish_debts();

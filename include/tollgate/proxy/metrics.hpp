@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,7 @@ class SecondsHistogram {
  public:
   explicit SecondsHistogram(prometheus::Histogram& h) : h_(&h) {}
   void observe_us(std::int64_t us) const { h_->Observe(us > 0 ? static_cast<double>(us) / 1e6 : 0.0); }
+  const prometheus::Histogram& histogram() const { return *h_; }
 
  private:
   prometheus::Histogram* h_;
@@ -63,6 +65,11 @@ class BucketMetrics {
   void count(Outcome o) {
     prometheus::Counter* c = outcomes_[static_cast<std::size_t>(o)].load(std::memory_order_acquire);
     (c ? *c : first_count(o)).Increment();
+  }
+  // The outcome's count so far (0 before its first): for readers such as the console's history.
+  double total(Outcome o) const {
+    const prometheus::Counter* c = outcomes_[static_cast<std::size_t>(o)].load(std::memory_order_acquire);
+    return c ? c->Value() : 0.0;
   }
 
   prometheus::Gauge& held;               // requests waiting on it right now (also read by the hold cap)
@@ -123,6 +130,11 @@ class Metrics {
   UpstreamMetrics& upstream(std::string_view name);
   // `quota`: the policy is checked on its own, so it has pass/fail series too.
   PolicyMetrics& policy(std::string_view rule, std::string_view policy, bool quota);
+
+  // Readers' walks over the series made so far (the console's history and overview), under the
+  // same lock as the lookups; `fn` must not call back into Metrics.
+  void each_upstream(const std::function<void(const std::string&, const UpstreamMetrics&)>& fn);
+  void each_policy(const std::function<void(std::string_view rule, std::string_view policy, const PolicyMetrics&)>& fn);
 
   // Prometheus text exposition of the whole registry: the one renderer of /metrics.
   std::string render() const;

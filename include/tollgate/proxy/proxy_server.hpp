@@ -19,6 +19,7 @@ class io_context;
 namespace tollgate::proxy {
 
 class AccessLog;
+class RefusalLog;
 
 struct ProxyDeps {
   const config::GatewayConfig& config;  // listen, upstreams, routes, limits
@@ -27,6 +28,7 @@ struct ProxyDeps {
   store::BucketStore& store;
   Metrics& metrics;
   AccessLog* access_log = nullptr;      // null or disabled: no access log
+  RefusalLog* refusals = nullptr;       // null: refusals are only counted
 };
 
 class ProxyServer {

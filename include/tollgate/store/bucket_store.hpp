@@ -7,6 +7,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tollgate/store/decision.hpp"
@@ -21,6 +22,19 @@ namespace tollgate::store {
 struct BucketProbe {
   BucketRef bucket;
   std::string_view hash_tag;
+};
+
+// How the store is doing, for an operator's eyes (the console, GET /admin/overview).
+struct StoreHealth {
+  std::string name;             // "local", "redis"
+  bool shared = false;          // the fleet shares its buckets
+  bool up = true;
+  std::uint64_t incidents = 0;  // outages since start
+  unsigned live_instances = 1;  // gateway instances heartbeating in the store
+  std::string last_error;
+  std::string failure_policy;   // what decides while it is down ("" when it cannot go down)
+  std::uint64_t policy_decisions = 0;
+  std::vector<std::pair<std::string, bool>> nodes;  // Redis primaries and whether they are ready
 };
 
 class BucketStore {
@@ -55,6 +69,11 @@ class BucketStore {
     return out;
   }
   virtual std::string name() const = 0;
+  virtual StoreHealth health() const {
+    StoreHealth h;
+    h.name = name();
+    return h;
+  }
   // Sets the store's own series (health, failures, client keys) in the gateway's registry, made on
   // the first call: called by each /metrics scrape, as some are counted only then.
   virtual void publish_metrics(prometheus::Registry& registry) const { (void)registry; }

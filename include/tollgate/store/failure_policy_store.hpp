@@ -37,6 +37,12 @@ class FailurePolicyStore final : public BucketStore {
     return shared_->inspect_many(probes);
   }
   std::string name() const override { return shared_->name(); }
+  StoreHealth health() const override {
+    StoreHealth h = shared_->health();
+    h.failure_policy = failure_policy_name(policy_);
+    h.policy_decisions = policy_decisions();
+    return h;
+  }
   void publish_metrics(prometheus::Registry& registry) const override;
 
   BucketStore& shared() { return *shared_; }

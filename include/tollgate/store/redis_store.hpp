@@ -75,6 +75,7 @@ class RedisStore final : public BucketStore {
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
   std::vector<std::optional<BucketSnapshot>> inspect_many(const std::vector<BucketProbe>& probes) override;
   std::string name() const override { return "redis"; }
+  StoreHealth health() const override;
   void publish_metrics(prometheus::Registry& registry) const override;
 
   RedisStats stats() const;

@@ -1,0 +1,223 @@
+#include "tollgate/admin/history.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace tollgate::admin {
+
+using nlohmann::json;
+
+std::optional<double> histogram_quantile(double q, const std::vector<double>& bounds,
+                                         const std::vector<double>& cumulative) {
+  if (cumulative.empty() || bounds.size() != cumulative.size()) return std::nullopt;
+  const double total = cumulative.back();
+  if (!(total > 0)) return std::nullopt;
+  const double rank = std::clamp(q, 0.0, 1.0) * total;
+  std::size_t i = 0;
+  while (i + 1 < cumulative.size() && cumulative[i] < rank) ++i;
+  const double lower = i == 0 ? 0.0 : bounds[i - 1];
+  if (std::isinf(bounds[i])) return lower;  // past the highest finite bound: that bound
+  const double below = i == 0 ? 0.0 : cumulative[i - 1];
+  const double in_bucket = cumulative[i] - below;
+  if (!(in_bucket > 0)) return bounds[i];
+  return lower + (bounds[i] - lower) * (rank - below) / in_bucket;
+}
+
+namespace {
+
+// A histogram's cumulative counts per bound (the +Inf one last).
+std::vector<double> cumulative_counts(const prometheus::Histogram& h) {
+  const prometheus::ClientMetric m = h.Collect();
+  std::vector<double> out;
+  out.reserve(m.histogram.bucket.size());
+  for (const auto& b : m.histogram.bucket) out.push_back(static_cast<double>(b.cumulative_count));
+  return out;
+}
+
+std::vector<double> minus(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> out(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) out[i] = a[i] - (i < b.size() ? b[i] : 0.0);
+  return out;
+}
+
+float as_float(std::optional<double> v) { return v ? static_cast<float>(*v) : 0.0f; }
+// A sample's figure as JSON: counts stay whole, milliseconds keep three decimals (not float noise).
+json figure(float v) {
+  const double r = std::round(static_cast<double>(v) * 1000.0) / 1000.0;
+  if (r == std::trunc(r) && std::abs(r) < 1e15) return static_cast<std::int64_t>(r);
+  return r;
+}
+
+}  // namespace
+
+History::History(proxy::Metrics& metrics, config::SnapshotHolder& snapshots) : metrics_(metrics), snapshots_(snapshots) {
+  for (double b : proxy::seconds_bounds()) bounds_.push_back(b * 1e3);
+  bounds_.push_back(std::numeric_limits<double>::infinity());
+}
+
+void History::sample(std::int64_t now_ms) {
+  // The buckets of the active rules, and their series (made here if no request has yet).
+  std::vector<std::pair<std::string, proxy::BucketMetrics*>> buckets;
+  if (auto snap = snapshots_.get()) {
+    std::set<std::string_view> seen;
+    for (const auto& r : snap->rules)
+      if (seen.insert(r.bucket).second) buckets.emplace_back(r.bucket, &metrics_.bucket(r.bucket));
+  }
+  std::vector<std::pair<std::string, std::vector<double>>> upstream_now;
+  metrics_.each_upstream([&](const std::string& name, const proxy::UpstreamMetrics& u) {
+    std::vector<double> v = cumulative_counts(u.latency.histogram());
+    for (const prometheus::Counter* c : u.errors) v.push_back(c ? c->Value() : 0.0);
+    upstream_now.emplace_back(name, std::move(v));
+  });
+
+  std::lock_guard lock(mu_);
+  const std::uint64_t seq = seq_;
+  const std::size_t slot = seq % kSeconds;
+  at_ms_[slot] = now_ms;
+  std::map<std::string, Series, std::less<>> next;
+  for (auto& [name, bm] : buckets) {
+    auto it = series_.find(name);
+    Series s;
+    if (it != series_.end() && it->second.metrics == bm) {
+      s = std::move(it->second);
+    } else {
+      s.metrics = bm;
+      s.first_seq = seq;
+      for (std::size_t o = 0; o < proxy::kOutcomes; ++o) s.counts[o] = bm->total(static_cast<proxy::Outcome>(o));
+      s.wait.push(cumulative_counts(bm->wait.histogram()));
+    }
+    std::array<double, proxy::kOutcomes> counts{};
+    for (std::size_t o = 0; o < proxy::kOutcomes; ++o) counts[o] = bm->total(static_cast<proxy::Outcome>(o));
+    auto delta = [&](proxy::Outcome o) {
+      const auto i = static_cast<std::size_t>(o);
+      return static_cast<float>(std::max(0.0, counts[i] - s.counts[i]));
+    };
+    Sample x;
+    x.forwarded = delta(proxy::Outcome::forwarded);
+    x.delayed = delta(proxy::Outcome::delayed);
+    x.rejected = delta(proxy::Outcome::rejected);
+    x.shadow_rejected = delta(proxy::Outcome::shadow_rejected);
+    x.bypassed = delta(proxy::Outcome::bypassed);
+    x.store_error = delta(proxy::Outcome::store_error);
+    x.held = static_cast<float>(bm->held.Value());
+    std::vector<double> hist = cumulative_counts(bm->wait.histogram());
+    const std::vector<double> second = minus(hist, s.wait.newest());
+    x.wait_p50_ms = as_float(histogram_quantile(0.5, bounds_, second));
+    x.wait_p99_ms = as_float(histogram_quantile(0.99, bounds_, second));
+    s.wait.push(std::move(hist));
+    s.counts = counts;
+    s.ring[slot] = x;
+    next.emplace(name, std::move(s));
+  }
+  series_ = std::move(next);
+
+  std::map<std::string, UpstreamSeries, std::less<>> ups;
+  for (auto& [name, v] : upstream_now) {
+    auto it = upstreams_.find(name);
+    UpstreamSeries u = it != upstreams_.end() ? std::move(it->second) : UpstreamSeries{};
+    u.latency.push(std::move(v));
+    ups.emplace(name, std::move(u));
+  }
+  upstreams_ = std::move(ups);
+  ++seq_;
+}
+
+std::uint64_t History::seq() const {
+  std::lock_guard lock(mu_);
+  return seq_;
+}
+
+json History::to_json(std::optional<std::uint64_t> since) const {
+  std::lock_guard lock(mu_);
+  const std::uint64_t oldest = seq_ > kSeconds ? seq_ - kSeconds : 0;
+  const std::uint64_t from = since ? std::clamp<std::uint64_t>(*since + 1, oldest, seq_) : oldest;
+  json at = json::array();
+  for (std::uint64_t s = from; s < seq_; ++s) at.push_back(at_ms_[s % kSeconds]);
+  json buckets = json::array();
+  for (const auto& [name, series] : series_) {
+    json fwd = json::array(), del = json::array(), rej = json::array(), shadow = json::array(), held = json::array(),
+         p50 = json::array(), p99 = json::array();
+    for (std::uint64_t s = from; s < seq_; ++s) {
+      // Before the bucket's first sample: null (it did not exist yet).
+      if (s < series.first_seq) {
+        for (json* a : {&fwd, &del, &rej, &shadow, &held, &p50, &p99}) a->push_back(nullptr);
+        continue;
+      }
+      const Sample& x = series.ring[s % kSeconds];
+      fwd.push_back(figure(x.forwarded));
+      del.push_back(figure(x.delayed));
+      rej.push_back(figure(x.rejected));
+      shadow.push_back(figure(x.shadow_rejected));
+      held.push_back(figure(x.held));
+      p50.push_back(figure(x.wait_p50_ms));
+      p99.push_back(figure(x.wait_p99_ms));
+    }
+    buckets.push_back({{"bucket", name},
+                       {"forwarded", std::move(fwd)},
+                       {"delayed", std::move(del)},
+                       {"rejected", std::move(rej)},
+                       {"shadow_rejected", std::move(shadow)},
+                       {"held", std::move(held)},
+                       {"wait_p50_ms", std::move(p50)},
+                       {"wait_p99_ms", std::move(p99)}});
+  }
+  return {{"interval_s", 1},
+          {"capacity", kSeconds},
+          {"seq", seq_},
+          {"from_seq", from},
+          {"at_ms", std::move(at)},
+          {"buckets", std::move(buckets)}};
+}
+
+std::optional<History::Window> History::window(const std::string& bucket) const {
+  std::lock_guard lock(mu_);
+  auto it = series_.find(bucket);
+  if (it == series_.end() || seq_ == 0) return std::nullopt;
+  const Series& s = it->second;
+  Window w;
+  const std::uint64_t newest = seq_ - 1;
+  w.last = s.ring[newest % kSeconds];
+  for (std::uint64_t i = 0; i < kWindow && i <= newest - s.first_seq; ++i) {
+    const Sample& x = s.ring[(newest - i) % kSeconds];
+    w.sum.forwarded += x.forwarded;
+    w.sum.delayed += x.delayed;
+    w.sum.rejected += x.rejected;
+    w.sum.shadow_rejected += x.shadow_rejected;
+    w.sum.bypassed += x.bypassed;
+    w.sum.store_error += x.store_error;
+    w.sum.held = std::max(w.sum.held, x.held);
+    if (i < 10) w.rejected_10s += static_cast<std::uint64_t>(x.rejected);
+  }
+  const std::vector<double> minute = minus(s.wait.newest(), s.wait.oldest());
+  w.wait_p50_ms = histogram_quantile(0.5, bounds_, minute);
+  w.wait_p99_ms = histogram_quantile(0.99, bounds_, minute);
+  return w;
+}
+
+std::map<std::string, History::UpstreamWindow> History::upstreams() const {
+  std::lock_guard lock(mu_);
+  std::map<std::string, UpstreamWindow> out;
+  const std::size_t nb = bounds_.size();
+  for (const auto& [name, u] : upstreams_) {
+    if (u.latency.taken == 0) continue;
+    const std::vector<double>& now = u.latency.newest();
+    const std::vector<double> d = minus(now, u.latency.oldest());
+    if (now.size() != nb + proxy::kUpstreamErrors) continue;
+    UpstreamWindow w;
+    const std::vector<double> hist(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(nb));
+    w.p50_ms = histogram_quantile(0.5, bounds_, hist);
+    w.p99_ms = histogram_quantile(0.99, bounds_, hist);
+    w.responses = hist.back();
+    for (std::size_t e = 0; e < proxy::kUpstreamErrors; ++e) {
+      w.errors[e] = d[nb + e];
+      w.errors_total[e] = now[nb + e];
+    }
+    out.emplace(name, w);
+  }
+  return out;
+}
+
+}  // namespace tollgate::admin

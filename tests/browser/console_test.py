@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""The operator console in a real browser (issue 16).
+
+Starts the real gateway and the mock upstream on free ports, drives traffic at a slow interface,
+opens the console in headless Chromium (Debian's chromium and chromium-driver, through
+python3-selenium) and checks what an operator would:
+  - the busy interface shows requests held and its refusals rising, and stands out as saturated;
+  - a switch change with a wrong token is refused with a visible message, and nothing changes;
+  - a switch change with the right token (confirmed on the page) takes effect in the gateway,
+    as the API says, and the page shows the pending revert;
+  - the page loads with its security headers and no script or style errors (a CSP violation is one).
+Saves a screenshot (--screenshot). Exits 77 (ctest: skipped) when no browser is installed, unless
+TOLLGATE_REQUIRE_BROWSER=1 (scripts/test.sh sets it), when that is a failure.
+"""
+import argparse
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+SKIP = 77
+
+
+def fail(msg):
+    print("console_test: FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def skip_or_fail(msg):
+    if os.environ.get("TOLLGATE_REQUIRE_BROWSER") == "1":
+        fail(msg + " (TOLLGATE_REQUIRE_BROWSER=1)")
+    print("console_test: SKIPPED: " + msg)
+    sys.exit(SKIP)
+
+
+try:
+    from selenium import webdriver
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+except ImportError:
+    skip_or_fail("python3-selenium is not installed (scripts/deps.sh test installs it)")
+
+
+class Process:
+    """A child whose stdout is read line by line on a thread; lines are kept for waits and logs."""
+
+    def __init__(self, argv, env=None):
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines = []
+        self.cv = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self.cv:
+                self.lines.append(line.rstrip("\n"))
+                self.cv.notify_all()
+
+    def wait_for(self, pattern, timeout=30):
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            while True:
+                for line in self.lines:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    fail(f"no line matching {pattern!r}; output:\n" + "\n".join(self.lines[-40:]))
+                self.cv.wait(min(left, 0.2))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def http(method, url, body=None, headers=None):
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as res:
+            return res.status, dict(res.headers), res.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def wait_until(what, predicate, timeout=30, interval=0.25):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    fail(f"timed out waiting for {what} (last: {last!r})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gateway", required=True)
+    ap.add_argument("--mock", required=True)
+    ap.add_argument("--screenshot", required=True)
+    args = ap.parse_args()
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    driver_bin = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+    if not (os.path.exists(chromium) and os.path.exists(driver_bin)):
+        skip_or_fail("chromium and chromium-driver are not installed (scripts/deps.sh test installs them)")
+
+    work = tempfile.mkdtemp(prefix="tollgate-browser-")
+    procs = []
+    stop_traffic = threading.Event()
+    driver = None
+    try:
+        mock = Process([args.mock, "--host", "127.0.0.1", "--port", "0", "--latency-ms", "5"])
+        procs.append(mock)
+        mock_port = int(mock.wait_for(r"listening on [^:]+:(\d+)").group(1))
+
+        token = secrets.token_hex(16)
+        config = {
+            "listen": "127.0.0.1:0",
+            "threads": 2,
+            "access_log": "off",
+            "admin": {"listen": "127.0.0.1:0", "token_env": "TOLLGATE_TEST_CONSOLE_TOKEN"},
+            "upstreams": {"api": {"url": f"http://127.0.0.1:{mock_port}"}},
+            "routes": [{"prefix": "/", "upstream": "api"}],
+            "limits": {
+                "source": "file", "store": "local", "switch": True,
+                "rules": [
+                    # 2/s with a 1 s wait window: six callers keep it held and refusing.
+                    {"configId": 1, "channelType": "DEMO", "interfaceNo": "B1", "interfaceUrl": "/busy",
+                     "rateLimit": 2, "cache": 1.0, "status": 1},
+                    {"configId": 2, "channelType": "DEMO", "interfaceNo": "C1", "interfaceUrl": "/calm",
+                     "rateLimit": 100, "cache": 0.5, "status": 1},
+                ],
+            },
+        }
+        conf_path = os.path.join(work, "gateway.json")
+        with open(conf_path, "w") as f:
+            json.dump(config, f)
+        env = dict(os.environ, TOLLGATE_TEST_CONSOLE_TOKEN=token)
+        gw = Process([args.gateway, "--config", conf_path], env=env)
+        procs.append(gw)
+        proxy_port = int(gw.wait_for(r"proxy listening on [^:]+:(\d+)").group(1))
+        admin_port = int(gw.wait_for(r"admin listening on [^:]+:(\d+)").group(1))
+        console_url = gw.wait_for(r"console at (http://\S+)").group(1)
+        gw.wait_for(r"tollgate: ready")
+        admin = f"http://127.0.0.1:{admin_port}"
+        if console_url != admin + "/":
+            fail(f"the printed console address {console_url} is not the admin listener {admin}/")
+
+        # The page's own security headers.
+        status, headers, body = http("GET", admin + "/")
+        if status != 200 or b"/ui/console.js" not in body:
+            fail(f"GET / answered {status}")
+        csp = headers.get("Content-Security-Policy", "")
+        for directive in ("default-src 'none'", "script-src 'self'", "frame-ancestors 'none'"):
+            if directive not in csp:
+                fail(f"Content-Security-Policy lacks {directive!r}: {csp!r}")
+        if headers.get("X-Frame-Options") != "DENY":
+            fail(f"X-Frame-Options is {headers.get('X-Frame-Options')!r}")
+
+        # Traffic: six callers on /busy (about 300 requests a second), one on /calm now and then.
+        def caller(path, pause):
+            while not stop_traffic.is_set():
+                try:
+                    http("GET", f"http://127.0.0.1:{proxy_port}/api{path}")
+                except Exception:
+                    pass
+                if pause:
+                    stop_traffic.wait(pause)
+        threads = [threading.Thread(target=caller, args=("/busy", 0.02), daemon=True) for _ in range(6)]
+        threads.append(threading.Thread(target=caller, args=("/calm", 0.2), daemon=True))
+        for t in threads:
+            t.start()
+
+        opts = Options()
+        opts.binary_location = chromium
+        for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                  "--window-size=1400,1200", f"--user-data-dir={os.path.join(work, 'chromium')}",
+                  "--no-first-run", "--disable-extensions"):
+            opts.add_argument(a)
+        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+        try:
+            driver = webdriver.Chrome(service=Service(driver_bin), options=opts)
+        except WebDriverException as e:
+            fail(f"Chromium did not start: {e.msg}")
+        driver.set_page_load_timeout(30)
+        driver.get(console_url)
+
+        def cell(bucket, col):
+            cells = driver.find_elements(By.CSS_SELECTOR, f'tr[data-bucket="{bucket}"] td[data-col="{col}"]')
+            if not cells:
+                return None
+            text = cells[0].text.strip()
+            try:
+                return float(text)
+            except ValueError:
+                return None
+
+        # Held and refused on the busy interface, the refusals rising from one look to the next.
+        max_held = wait_until("held requests on /busy", lambda: (cell("/busy", "held") or 0) > 0 and cell("/busy", "held"))
+        first = wait_until("refusals on /busy", lambda: (cell("/busy", "rejected_minute") or 0) > 0 and cell("/busy", "rejected_minute"))
+        later = wait_until("more refusals on /busy",
+                           lambda: (cell("/busy", "rejected_minute") or 0) > first and cell("/busy", "rejected_minute"))
+        row_class = driver.find_element(By.CSS_SELECTOR, 'tr[data-bucket="/busy"]').get_attribute("class")
+        if "saturated" not in row_class:
+            fail(f"/busy is refusing but its row does not stand out (class {row_class!r})")
+        calm_class = driver.find_element(By.CSS_SELECTOR, 'tr[data-bucket="/calm"]').get_attribute("class")
+        if "saturated" in calm_class:
+            fail("/calm is marked saturated")
+        wait_until("a refusal listed", lambda: "/api/busy" in driver.find_element(By.ID, "refusals").text)
+        print(f"console_test: /busy held {max_held:.0f}, refusals in the last minute {first:.0f} -> {later:.0f}")
+
+        def api_switch():
+            return json.loads(http("GET", admin + "/admin/switch")[2])
+
+        def change_switch(with_token, mode, revert_after=""):
+            field = driver.find_element(By.ID, "token")
+            field.clear()
+            field.send_keys(with_token)
+            Select(driver.find_element(By.ID, "switch-mode")).select_by_value(mode)
+            after = driver.find_element(By.ID, "switch-revert-after")
+            after.clear()
+            if revert_after:
+                after.send_keys(revert_after)
+            driver.find_element(By.ID, "switch-apply").click()
+            wait_until("the confirmation", lambda: driver.find_element(By.ID, "switch-confirm").is_displayed())
+            driver.find_element(By.ID, "switch-confirm-yes").click()
+
+        # A wrong token: refused, said on the page, nothing changed.
+        change_switch("not-" + token, "off")
+        msg = wait_until("the refusal message", lambda: "Refused" in driver.find_element(By.ID, "switch-message").text
+                         and driver.find_element(By.ID, "switch-message").text)
+        if "401" not in msg:
+            fail(f"the refusal message does not say 401: {msg!r}")
+        if api_switch()["state"] != "enforce":
+            fail("a wrong token changed the switch")
+
+        # The right token: shadow, reverting after ten minutes; the gateway follows.
+        change_switch(token, "shadow", "600")
+        wait_until("the gateway in shadow mode", lambda: api_switch()["state"] == "shadow")
+        sw = api_switch()
+        if sw.get("revert_to") != "enforce" or not sw.get("revert_at_ms"):
+            fail(f"the revert was not scheduled: {sw}")
+        wait_until("the page showing shadow", lambda: driver.find_element(By.ID, "switch-state").text == "shadow")
+        wait_until("the countdown", lambda: re.search(r"reverts to enforce in \d+ s",
+                                                      driver.find_element(By.ID, "switch-revert").text))
+        if "now \"shadow\"" not in driver.find_element(By.ID, "switch-message").text:
+            fail("no confirmation message after the change")
+
+        # The token never left the page but in the Authorization header: not in the URL, no cookie.
+        if token in driver.current_url or driver.get_cookies():
+            fail("the token is in the URL or a cookie was set")
+        errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        # The wrong-token PUT is an expected 401 in the network log; nothing else may fail.
+        unexpected = [e for e in errors if "/admin/switch" not in e.get("message", "")]
+        if unexpected:
+            fail("browser errors: " + "; ".join(e["message"] for e in unexpected))
+
+        # Back to enforce (through the API) for the screenshot, with the traffic still running.
+        http("PUT", admin + "/admin/switch", json.dumps({"state": "enforce"}).encode(),
+             {"Authorization": "Bearer " + token})
+        time.sleep(3)
+        os.makedirs(os.path.dirname(os.path.abspath(args.screenshot)), exist_ok=True)
+        driver.save_screenshot(args.screenshot)
+        print(f"console_test: passed; screenshot {args.screenshot}")
+    finally:
+        stop_traffic.set()
+        if driver is not None:
+            try:
+                driver.quit()
+            except Exception:
+                pass
+        for p in reversed(procs):
+            p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
