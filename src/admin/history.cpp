@@ -77,13 +77,16 @@ void History::sample(std::int64_t now_ms) {
   const std::uint64_t seq = seq_;
   const std::size_t slot = seq % kSeconds;
   at_ms_[slot] = now_ms;
-  std::map<std::string, Series, std::less<>> next;
+  if (seq == 0) started_ms_ = now_ms;
+  // Buckets no rule has any more leave; the others are updated in place.
+  std::set<std::string_view> names;
+  for (const auto& b : buckets) names.insert(b.first);
+  for (auto it = series_.begin(); it != series_.end();) it = names.contains(it->first) ? std::next(it) : series_.erase(it);
   for (auto& [name, bm] : buckets) {
-    auto it = series_.find(name);
-    Series s;
-    if (it != series_.end() && it->second.metrics == bm) {
-      s = std::move(it->second);
-    } else {
+    auto [it, fresh] = series_.try_emplace(name);
+    Series& s = it->second;
+    if (fresh || s.metrics != bm) {
+      s = Series{};
       s.metrics = bm;
       s.first_seq = seq;
       for (std::size_t o = 0; o < proxy::kOutcomes; ++o) s.counts[o] = bm->total(static_cast<proxy::Outcome>(o));
@@ -110,9 +113,7 @@ void History::sample(std::int64_t now_ms) {
     s.wait.push(std::move(hist));
     s.counts = counts;
     s.ring[slot] = x;
-    next.emplace(name, std::move(s));
   }
-  series_ = std::move(next);
 
   std::map<std::string, UpstreamSeries, std::less<>> ups;
   for (auto& [name, v] : upstream_now) {
@@ -131,22 +132,42 @@ std::uint64_t History::seq() const {
 }
 
 json History::to_json(std::optional<std::uint64_t> since) const {
-  std::lock_guard lock(mu_);
-  const std::uint64_t oldest = seq_ > kSeconds ? seq_ - kSeconds : 0;
-  const std::uint64_t from = since ? std::clamp<std::uint64_t>(*since + 1, oldest, seq_) : oldest;
-  json at = json::array();
-  for (std::uint64_t s = from; s < seq_; ++s) at.push_back(at_ms_[s % kSeconds]);
+  // Copied under the lock, written out after it: a large answer never holds up sample().
+  struct Copy {
+    std::string name;
+    std::uint64_t first_seq;
+    std::vector<Sample> samples;
+  };
+  std::vector<Copy> copies;
+  std::vector<std::int64_t> at;
+  std::uint64_t from = 0, seq = 0;
+  std::int64_t started = 0;
+  {
+    std::lock_guard lock(mu_);
+    seq = seq_;
+    started = started_ms_;
+    const std::uint64_t oldest = seq_ > kSeconds ? seq_ - kSeconds : 0;
+    from = !since ? oldest : *since >= seq_ ? seq_ : std::max(*since + 1, oldest);
+    for (std::uint64_t s = from; s < seq_; ++s) at.push_back(at_ms_[s % kSeconds]);
+    copies.reserve(series_.size());
+    for (const auto& [name, series] : series_) {
+      Copy c{name, series.first_seq, {}};
+      c.samples.reserve(seq_ - from);
+      for (std::uint64_t s = from; s < seq_; ++s) c.samples.push_back(series.ring[s % kSeconds]);
+      copies.push_back(std::move(c));
+    }
+  }
   json buckets = json::array();
-  for (const auto& [name, series] : series_) {
+  for (const Copy& c : copies) {
     json fwd = json::array(), del = json::array(), rej = json::array(), shadow = json::array(), held = json::array(),
          p50 = json::array(), p99 = json::array();
-    for (std::uint64_t s = from; s < seq_; ++s) {
+    for (std::uint64_t s = from; s < seq; ++s) {
       // Before the bucket's first sample: null (it did not exist yet).
-      if (s < series.first_seq) {
+      if (s < c.first_seq) {
         for (json* a : {&fwd, &del, &rej, &shadow, &held, &p50, &p99}) a->push_back(nullptr);
         continue;
       }
-      const Sample& x = series.ring[s % kSeconds];
+      const Sample& x = c.samples[s - from];
       fwd.push_back(figure(x.forwarded));
       del.push_back(figure(x.delayed));
       rej.push_back(figure(x.rejected));
@@ -155,7 +176,7 @@ json History::to_json(std::optional<std::uint64_t> since) const {
       p50.push_back(figure(x.wait_p50_ms));
       p99.push_back(figure(x.wait_p99_ms));
     }
-    buckets.push_back({{"bucket", name},
+    buckets.push_back({{"bucket", c.name},
                        {"forwarded", std::move(fwd)},
                        {"delayed", std::move(del)},
                        {"rejected", std::move(rej)},
@@ -166,7 +187,8 @@ json History::to_json(std::optional<std::uint64_t> since) const {
   }
   return {{"interval_s", 1},
           {"capacity", kSeconds},
-          {"seq", seq_},
+          {"started_at_ms", started},
+          {"seq", seq},
           {"from_seq", from},
           {"at_ms", std::move(at)},
           {"buckets", std::move(buckets)}};

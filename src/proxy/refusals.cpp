@@ -67,23 +67,22 @@ Refusal refusal_of(const Plan& plan, const Verdict& verdict, std::string_view pa
 RefusalLog::RefusalLog(std::size_t capacity) : ring_(std::max<std::size_t>(capacity, 1)) {}
 
 void RefusalLog::record(Refusal r) {
-  std::lock_guard lock(mu_);
-  ring_[total_ % ring_.size()] = std::move(r);
-  ++total_;
+  total_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  ring_[written_ % ring_.size()] = std::move(r);
+  ++written_;
 }
 
 std::vector<Refusal> RefusalLog::recent(std::size_t limit) const {
   std::lock_guard lock(mu_);
-  const std::size_t n = std::min<std::uint64_t>({limit, total_, ring_.size()});
+  const std::size_t n = std::min<std::uint64_t>({limit, written_, ring_.size()});
   std::vector<Refusal> out;
   out.reserve(n);
-  for (std::size_t i = 1; i <= n; ++i) out.push_back(ring_[(total_ - i) % ring_.size()]);
+  for (std::size_t i = 1; i <= n; ++i) out.push_back(ring_[(written_ - i) % ring_.size()]);
   return out;
 }
 
-std::uint64_t RefusalLog::total() const {
-  std::lock_guard lock(mu_);
-  return total_;
-}
+std::uint64_t RefusalLog::total() const { return total_.load(std::memory_order_relaxed); }
 
 }  // namespace tollgate::proxy

@@ -164,16 +164,17 @@ def main():
         if console_url != admin + "/":
             fail(f"the printed console address {console_url} is not the admin listener {admin}/")
 
-        # The page's own security headers.
-        status, headers, body = http("GET", admin + "/")
-        if status != 200 or b"/ui/console.js" not in body:
-            fail(f"GET / answered {status}")
-        csp = headers.get("Content-Security-Policy", "")
-        for directive in ("default-src 'none'", "script-src 'self'", "frame-ancestors 'none'"):
-            if directive not in csp:
-                fail(f"Content-Security-Policy lacks {directive!r}: {csp!r}")
-        if headers.get("X-Frame-Options") != "DENY":
-            fail(f"X-Frame-Options is {headers.get('X-Frame-Options')!r}")
+        # The security headers, on the page, its script and the JSON it reads.
+        for path in ("/", "/ui/console.js", "/admin/overview"):
+            status, headers, body = http("GET", admin + path)
+            if status != 200 or (path == "/" and b"/ui/console.js" not in body):
+                fail(f"GET {path} answered {status}")
+            csp = headers.get("Content-Security-Policy", "")
+            for directive in ("default-src 'none'", "script-src 'self'", "frame-ancestors 'none'"):
+                if directive not in csp:
+                    fail(f"{path}: Content-Security-Policy lacks {directive!r}: {csp!r}")
+            if headers.get("X-Frame-Options") != "DENY":
+                fail(f"{path}: X-Frame-Options is {headers.get('X-Frame-Options')!r}")
 
         # Traffic: six callers on /busy (about 300 requests a second), one on /calm now and then.
         def caller(path, pause):
@@ -204,28 +205,55 @@ def main():
         driver.get(console_url)
 
         def cell(bucket, col):
-            cells = driver.find_elements(By.CSS_SELECTOR, f'tr[data-bucket="{bucket}"] td[data-col="{col}"]')
-            if not cells:
-                return None
-            text = cells[0].text.strip()
+            # One script call: the table is redrawn every second, so an element found in one call
+            # may be gone by the next.
+            text = driver.execute_script(
+                "const c = document.querySelector(`tr[data-bucket='${arguments[0]}'] td[data-col='${arguments[1]}']`);"
+                "return c ? c.textContent : null;", bucket, col)
             try:
-                return float(text)
+                return float(text.strip()) if text is not None else None
             except ValueError:
                 return None
 
+        def row_class(bucket):
+            return driver.execute_script(
+                "const r = document.querySelector(`tr[data-bucket='${arguments[0]}']`); return r ? r.className : null;", bucket)
+
+        def refusals_total():
+            m = re.match(r"(\d+) since start", driver.execute_script("return document.getElementById('refusals-total').textContent;"))
+            return int(m.group(1)) if m else 0
+
+        def text_of(element_id):
+            return driver.execute_script("const e = document.getElementById(arguments[0]); return e ? e.textContent : '';", element_id)
+
         # Held and refused on the busy interface, the refusals rising from one look to the next.
         max_held = wait_until("held requests on /busy", lambda: (cell("/busy", "held") or 0) > 0 and cell("/busy", "held"))
-        first = wait_until("refusals on /busy", lambda: (cell("/busy", "rejected_minute") or 0) > 0 and cell("/busy", "rejected_minute"))
-        later = wait_until("more refusals on /busy",
-                           lambda: (cell("/busy", "rejected_minute") or 0) > first and cell("/busy", "rejected_minute"))
-        row_class = driver.find_element(By.CSS_SELECTOR, 'tr[data-bucket="/busy"]').get_attribute("class")
-        if "saturated" not in row_class:
-            fail(f"/busy is refusing but its row does not stand out (class {row_class!r})")
-        calm_class = driver.find_element(By.CSS_SELECTOR, 'tr[data-bucket="/calm"]').get_attribute("class")
-        if "saturated" in calm_class:
-            fail("/calm is marked saturated")
-        wait_until("a refusal listed", lambda: "/api/busy" in driver.find_element(By.ID, "refusals").text)
-        print(f"console_test: /busy held {max_held:.0f}, refusals in the last minute {first:.0f} -> {later:.0f}")
+        minute = wait_until("refusals in the last minute on /busy", lambda: (cell("/busy", "rejected_minute") or 0) > 0
+                            and cell("/busy", "rejected_minute"))
+        first = wait_until("refusals counted", lambda: refusals_total())
+        later = wait_until("more refusals", lambda: refusals_total() > first and refusals_total())
+        wait_until("/busy marked saturated", lambda: "saturated" in (row_class("/busy") or ""))
+        calm = row_class("/calm")
+        if calm is None or "saturated" in calm:
+            fail(f"/calm is missing or marked saturated (class {calm!r})")
+        wait_until("a refusal listed", lambda: "/api/busy" in text_of("refusals"))
+        # The chart draws the refusals: the red line of /busy has points above its baseline.
+        wait_until("the /busy chart", lambda: driver.execute_script(
+            "const p = document.querySelector(`tr[data-bucket='/busy'] svg polyline.rej`);"
+            "return p && p.getAttribute('points').split(' ').some(xy => parseFloat(xy.split(',')[1]) < 26.5);"))
+        print(f"console_test: /busy held {max_held:.0f}, refused {minute:.0f} in the last minute; "
+              f"refusals since start {first} -> {later}")
+
+        # The history endpoint the page follows: one sample a second, and only new ones after `since`.
+        h = json.loads(http("GET", admin + "/admin/history")[2])
+        busy = [b for b in h["buckets"] if b["bucket"] == "/busy"]
+        if not busy or sum(v or 0 for v in busy[0]["rejected"]) <= 0:
+            fail(f"/admin/history shows no refusals on /busy: {busy}")
+        seq = h["seq"]
+        wait_until("a new history sample", lambda: json.loads(http("GET", admin + "/admin/history")[2])["seq"] > seq, 10)
+        newer = json.loads(http("GET", f"{admin}/admin/history?since={seq - 1}")[2])
+        if newer["from_seq"] != seq or len(newer["at_ms"]) != newer["seq"] - seq or not newer["at_ms"]:
+            fail(f"?since={seq - 1} did not give exactly the samples after it: {newer['from_seq']}..{newer['seq']}")
 
         def api_switch():
             return json.loads(http("GET", admin + "/admin/switch")[2])
@@ -245,8 +273,7 @@ def main():
 
         # A wrong token: refused, said on the page, nothing changed.
         change_switch("not-" + token, "off")
-        msg = wait_until("the refusal message", lambda: "Refused" in driver.find_element(By.ID, "switch-message").text
-                         and driver.find_element(By.ID, "switch-message").text)
+        msg = wait_until("the refusal message", lambda: "Refused" in text_of("switch-message") and text_of("switch-message"))
         if "401" not in msg:
             fail(f"the refusal message does not say 401: {msg!r}")
         if api_switch()["state"] != "enforce":
@@ -258,11 +285,9 @@ def main():
         sw = api_switch()
         if sw.get("revert_to") != "enforce" or not sw.get("revert_at_ms"):
             fail(f"the revert was not scheduled: {sw}")
-        wait_until("the page showing shadow", lambda: driver.find_element(By.ID, "switch-state").text == "shadow")
-        wait_until("the countdown", lambda: re.search(r"reverts to enforce in \d+ s",
-                                                      driver.find_element(By.ID, "switch-revert").text))
-        if "now \"shadow\"" not in driver.find_element(By.ID, "switch-message").text:
-            fail("no confirmation message after the change")
+        wait_until("the page showing shadow", lambda: text_of("switch-state") == "shadow")
+        wait_until("the countdown", lambda: re.search(r"reverts to enforce in \d+ s", text_of("switch-revert")))
+        wait_until("the confirmation message", lambda: 'now "shadow"' in text_of("switch-message"))
 
         # The token never left the page but in the Authorization header: not in the URL, no cookie.
         if token in driver.current_url or driver.get_cookies():

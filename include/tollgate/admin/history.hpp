@@ -56,7 +56,7 @@ class History {
   // A bucket seen for the first time starts from its counts now; one no rule has any more is dropped.
   void sample(std::int64_t now_ms);
 
-  // {"interval_s":1,"capacity":300,"seq":N,"from_seq":F,"at_ms":[...],"buckets":[{"bucket":...,
+  // {"interval_s":1,"capacity":300,"started_at_ms":T,"seq":N,"from_seq":F,"at_ms":[...],"buckets":[{"bucket":...,
   // "forwarded":[...],...}]}: the samples after `since` (all kept ones without it), oldest first.
   nlohmann::json to_json(std::optional<std::uint64_t> since) const;
   std::optional<Window> window(const std::string& bucket) const;
@@ -90,6 +90,7 @@ class History {
   mutable std::mutex mu_;
   std::uint64_t seq_ = 0;  // samples taken; the newest is seq_ - 1
   std::array<std::int64_t, kSeconds> at_ms_{};
+  std::int64_t started_ms_ = 0;  // the first sample's time: tells one process's samples from another's
   std::map<std::string, Series, std::less<>> series_;
   std::map<std::string, UpstreamSeries, std::less<>> upstreams_;
 };

@@ -3,6 +3,7 @@
 // that is let through never touches it. It keeps the shape of the client key, never the key.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -38,7 +39,10 @@ class RefusalLog {
   RefusalLog(const RefusalLog&) = delete;
   RefusalLog& operator=(const RefusalLog&) = delete;
 
-  void record(Refusal r);  // any thread
+  // Any thread. Under contention (another thread writing or reading the ring at that instant) the
+  // entry is dropped rather than waited for: a flood of 429s never lines the proxy threads up
+  // behind one lock. total() counts every refusal either way.
+  void record(Refusal r);
   // Newest first, at most `limit`.
   std::vector<Refusal> recent(std::size_t limit) const;
   std::uint64_t total() const;  // refusals recorded since start (the ring keeps the last kCapacity)
@@ -47,7 +51,8 @@ class RefusalLog {
  private:
   mutable std::mutex mu_;
   std::vector<Refusal> ring_;
-  std::uint64_t total_ = 0;
+  std::uint64_t written_ = 0;  // entries written to the ring (under mu_)
+  std::atomic<std::uint64_t> total_{0};
 };
 
 }  // namespace tollgate::proxy

@@ -9,6 +9,7 @@ const state = {
   overview: null,
   history: new Map(),         // bucket -> {forwarded:[], delayed:[], rejected:[], held:[]}
   seq: null,                  // the newest history sample we have
+  started: null,              // and the gateway process it came from (its first sample's time)
   clockOffset: 0,             // server now - local now, for the revert countdown
   sortKey: 'bucket',
   sortDir: 1,
@@ -49,8 +50,13 @@ function banner(text) {
 
 // ---- history -------------------------------------------------------------------------------------
 
+// Whether an answer to ?since=state.seq continues what we have: not after a gap, nor when the
+// gateway restarted (its samples count from 0 again).
+function continues(h) {
+  return state.seq !== null && h.started_at_ms === state.started && h.from_seq === state.seq + 1 && h.seq - 1 >= state.seq;
+}
+
 function mergeHistory(h) {
-  if (state.seq !== null && h.from_seq > state.seq + 1) state.history.clear();  // a gap: start again
   const names = new Set();
   for (const b of h.buckets) {
     names.add(b.bucket);
@@ -63,11 +69,18 @@ function mergeHistory(h) {
   }
   for (const name of [...state.history.keys()]) if (!names.has(name)) state.history.delete(name);
   state.seq = h.seq - 1;
+  state.started = h.started_at_ms;
 }
 
 async function pollHistory() {
-  const q = state.seq === null ? '' : `?since=${state.seq}`;
-  mergeHistory(await getJson('/admin/history' + q));
+  if (state.seq !== null) {
+    const h = await getJson(`/admin/history?since=${state.seq}`);
+    if (continues(h)) { mergeHistory(h); return; }
+  }
+  // The first read, or one that does not continue: start again from the whole ring.
+  state.history.clear();
+  state.seq = null;
+  mergeHistory(await getJson('/admin/history'));
 }
 
 // A small SVG chart of the three series, scaled to their common maximum.

@@ -95,6 +95,9 @@ TEST(History, SamplesAreTheCountsOfEachSecond) {
   EXPECT_EQ(since["from_seq"], 2);
   EXPECT_EQ(bucket_of(since, "/a")["forwarded"], json::array({0}));
   EXPECT_EQ(f.history.to_json(2)["at_ms"].size(), 0u);
+  // A sample number from the future (or another process): nothing, not everything.
+  EXPECT_EQ(f.history.to_json(std::numeric_limits<std::uint64_t>::max())["at_ms"].size(), 0u);
+  EXPECT_EQ(f.history.to_json(7)["from_seq"], 3);
 }
 
 TEST(History, TheRingKeepsFiveMinutesPerBucket) {
