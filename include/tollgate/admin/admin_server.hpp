@@ -17,8 +17,9 @@ namespace tollgate::admin {
 
 // Sent with every admin answer. The console's page may load only its own files (no inline script
 // or style, nothing from elsewhere), may not be framed, and answers are never cached; the API sends
-// no CORS headers, so another site's script can read nothing, and a token travels only in an
-// Authorization header the page sets itself (a cross-site form cannot).
+// no CORS headers, so another site's script can read nothing (short of DNS rebinding: the Host
+// header is not checked, see the README), and a token travels only in an Authorization header the
+// page sets itself (a cross-site form cannot).
 inline constexpr const char* kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
