@@ -2,8 +2,8 @@
 
 #include <charconv>
 #include <cmath>
-#include <nlohmann/json.hpp>
 
+#include "tollgate/proxy/json_text.hpp"
 #include "tollgate/proxy/rate_headers.hpp"
 
 namespace tollgate::proxy {
@@ -103,58 +103,65 @@ std::string rejection_body(const config::Rule& rule, const config::Rule* channel
   const config::Rule& owner = sd.bound == store::Bound::parent && channel ? *channel : rule;
   const std::string policy = bound_policy(rule, channel, sd);
   const long long retry_ms = (d.retry_after_us + 999) / 1000;
-  nlohmann::json j = {{"type", kQuotaExceeded},
-                      {"title", "Request refused: a rate-limit policy's quota is exceeded"},
-                      {"status", 429},
-                      {"detail", "policy " + policy + " admits no more requests now; retry after " +
-                                     std::to_string(retry_ms) + " ms"},
-                      {"violated-policies", nlohmann::json::array({policy})},
-                      {"error", "rate_limited"},
-                      {"policy", policy},
-                      {"bucket", owner.bucket},
-                      {"configId", owner.config_id},
-                      {"retry_after_ms", retry_ms}};
+  std::string detail;
+  detail.reserve(policy.size() + 64);
+  detail.append("policy ").append(policy).append(" admits no more requests now; retry after ");
+  detail.append(std::to_string(retry_ms)).append(" ms");
+  JsonObject j(512);
+  j.add_literal("type", kQuotaExceeded)
+      .add_literal("title", "Request refused: a rate-limit policy's quota is exceeded")
+      .add("status", 429)
+      .add("detail", detail)
+      .add_string_array("violated-policies", policy)
+      .add_literal("error", "rate_limited")
+      .add("policy", policy)
+      .add("retry_after_ms", static_cast<std::int64_t>(retry_ms));
   switch (sd.bound) {
     case store::Bound::bucket:
     case store::Bound::parent:
-      j["kind"] = "token_bucket";
-      j["rate_limit_per_s"] = owner.rate_limit;
-      j["wait_window_ms"] = static_cast<long long>(owner.cache_s * 1000);
+      j.add("bucket", owner.bucket)
+          .add("configId", owner.config_id)
+          .add_literal("kind", "token_bucket")
+          .add("rate_limit_per_s", owner.rate_limit)
+          .add("wait_window_ms", static_cast<std::int64_t>(owner.cache_s * 1000));
       break;
     case store::Bound::share:
-      j["kind"] = "max_share";
-      j["max_share"] = rule.max_share.value_or(1.0);
-      j["max_waiting_per_client"] = rule.max_held_per_client;
-      j["key_by"] = rule.share_key.text();
+      j.add("bucket", owner.bucket)
+          .add("configId", owner.config_id)
+          .add_literal("kind", "max_share")
+          .add("max_share", rule.max_share.value_or(1.0))
+          .add("max_waiting_per_client", rule.max_held_per_client)
+          .add("key_by", rule.share_key.text());
       break;
     case store::Bound::quota: {
       const config::Quota& q = quota_at(rule, channel, sd.bound_quota);
       const config::Rule& qowner = quota_owner(rule, channel, sd.bound_quota);
-      j["kind"] = "quota";
-      j["bucket"] = qowner.bucket;
-      j["configId"] = qowner.config_id;
-      j["quotaId"] = q.quota_id;
-      j["limit"] = q.limit;
-      j["period_s"] = q.period_s;
-      j["algorithm"] = q.algorithm == limiter::WindowAlgorithm::sliding ? "sliding" : "fixed";
-      j["key_by"] = q.key_by.text();
+      j.add("bucket", qowner.bucket)
+          .add("configId", qowner.config_id)
+          .add_literal("kind", "quota")
+          .add("quotaId", q.quota_id)
+          .add("limit", q.limit)
+          .add("period_s", q.period_s)
+          .add_literal("algorithm", q.algorithm == limiter::WindowAlgorithm::sliding ? "sliding" : "fixed")
+          .add("key_by", q.key_by.text());
       break;
     }
   }
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return std::move(j).done();
 }
 
 std::string problem_body(int status, std::string_view title, std::string_view code, std::string_view detail,
                          std::string_view type) {
-  // Details can quote untrusted bytes (a parse error cites them): never throw on invalid UTF-8.
-  nlohmann::json j = {{"type", type}, {"title", title}, {"status", status}, {"detail", detail}, {"error", code}};
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Details can quote untrusted bytes (a parse error cites them): not UTF-8 becomes U+FFFD.
+  JsonObject j;
+  j.add("type", type).add("title", title).add("status", status).add("detail", detail).add("error", code);
+  return std::move(j).done();
 }
 
 std::string error_body(std::string_view code, std::string_view detail) {
-  // Details can quote untrusted bytes (a parse error cites them): never throw on invalid UTF-8.
-  nlohmann::json j = {{"error", code}, {"detail", detail}};
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  JsonObject j;
+  j.add("error", code).add("detail", detail);
+  return std::move(j).done();
 }
 
 }  // namespace tollgate::proxy

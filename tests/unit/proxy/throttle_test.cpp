@@ -5,6 +5,7 @@
 #include "tollgate/proxy/rate_headers.hpp"
 #include "tollgate/proxy/metrics.hpp"
 #include "tollgate/proxy/throttle.hpp"
+#include "tollgate/proxy/json_text.hpp"
 
 namespace tollgate::proxy {
 namespace {
@@ -134,6 +135,81 @@ TEST(Throttle, RejectionNamesTheQuotaThatBound) {
   EXPECT_EQ(j["retry_after_ms"], 1500);
   sd.bound = store::Bound::share;
   EXPECT_EQ(nlohmann::json::parse(rejection_body(r, nullptr, sd))["policy"], "/shopping/search#maxShare");
+}
+
+}  // namespace
+}  // namespace tollgate::proxy
+
+namespace tollgate::proxy {
+namespace {
+
+std::string json_string(std::string_view s) {
+  std::string out;
+  append_json_string(out, s);
+  return out;
+}
+
+TEST(JsonText, EscapesWhatJsonRequires) {
+  EXPECT_EQ(json_string("plain /path?x=1"), "\"plain /path?x=1\"");
+  EXPECT_EQ(json_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(json_string(std::string("\n\r\t\x01\x1f", 5)), "\"\\n\\r\\t\\u0001\\u001f\"");
+  EXPECT_EQ(json_string(std::string("\0", 1)), "\"\\u0000\"");
+  EXPECT_EQ(json_string("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"), "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"");
+  // Not UTF-8: a stray continuation byte, a cut sequence (one U+FFFD for it, as Unicode advises),
+  // an overlong form, a surrogate.
+  EXPECT_EQ(json_string("\x8c"), "\"\xEF\xBF\xBD\"");
+  EXPECT_EQ(json_string("\xE2\x82"), "\"\xEF\xBF\xBD\"");
+  EXPECT_EQ(json_string("\xE2\x82x"), "\"\xEF\xBF\xBDx\"");
+  EXPECT_EQ(json_string("\xC0\xAF"), "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");
+  EXPECT_EQ(json_string("\xED\xA0\x80"), "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");
+}
+
+TEST(JsonText, AnyBytesGiveJsonThatParsesToWhatNlohmannReads) {
+  // Random byte strings (biased toward the interesting ranges) against nlohmann's own writer in
+  // its replace mode: both must parse, to the same string.
+  std::uint64_t x = 88172645463325252ULL;
+  auto next = [&] { x ^= x << 13; x ^= x >> 7; x ^= x << 17; return x; };
+  for (int round = 0; round < 20000; ++round) {
+    std::string s(next() % 12, '\0');
+    for (char& c : s) {
+      const auto r = next();
+      c = static_cast<char>(r % 4 == 0 ? 0x80 + r % 0x80 : r % 4 == 1 ? 0xC0 + r % 0x40 : r % 4 == 2 ? r % 0x20 : r % 0x100);
+    }
+    const std::string ours = json_string(s);
+    const std::string theirs = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    nlohmann::json a, b;
+    ASSERT_NO_THROW(a = nlohmann::json::parse(ours)) << ours;
+    b = nlohmann::json::parse(theirs);
+    ASSERT_EQ(a, b) << "input bytes: " << nlohmann::json(s).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+  }
+}
+
+TEST(JsonText, ObjectsAndNumbers) {
+  JsonObject j;
+  j.add("s", std::string_view("x")).add("i", std::int64_t{-42}).add("d", 0.25).add("whole", 5.0).add("inf", 1.0 / 0.0).add_string_array("a", "p");
+  const std::string text = std::move(j).done();
+  EXPECT_EQ(text, R"({"s":"x","i":-42,"d":0.25,"whole":5,"inf":null,"a":["p"]})");
+  JsonObject lit;
+  lit.add_literal("t", "about:blank").add("u", std::string_view("a\"b"));
+  EXPECT_EQ(std::move(lit).done(), R"({"t":"about:blank","u":"a\"b"})");
+  EXPECT_NO_THROW(nlohmann::json::parse(text));
+  EXPECT_EQ(std::move(JsonObject()).done(), "{}");
+}
+
+TEST(Throttle, RejectionBodyIsTheProblemDetailsItWasBefore) {
+  // The fields and values the nlohmann-built body had (issue 16), now written directly.
+  store::StoreDecision sd;
+  sd.decision.retry_after_us = 250'000;
+  const auto j = nlohmann::json::parse(rejection_body(rule(), nullptr, sd));
+  EXPECT_EQ(j["type"], kQuotaExceeded);
+  EXPECT_EQ(j["status"], 429);
+  EXPECT_EQ(j["violated-policies"], nlohmann::json::array({"/shopping/search"}));
+  EXPECT_EQ(j["detail"], "policy /shopping/search admits no more requests now; retry after 250 ms");
+  EXPECT_EQ(j["configId"], 1);
+  EXPECT_EQ(j["kind"], "token_bucket");
+  EXPECT_EQ(j["rate_limit_per_s"], 5);
+  EXPECT_EQ(j["wait_window_ms"], 500);
+  EXPECT_EQ(j.size(), 13u);
 }
 
 }  // namespace
