@@ -450,6 +450,9 @@ SimpleResponse AdminApi::get_overview() const {
         b["stored_permits"] = views[i]->stored;
         b["debt_s"] = static_cast<double>(std::max<limiter::Micros>(0, views[i]->next_free - views[i]->now)) / 1e6;
       }
+      // Its upstream's response time (p90, last minute): what deadline admission reckons with.
+      const auto p90 = deps_.metrics.bucket(r.bucket).upstream_latency.p90_us(limiter::steady_now_us());
+      b["upstream_p90_ms"] = p90 ? json(static_cast<double>(*p90) / 1e3) : json(nullptr);
       bool saturated = false;
       if (deps_.history) {
         if (auto w = deps_.history->window(r.bucket)) {

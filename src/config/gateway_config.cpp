@@ -273,7 +273,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     check_keys(p, path, {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms",
                          "body_timeout_ms", "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns",
                          "upstream_idle_timeout_ms", "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket", "trusted_proxies",
-                         "allow_trace"});
+                         "allow_trace", "deadline_headers", "default_upstream_latency_ms"});
     auto& l = c.proxy;
     l.max_header_bytes = static_cast<std::uint32_t>(get_uint(p, path, "max_header_bytes", l.max_header_bytes, 1024, 1 << 20));
     l.max_body_bytes = get_uint(p, path, "max_body_bytes", l.max_body_bytes, 0, 1ull << 32);
@@ -294,6 +294,9 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     l.max_held_per_bucket =
         static_cast<std::uint32_t>(get_uint(p, path, "max_held_per_bucket", l.max_held_per_bucket, 0, 10'000'000));
     l.allow_trace = get_bool(p, path, "allow_trace", l.allow_trace);
+    l.deadline_headers = get_bool(p, path, "deadline_headers", l.deadline_headers);
+    l.default_upstream_latency_ms = static_cast<std::uint32_t>(
+        get_uint(p, path, "default_upstream_latency_ms", l.default_upstream_latency_ms, 0, 600'000));
     if (p.contains("trusted_proxies")) {
       const json& t = p["trusted_proxies"];
       if (!t.is_array()) fail("proxy.trusted_proxies", "must be an array of addresses or networks (CIDR)");

@@ -170,6 +170,7 @@ Name recognise(const char* s, std::size_t n) {
     case 12:
       if (token_is(s, "content-type")) return Name::content_type;
       if (token_is(s, "x-request-id")) return Name::x_request_id;
+      if (token_is(s, "grpc-timeout")) return Name::grpc_timeout;
       break;
     case 13:
       if (token_is(s, "authorization")) return Name::authorization;
@@ -179,6 +180,7 @@ Name recognise(const char* s, std::size_t n) {
       break;
     case 15:
       if (token_is(s, "x-forwarded-for")) return Name::x_forwarded_for;
+      if (token_is(s, "request-timeout")) return Name::request_timeout;
       break;
     case 16:
       if (token_is(s, "proxy-connection")) return Name::proxy_connection;
@@ -459,6 +461,8 @@ std::string_view canonical(Name n) noexcept {
     case Name::server: return "Server";
     case Name::retry_after: return "Retry-After";
     case Name::content_type: return "Content-Type";
+    case Name::grpc_timeout: return "grpc-timeout";
+    case Name::request_timeout: return "Request-Timeout";
   }
   return "";
 }

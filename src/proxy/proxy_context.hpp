@@ -47,6 +47,8 @@ struct ProxyContext {
     settings.max_held_per_bucket = limits.max_held_per_bucket;
     settings.trusted = &trusted;
     settings.missing_key = d.config.limits.missing_key;
+    settings.deadlines = limits.deadline_headers;
+    settings.default_latency_us = static_cast<std::int64_t>(limits.default_upstream_latency_ms) * 1000;
   }
   ProxyDeps deps;
   const config::ProxyLimits& limits;

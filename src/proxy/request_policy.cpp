@@ -109,6 +109,20 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
   req.permits = 1.0;
   req.timeout_us = out.capped ? 0 : rule.timeout_us();
   req.use_bucket = rule.has_bucket;
+  if (facts.budget && settings.deadlines && !out.shadow) {
+    // The wait it may be given: what its budget leaves once the upstream has answered.
+    out.latency_us = rules->metrics_of(rule).upstream_latency.p90_us(facts.now_us).value_or(settings.default_latency_us);
+    const std::int64_t room = facts.budget->us - out.latency_us;
+    if (room < 0) {
+      out.step = Step::too_late;
+      out.outcome = Outcome::rejected;
+      return;
+    }
+    if (room < req.timeout_us) {
+      req.timeout_us = room;
+      out.deadline_bound = true;
+    }
+  }
   if (needs_client_key(rule, out.channel)) {
     if (auto bad = add_client_checks(facts, settings, out)) {
       out.step = Step::bad_key;
@@ -122,6 +136,16 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
     return;
   }
   out.step = Step::decide;
+}
+
+Verdict too_late_verdict(const Plan& plan, const Budget& budget) {
+  Verdict v;
+  v.action = Action::reject;
+  v.outcome = Outcome::rejected;
+  v.retry_after_s = 1;
+  v.bound = "deadline";
+  v.body = deadline_body(*plan.rule, budget.us, plan.latency_us);
+  return v;
 }
 
 Verdict verdict_for(const Plan& plan, const store::StoreDecision& sd) {
@@ -163,7 +187,7 @@ Verdict verdict_for(const Plan& plan, const store::StoreDecision& sd) {
     v.retry_after_s = ceil_seconds(d.retry_after_us);
     v.cap_rejection = plan.capped && (sd.bound == store::Bound::bucket || sd.bound == store::Bound::parent);
     v.bound = bound_policy(rule, channel, sd);
-    v.body = rejection_body(rule, channel, sd);
+    v.body = rejection_body(rule, channel, sd, plan.deadline_bound ? plan.request.timeout_us : -1);
     return v;
   }
   v.counts_wait = true;

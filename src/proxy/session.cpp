@@ -7,6 +7,7 @@
 #include "outcomes.hpp"
 #include "responses.hpp"
 #include "tollgate/proxy/access_log.hpp"
+#include "tollgate/proxy/deadline.hpp"
 #include "tollgate/proxy/refusals.hpp"
 #include "tollgate/proxy/request_target.hpp"
 #include "tollgate/proxy/throttle.hpp"
@@ -279,6 +280,15 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   OutcomeCounter count(deps.metrics, access.rec);
   OwnAnswer refusal;  // a 4xx the gateway answers before any rule
   bool close_after = false;
+  // The caller's time budget, counted from now (proxy/deadline); the clock is read only for one.
+  std::chrono::steady_clock::time_point arrived{};
+  Budget budget;
+  bool has_budget = false;
+  std::optional<std::string> bad_budget;
+  if (px_.settings.deadlines && (h.has(http1::Name::grpc_timeout) || h.has(http1::Name::request_timeout))) {
+    arrived = std::chrono::steady_clock::now();
+    bad_budget = read_budget(h.value(http1::Name::grpc_timeout), h.value(http1::Name::request_timeout), budget, has_budget);
+  }
   if (h.other_transfer_encoding) {
     // Only chunked framing is understood; anything else could be read differently upstream.
     count.bad_request(501);
@@ -304,6 +314,9 @@ net::awaitable<bool> Session::handle(std::string_view body) {
                            "the gateway forwards neither CONNECT nor (unless proxy.allow_trace) TRACE");
     refusal.allow = limits_.allow_trace ? "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"
                                         : "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+  } else if (bad_budget) {
+    count.bad_request(400);
+    refusal = error_answer(400, "bad_deadline", *bad_budget);
   }
   if (access.rec.status != 0) {
     linger_ = close_after;  // the rest of the request (a body of unknown framing) is not read
@@ -324,7 +337,9 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   const config::SwitchMode global = deps.switch_state.mode();
   const std::shared_ptr<const RuleViews> rules = global == config::SwitchMode::off ? nullptr : rule_views();
   const HeadFields headers(h);
-  const RequestFacts facts{target.match, client_ip_, headers, static_cast<std::int64_t>(deps.metrics.held.Value())};
+  const RequestFacts facts{target.match, client_ip_, headers, static_cast<std::int64_t>(deps.metrics.held.Value()),
+                           has_budget ? &budget : nullptr,
+                           std::chrono::duration_cast<std::chrono::microseconds>(arrived.time_since_epoch()).count()};
   Plan plan;
   plan_request(facts, rules.get(), global, px_.settings, plan);
   count.use(rules.get());
@@ -334,9 +349,25 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     refusal = error_answer(400, "missing_client_key", plan.detail);
     co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
   }
+  // The upstream request's deadline fields, and the rule's latency estimate to feed.
+  const Budget* const sent_budget = has_budget ? &budget : nullptr;
+  const auto deadline = arrived + std::chrono::microseconds(budget.us);
+  LatencyEstimate* const latency = plan.rule ? &rules->metrics_of(*plan.rule).upstream_latency : nullptr;
+  if (plan.step == Step::too_late) {
+    // Its budget would run out before the upstream answered: 429 now, nothing reserved.
+    count.planned(plan);
+    const Verdict v = too_late_verdict(plan, budget);
+    if (access.log) access.policy = v.bound;
+    remember_refusal(plan, v, target.path, 429);
+    OwnAnswer answer;
+    answer.status = 429;
+    answer.body = v.body;
+    answer.retry_after_s = v.retry_after_s;
+    co_return co_await send_answer(stream, version, keep, answer, write_timeout());
+  }
   if (plan.step != Step::decide) {
     count.planned(plan);
-    const UpstreamRequest out{h, upstream_target, body, {}, client_ip_};
+    const UpstreamRequest out{h, upstream_target, body, {}, client_ip_, sent_budget, deadline, latency};
     const RateLimitFields none{};
     co_return co_await forward(px_, w_, stream, out, upstream, none, access.rec);
   }
@@ -378,7 +409,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     }
   }
   // X-Tollgate-Shadow: only the gateway says that (a client's is never forwarded).
-  const UpstreamRequest out{h, upstream_target, body, verdict.shadow_header, client_ip_};
+  const UpstreamRequest out{h, upstream_target, body, verdict.shadow_header, client_ip_, sent_budget, deadline, latency};
   co_return co_await forward(px_, w_, stream, out, upstream, fields, access.rec);
 }
 

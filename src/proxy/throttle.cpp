@@ -98,7 +98,8 @@ std::string ratelimit_header(const config::Rule& rule, const config::Rule* chann
   return out;
 }
 
-std::string rejection_body(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd) {
+std::string rejection_body(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd,
+                           std::int64_t deadline_wait_us) {
   const limiter::Decision& d = sd.decision;
   const config::Rule& owner = sd.bound == store::Bound::parent && channel ? *channel : rule;
   const std::string policy = bound_policy(rule, channel, sd);
@@ -116,6 +117,7 @@ std::string rejection_body(const config::Rule& rule, const config::Rule* channel
       .add_literal("error", "rate_limited")
       .add("policy", policy)
       .add("retry_after_ms", static_cast<std::int64_t>(retry_ms));
+  if (deadline_wait_us >= 0) j.add("deadline_wait_ms", static_cast<double>(deadline_wait_us) / 1e3);
   switch (sd.bound) {
     case store::Bound::bucket:
     case store::Bound::parent:
@@ -147,6 +149,24 @@ std::string rejection_body(const config::Rule& rule, const config::Rule* channel
       break;
     }
   }
+  return std::move(j).done();
+}
+
+std::string deadline_body(const config::Rule& rule, std::int64_t budget_us, std::int64_t latency_us) {
+  const auto ms = [](std::int64_t us) { return static_cast<double>(us) / 1e3; };
+  std::string detail = "the request's time budget (" + std::to_string((budget_us + 999) / 1000) +
+                       " ms) is shorter than the interface's upstream latency (p90 " +
+                       std::to_string((latency_us + 999) / 1000) + " ms): it would time out anyway";
+  JsonObject j(384);
+  j.add_literal("type", "about:blank")
+      .add_literal("title", "Too Many Requests")
+      .add("status", 429)
+      .add("detail", detail)
+      .add_literal("error", "deadline_too_short")
+      .add("bucket", rule.bucket)
+      .add("configId", rule.config_id)
+      .add("budget_ms", ms(budget_us))
+      .add("upstream_latency_p90_ms", ms(latency_us));
   return std::move(j).done();
 }
 

@@ -54,6 +54,12 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
       case Name::x_forwarded_host:
         if (!original_host.empty()) continue;  // replaced below
         break;
+      case Name::grpc_timeout:
+        if (r.budget && r.budget->grpc) continue;  // what is left of it, below
+        break;
+      case Name::request_timeout:
+        if (r.budget && r.budget->request_timeout) continue;
+        break;
       default:
         if (http1::is_hop_by_hop(f.id)) continue;
         break;
@@ -71,6 +77,17 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
       h.method == http1::Method::options)
     append_field(out, "Content-Length", std::to_string(r.body.size()));
   if (!r.shadow.empty()) append_field(out, "X-Tollgate-Shadow", r.shadow);
+  if (r.budget) {
+    // What is left of the caller's budget now, as the upstream should see it.
+    const auto left = std::max<std::int64_t>(
+        0, std::chrono::duration_cast<std::chrono::microseconds>(r.deadline - std::chrono::steady_clock::now()).count());
+    if (r.budget->grpc) append_field(out, "grpc-timeout", grpc_timeout_text(left));
+    if (r.budget->request_timeout) {
+      char buf[32];
+      const int n = std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(left) / 1e6);
+      append_field(out, "Request-Timeout", std::string_view(buf, static_cast<std::size_t>(n)));
+    }
+  }
   out.append("\r\n", 2);
   return out;
 }
@@ -304,14 +321,17 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
       ec = {};
     }
     sent_at = std::chrono::steady_clock::now();
-    conn->stream.start(sent_at + up.response_timeout);
+    // The response head is awaited up to the upstream's timeout, or the caller's deadline if sooner.
+    auto head_by = sent_at + up.response_timeout;
+    if (req.budget && req.deadline < head_by) head_by = req.deadline;
+    conn->stream.start(head_by);
     const std::size_t written = co_await net::async_write(conn->stream, out, with(ec));
     conn->stream.end(ec);
     bool retry = false;
     std::string_view why;
     if (!ec) {
       bool got_some = false;
-      ec = co_await read_final_head(*conn, *conn->head, sent_at + up.response_timeout, got_some, why);
+      ec = co_await read_final_head(*conn, *conn->head, head_by, got_some, why);
       // A reused connection that failed before any response byte (the upstream closed it just
       // as the request went out): send once more on a fresh connection if the method may be
       // repeated. The upstream may then see the request twice on one permit, as with nginx's
@@ -330,8 +350,12 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
   }
 
   const http1::ResponseHead& res = *conn->head;
-  up.metrics->latency.observe_us(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent_at).count());
+  const auto head_at = std::chrono::steady_clock::now();
+  const std::int64_t latency_us = std::chrono::duration_cast<std::chrono::microseconds>(head_at - sent_at).count();
+  up.metrics->latency.observe_us(latency_us);
+  if (req.latency)
+    req.latency->record(latency_us,
+                        std::chrono::duration_cast<std::chrono::microseconds>(head_at.time_since_epoch()).count());
   const int status = res.status;
   rec.status = rec.upstream_status = status;
   const http1::BodyFraming framing = http1::response_body(res, head_request);

@@ -18,6 +18,11 @@ struct UpstreamRequest {
   std::string_view body;       // as read (a chunked body decoded): sent with a Content-Length
   std::string_view shadow;     // X-Tollgate-Shadow ("" none)
   std::string_view client_ip;  // appended to X-Forwarded-For
+  // The caller's deadline (proxy/deadline): caps the wait for the response head, and the
+  // grpc-timeout / Request-Timeout sent on say what is left of it. Null: none.
+  const Budget* budget = nullptr;
+  std::chrono::steady_clock::time_point deadline{};
+  LatencyEstimate* latency = nullptr;  // the rule's estimate, fed with this response's latency
 };
 
 // The fields a forwarded request's response gains (empty policy_header: none).

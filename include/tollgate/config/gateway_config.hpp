@@ -55,6 +55,10 @@ struct ProxyLimits {
   std::uint32_t max_held = 20'000;             // requests waiting for a permit, all buckets; past it: 429
   std::uint32_t max_held_per_bucket = 5'000;   // requests waiting on one bucket; past it: 429
   bool allow_trace = false;  // forward TRACE (405 otherwise; CONNECT is always 405)
+  // Deadline-aware admission (proxy/deadline.hpp): read grpc-timeout and Request-Timeout, hold a
+  // request only if its wait plus the interface's upstream latency p90 fits its budget.
+  bool deadline_headers = true;
+  std::uint32_t default_upstream_latency_ms = 100;  // the estimate before an interface has data
   // Peers whose X-Forwarded-For is believed (CIDRs); empty: the client is always the socket peer.
   std::vector<std::string> trusted_proxies;
 };

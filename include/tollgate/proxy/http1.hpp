@@ -30,8 +30,10 @@ enum class Name : std::uint8_t {
   x_tollgate_shadow,
   // others the proxy reads or writes
   authorization, date, server, retry_after, content_type,
+  // a request's time budget (proxy/deadline)
+  grpc_timeout, request_timeout,
 };
-inline constexpr std::size_t kNameCount = static_cast<std::size_t>(Name::content_type) + 1;
+inline constexpr std::size_t kNameCount = static_cast<std::size_t>(Name::request_timeout) + 1;
 static_assert(kNameCount <= 32);
 
 // The name's canonical spelling ("Content-Length"); "" for Name::other.

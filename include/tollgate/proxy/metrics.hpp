@@ -22,6 +22,8 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "tollgate/proxy/deadline.hpp"
+
 namespace tollgate::proxy {
 
 enum class Outcome : int {
@@ -75,6 +77,7 @@ class BucketMetrics {
   prometheus::Gauge& held;               // requests waiting on it right now (also read by the hold cap)
   prometheus::Counter& cap_rejections;   // 429s because too many requests already wait
   SecondsHistogram wait;                 // time held before forwarding (0 for forwarded)
+  LatencyEstimate upstream_latency;      // its requests' upstream latency, last minute (deadlines)
 
  private:
   // /metrics lists only the outcomes a bucket saw: an outcome's series is made by its first count.

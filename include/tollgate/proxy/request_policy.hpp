@@ -15,6 +15,7 @@
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/proxy/client_key.hpp"
+#include "tollgate/proxy/deadline.hpp"
 #include "tollgate/proxy/metrics.hpp"
 #include "tollgate/proxy/rule_views.hpp"
 #include "tollgate/store/decision.hpp"
@@ -38,6 +39,8 @@ struct PolicySettings {
   std::size_t max_held_per_bucket = 0;  // proxy.max_held_per_bucket
   const TrustedProxies* trusted = nullptr;
   MissingKey missing_key = MissingKey::anonymous;
+  bool deadlines = true;                 // proxy.deadline_headers
+  std::int64_t default_latency_us = 100'000;  // proxy.default_upstream_latency_ms
 };
 
 struct RequestFacts {
@@ -45,12 +48,15 @@ struct RequestFacts {
   std::string_view peer;        // the socket peer's address
   const HeaderSource& headers;
   std::int64_t held = 0;        // requests waiting for their slot now, in the whole gateway
+  const Budget* budget = nullptr;  // the caller's time budget, if it sent one (proxy/deadline)
+  std::int64_t now_us = 0;         // steady clock, for the interface's latency estimate
 };
 
 enum class Step : std::uint8_t {
   bypass,     // the switch (or the rule's own mode) is off: forward, count `outcome`
   unmatched,  // no rule governs the path: forward, count `outcome`
   bad_key,    // a keyBy header is missing or too long: 400 missing_client_key with `detail`
+  too_late,   // its time budget does not cover the interface's upstream latency: 429 at once, nothing reserved
   forward,    // a rule governs it but has nothing to decide (its quotas all disabled): forward
   decide,     // ask the store `request`, then verdict_for
 };
@@ -70,6 +76,8 @@ struct Plan {
   std::string detail;                    // bad_key: why
   store::AcquireRequest request{};       // decide: what the store is asked
   std::string keyed_bucket;              // a client-keyed bucket's name (request.bucket.name)
+  std::int64_t latency_us = 0;           // the interface's upstream latency estimate (with a budget)
+  bool deadline_bound = false;           // the budget shortened the wait the rule allows
 };
 
 // `rules` may be null (no rules loaded yet). The requests held on a rule's bucket are read from its
@@ -99,5 +107,7 @@ struct Verdict {
 };
 
 Verdict verdict_for(const Plan& plan, const store::StoreDecision& decision);
+// The 429 of a too_late plan.
+Verdict too_late_verdict(const Plan& plan, const Budget& budget);
 
 }  // namespace tollgate::proxy

@@ -47,10 +47,16 @@ inline constexpr std::string_view kReducedCapacity =
 // The body of a 429: type, title, status, detail, violated-policies, and as extension members what
 // clients read before (error "rate_limited", policy, bucket, configId, retry_after_ms, kind and the
 // bound policy's terms).
-std::string rejection_body(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd);
+// `deadline_wait_us` >= 0: the request's own deadline had cut the wait it could be given to that
+// (a member "deadline_wait_ms" says so).
+std::string rejection_body(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd,
+                           std::int64_t deadline_wait_us = -1);
 
 // The body of an answer the gateway gives itself (4xx, 502, 503, 504): type (`type`, or
 // about:blank), title, status, detail, and the extension member error = `code`.
+// The 429 of a request whose time budget is shorter than the interface's upstream latency.
+std::string deadline_body(const config::Rule& rule, std::int64_t budget_us, std::int64_t latency_us);
+
 std::string problem_body(int status, std::string_view title, std::string_view code, std::string_view detail,
                          std::string_view type = "about:blank");
 

@@ -128,7 +128,7 @@ function bucketRow(b) {
     b, bucket: b.bucket, channelType: b.channelType, rateLimit: b.rateLimit, burst: b.burst,
     stored_permits: b.stored_permits, debt_s: b.debt_s, held: b.held ?? 0,
     fwd: last.forwarded ?? 0, del: last.delayed ?? 0, rej: last.rejected ?? 0, rej_min: minute.rejected ?? 0,
-    wait_p50_ms: b.wait_p50_ms, wait_p99_ms: b.wait_p99_ms,
+    wait_p50_ms: b.wait_p50_ms, wait_p99_ms: b.wait_p99_ms, upstream_p90_ms: b.upstream_p90_ms,
   };
 }
 
@@ -155,7 +155,7 @@ function renderBuckets(o) {
       cell('held', r.held, 0), cell('forwarded', r.fwd, 0), cell('delayed', r.del, 0), cell('rejected', r.rej, 0),
       cell('rejected_minute', r.rej_min, 0),
       el('td', { 'data-col': 'chart', class: '' }, sparkline(b.bucket)),
-      cell('wait_p50', b.wait_p50_ms, 1), cell('wait_p99', b.wait_p99_ms, 1));
+      cell('wait_p50', b.wait_p50_ms, 1), cell('wait_p99', b.wait_p99_ms, 1), cell('upstream_p90', b.upstream_p90_ms, 1));
     return tr;
   }));
   for (const th of $('buckets').tHead.rows[0].cells) {

@@ -1,0 +1,63 @@
+// Deadline-aware admission (issue 17): a request may say how long its caller will wait for the
+// answer, and the gateway then holds it only if its wait plus the interface's recent upstream
+// latency fits that budget.
+//   grpc-timeout:     gRPC's "<1-8 digits><unit>", unit H, M, S, m (ms), u (µs) or n (ns)
+//   Request-Timeout:  seconds, a decimal number ("0.5", "2")
+// Both come from the client, so they can only shorten what the rule allows (its wait window),
+// never lengthen it. With both, the shorter counts. A malformed value is refused (400), not guessed.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tollgate::proxy {
+
+// Microseconds, or nullopt when malformed. grpc-timeout values past 8 digits are malformed (gRPC).
+std::optional<std::int64_t> parse_grpc_timeout(std::string_view value);
+// Microseconds, or nullopt when malformed (not a non-negative decimal, or over a day).
+std::optional<std::int64_t> parse_request_timeout(std::string_view value);
+// gRPC's text for a budget: the finest unit that keeps it within 8 digits ("250m", "3S").
+std::string grpc_timeout_text(std::int64_t us);
+
+struct Budget {
+  std::int64_t us = 0;         // the time the caller will wait, from when the request arrived
+  bool grpc = false;           // it came from grpc-timeout (passed on upstream, rewritten)
+  bool request_timeout = false;  // it came from Request-Timeout (passed on upstream, rewritten)
+};
+
+// The budget of a request with these field values ("" for absent). Returns why it is refused when
+// one is malformed; `present` says whether either was there.
+std::optional<std::string> read_budget(std::string_view grpc_timeout, std::string_view request_timeout, Budget& out,
+                                       bool& present);
+
+// The upstream latency of one interface over about the last minute, for the admission check: a
+// histogram per 5-second slot (12 slots, 80 log-spaced bins, four per doubling, from 0.1 ms to ~100 s); the p90 of the
+// slots still in the window is recomputed whenever the clock enters a new slot. Lock-free: a
+// request records with one relaxed atomic add; a count lost to a slot being recycled at that
+// instant only blurs an estimate.
+class LatencyEstimate {
+ public:
+  static constexpr int kSlots = 12;
+  static constexpr std::int64_t kSlotUs = 5'000'000;
+  static constexpr int kBins = 80;
+
+  void record(std::int64_t latency_us, std::int64_t now_us);
+  // The p90 over the window as of the last slot change (nullopt: no response in the window).
+  std::optional<std::int64_t> p90_us(std::int64_t now_us);
+
+  static int bin_of(std::int64_t us);
+  static std::int64_t bin_upper_us(int bin);
+
+ private:
+  void advance(std::int64_t now_us);
+
+  std::array<std::array<std::atomic<std::uint32_t>, kBins>, kSlots> counts_{};
+  std::atomic<std::int64_t> slot_{-1};     // the current slot's number (now / kSlotUs)
+  std::atomic<std::int64_t> p90_us_{-1};   // -1: no data
+};
+
+}  // namespace tollgate::proxy

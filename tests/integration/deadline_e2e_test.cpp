@@ -1,0 +1,114 @@
+// Deadline-aware admission end to end (issue 17 part 2): the real gateway and mock upstream.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "support/stack.hpp"
+
+namespace tollgate::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+class DeadlineE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_GT(upstream.port, 0) << upstream.proc->output();
+    json config = base_config(upstream.port);
+    config["limits"]["rules"][0]["cache"] = 1.0;  // 5/s, a wait window of 1 s
+    config["proxy"]["default_upstream_latency_ms"] = 20;
+    gw = std::make_unique<GatewayProcess>(config);
+    ASSERT_GT(gw->port, 0) << gw->proc->output();
+  }
+  double debt() const { return gw->admin_json("/admin/buckets/shopping/search")["debt_s"].get<double>(); }
+  HttpResponse search(std::vector<std::pair<std::string, std::string>> headers) const {
+    return http_request(gw->port, {"GET", "/ibe/shopping/search", std::move(headers), {}});
+  }
+  MockUpstream upstream;
+  std::unique_ptr<GatewayProcess> gw;
+};
+
+TEST_F(DeadlineE2E, AShortBudgetIsRefusedAtOnceAndConsumesNothingALongerOneWaits) {
+  // Eight at once (no budget): five permits, then three held for 200, 400 and 600 ms. The queue
+  // they leave is what the budgets below are measured against.
+  std::vector<HttpResponse> first;
+  std::thread burst([&] { first = concurrent_requests(gw->port, {"GET", "/ibe/shopping/search", {}, {}}, 8, 5s); });
+  ASSERT_TRUE(eventually([&] { return debt() > 0.3; }, 3s));
+  const double before = debt();
+
+  // A 100 ms budget leaves 80 ms of wait (20 ms for the upstream): far less than the queue.
+  for (int i = 0; i < 10; ++i) {
+    const auto t0 = Clock::now();
+    const HttpResponse r = search({{"Request-Timeout", "0.1"}});
+    const auto took = Clock::now() - t0;
+    ASSERT_EQ(r.status, 429) << r.body;
+    EXPECT_LT(took, 1s);  // at once, not after a wait (generous: a loaded machine)
+    const json body = json::parse(r.body);
+    EXPECT_EQ(body["error"], "rate_limited");
+    EXPECT_EQ(body["deadline_wait_ms"], 80);
+    EXPECT_FALSE(r.header("retry-after").empty());
+  }
+  // Nothing was reserved by them: the queue only shrank meanwhile.
+  EXPECT_LE(debt(), before);
+
+  // A 1 s budget covers the queue plus the upstream: it waits its turn and passes.
+  const HttpResponse ok = search({{"Request-Timeout", "1"}});
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  burst.join();
+  EXPECT_EQ(count_status(first, 200), 8);
+}
+
+TEST_F(DeadlineE2E, ABudgetUnderTheUpstreamLatencyIsRefusedEvenWithPermits) {
+  const HttpResponse r = search({{"grpc-timeout", "10m"}});  // 10 ms < the 20 ms estimate
+  ASSERT_EQ(r.status, 429) << r.body;
+  const json body = json::parse(r.body);
+  EXPECT_EQ(body["error"], "deadline_too_short");
+  EXPECT_EQ(body["budget_ms"], 10);
+  EXPECT_EQ(r.header("content-type"), "application/problem+json");
+  EXPECT_EQ(upstream.count("/ibe/shopping/search"), 0);
+  // The bucket is untouched: a request without a budget gets a permit at once.
+  EXPECT_EQ(search({}).status, 200);
+  EXPECT_DOUBLE_EQ(debt(), 0.0);
+}
+
+TEST_F(DeadlineE2E, WhatIsLeftOfTheBudgetGoesUpstreamAndCapsTheResponseTimeout) {
+  // Rewritten to what is left (never more than the client gave).
+  const HttpResponse echo =
+      http_request(gw->port, {"GET", "/other?echo=1", {{"grpc-timeout", "5S"}, {"Request-Timeout", "7.5"}}, {}});
+  ASSERT_EQ(echo.status, 200) << echo.body;
+  const json seen = json::parse(echo.body)["headers"];
+  ASSERT_TRUE(seen.contains("grpc-timeout")) << seen.dump();
+  const std::string g = seen["grpc-timeout"];
+  ASSERT_EQ(g.back(), 'u') << g;
+  const long long left_us = std::stoll(g.substr(0, g.size() - 1));
+  EXPECT_LE(left_us, 5'000'000);  // the shorter of the two budgets
+  EXPECT_GT(left_us, 4'000'000);
+  const double rt = std::stod(seen["Request-Timeout"].get<std::string>());
+  EXPECT_LE(rt, 5.0);
+  EXPECT_GT(rt, 4.0);
+
+  // The upstream takes 1.2 s; the caller gave 0.3 s: 504 near the deadline, well before the
+  // configured 1.5 s response timeout.
+  const auto t0 = Clock::now();
+  const HttpResponse slow = http_request(gw->port, {"GET", "/other?delay_ms=1200", {{"Request-Timeout", "0.3"}}, {}});
+  const auto took = Clock::now() - t0;
+  EXPECT_EQ(slow.status, 504) << slow.body;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 1100ms);
+}
+
+TEST_F(DeadlineE2E, AMalformedBudgetIsExplained) {
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"grpc-timeout", "soon"}, {"grpc-timeout", "123456789m"}, {"Request-Timeout", "-1"}, {"Request-Timeout", "1e3"}}) {
+    const HttpResponse r = search({{name, value}});
+    EXPECT_EQ(r.status, 400) << name << ": " << value;
+    EXPECT_EQ(json::parse(r.body)["error"], "bad_deadline") << r.body;
+  }
+  EXPECT_EQ(upstream.count("/ibe/shopping/search"), 0);
+}
+
+}  // namespace
+}  // namespace tollgate::testing
