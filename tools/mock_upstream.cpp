@@ -1,4 +1,4 @@
-// tollgate-mock-upstream --port P [--host H] [--latency-ms N]
+// tollgate-mock-upstream --port P [--host H] [--latency-ms N] [--limit SUFFIX=RATE ...]
 // A small airline-style upstream for demos, tests and benchmarks. Every path answers with small
 // JSON; the query can ask for special behaviour:
 //   ?status=N      answer with status N          ?delay_ms=N  answer after N ms (a timer)
@@ -6,6 +6,14 @@
 //   ?size=N        pad the body to about N bytes
 // GET /__stats returns per-path counts and arrival times (CLOCK_MONOTONIC microseconds, the clock
 // the gateway uses); POST /__reset clears them. Port 0 picks a free port; the chosen one is printed.
+//
+// A throttling supplier (issue 17): --limit SUFFIX=RATE (repeatable) or PUT /__limits with
+// {"<suffix>": RATE, ...} (0 or null: no limit; the rates in force are replaced, and can change
+// while it runs) makes every path ending in SUFFIX allow RATE requests a second (a token bucket of
+// one second's burst); past it the answer is 429 with Retry-After (whole seconds until a permit),
+// RateLimit-Policy and RateLimit (r=0, t=seconds). {"<suffix>": {"rate": R, "retry_after_s": N}}
+// answers every 429 with Retry-After N instead. GET /__limits shows them; /__stats counts each
+// path's "throttled" answers beside its "count" of arrivals.
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
 
 #include <boost/asio.hpp>
@@ -29,16 +37,95 @@ namespace {
 
 struct PathStats {
   std::uint64_t count = 0;
+  std::uint64_t throttled = 0;
   std::vector<std::int64_t> arrivals_us;
 };
-std::map<std::string, PathStats> g_stats;  // single-threaded server: no lock
-std::uint64_t g_total = 0;
-int g_latency_ms = 0;
 
 std::int64_t now_us() {
   using namespace std::chrono;
   return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
 }
+
+// One supplier limit: a token bucket holding up to `rate` permits (one second's worth).
+struct Limit {
+  double rate = 0;
+  int retry_after_s = 0;  // > 0: every 429 says this
+  double tokens = 0;
+  std::int64_t last_us = 0;
+};
+std::map<std::string, Limit> g_limits;  // by path suffix
+
+// The limit a path falls under (the longest suffix), or null.
+Limit* limit_for(const std::string& path) {
+  Limit* best = nullptr;
+  std::size_t best_len = 0;
+  for (auto& [suffix, l] : g_limits)
+    if (path.ends_with(suffix) && suffix.size() >= best_len) {
+      best = &l;
+      best_len = suffix.size();
+    }
+  return best;
+}
+
+// Takes a permit now, or returns the microseconds until one.
+std::int64_t take_permit(Limit& l, std::int64_t now) {
+  l.tokens = std::min(l.rate, l.tokens + static_cast<double>(now - l.last_us) / 1e6 * l.rate);
+  l.last_us = now;
+  if (l.tokens >= 1) {
+    l.tokens -= 1;
+    return 0;
+  }
+  return static_cast<std::int64_t>((1 - l.tokens) / l.rate * 1e6) + 1;
+}
+
+// Replaces the limits with {"suffix": rate | {"rate": r, "retry_after_s": n} | 0 | null}.
+std::string set_limits(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const std::exception& e) {
+    return std::string("not JSON: ") + e.what();
+  }
+  if (!j.is_object()) return "expected an object of path suffix -> rate";
+  std::map<std::string, Limit> next;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    Limit l;
+    const json& v = it.value();
+    if (v.is_null()) continue;
+    if (v.is_number()) {
+      l.rate = v.get<double>();
+    } else if (v.is_object() && v.contains("rate") && v["rate"].is_number()) {
+      l.rate = v["rate"].get<double>();
+      if (v.contains("retry_after_s") && v["retry_after_s"].is_number_integer()) l.retry_after_s = v["retry_after_s"];
+    } else {
+      return "limit for " + it.key() + ": expected a rate or {\"rate\": r, \"retry_after_s\": n}";
+    }
+    if (l.rate < 0) return "limit for " + it.key() + ": rate must be >= 0";
+    if (l.rate == 0) continue;
+    // A limit kept at the same rate keeps its bucket; a new or changed one starts full.
+    auto old = g_limits.find(it.key());
+    if (old != g_limits.end() && old->second.rate == l.rate) {
+      old->second.retry_after_s = l.retry_after_s;
+      next.emplace(it.key(), old->second);
+    } else {
+      l.tokens = l.rate;
+      l.last_us = now_us();
+      next.emplace(it.key(), l);
+    }
+  }
+  g_limits = std::move(next);
+  return {};
+}
+
+json limits_json() {
+  json out = json::object();
+  for (const auto& [suffix, l] : g_limits) out[suffix] = {{"rate", l.rate}, {"retry_after_s", l.retry_after_s}};
+  return out;
+}
+std::map<std::string, PathStats> g_stats;  // single-threaded server: no lock
+std::uint64_t g_total = 0;
+int g_latency_ms = 0;
+
 
 std::string query_param(std::string_view target, std::string_view key) {
   const auto q = target.find('?');
@@ -91,12 +178,38 @@ net::awaitable<void> session(tcp::socket sock) {
     res.keep_alive(req.keep_alive());
     if (path == "/__stats") {
       json paths = json::object();
-      for (const auto& [p, s] : g_stats) paths[p] = {{"count", s.count}, {"arrivals_us", s.arrivals_us}};
+      for (const auto& [p, s] : g_stats)
+        paths[p] = {{"count", s.count}, {"throttled", s.throttled}, {"arrivals_us", s.arrivals_us}};
       res.body() = json{{"total", g_total}, {"paths", paths}}.dump();
     } else if (path == "/__reset") {
       g_stats.clear();
       g_total = 0;
       res.body() = R"({"reset":true})";
+    } else if (path == "/__limits") {
+      if (req.method() == http::verb::put || req.method() == http::verb::post) {
+        if (const std::string why = set_limits(req.body()); !why.empty()) {
+          res.result(http::status::bad_request);
+          res.body() = json{{"error", why}}.dump();
+        } else {
+          res.body() = limits_json().dump();
+        }
+      } else {
+        res.body() = limits_json().dump();
+      }
+    } else if (Limit* l = limit_for(path); l && take_permit(*l, now_us()) > 0) {
+      // Throttled: counted as an arrival and as throttled, answered at once.
+      auto& s = g_stats[path];
+      ++s.count;
+      ++s.throttled;
+      ++g_total;
+      s.arrivals_us.push_back(now_us());
+      const std::int64_t wait_us = take_permit(*l, now_us());  // still > 0: nothing was taken
+      const long long t = l->retry_after_s > 0 ? l->retry_after_s : (wait_us + 999'999) / 1'000'000;
+      res.result(http::status::too_many_requests);
+      res.set(http::field::retry_after, std::to_string(t));
+      res.set("RateLimit-Policy", "\"supplier\";q=" + std::to_string(static_cast<long long>(l->rate)) + ";w=1");
+      res.set("RateLimit", "\"supplier\";r=0;t=" + std::to_string(t));
+      res.body() = json{{"error", "supplier_rate_limited"}, {"retry_after_s", t}}.dump();
     } else {
       auto& s = g_stats[path];
       ++s.count;
@@ -152,8 +265,21 @@ int main(int argc, char** argv) {
     if (a == "--port" && i + 1 < argc) port = std::atoi(argv[++i]);
     else if (a == "--host" && i + 1 < argc) host = argv[++i];
     else if (a == "--latency-ms" && i + 1 < argc) g_latency_ms = std::atoi(argv[++i]);
-    else {
-      std::cerr << "usage: tollgate-mock-upstream [--host H] [--port P] [--latency-ms N]\n";
+    else if (a == "--limit" && i + 1 < argc) {
+      const std::string spec = argv[++i];
+      const auto eq = spec.find('=');
+      std::string why = "expected SUFFIX=RATE";
+      if (eq != std::string::npos) {
+        json merged = limits_json();  // earlier --limit flags stay
+        merged[spec.substr(0, eq)] = std::atof(spec.c_str() + eq + 1);
+        why = set_limits(merged.dump());
+      }
+      if (!why.empty()) {
+        std::cerr << "mock-upstream: --limit " << spec << ": " << why << "\n";
+        return 2;
+      }
+    } else {
+      std::cerr << "usage: tollgate-mock-upstream [--host H] [--port P] [--latency-ms N] [--limit SUFFIX=RATE ...]\n";
       return 2;
     }
   }

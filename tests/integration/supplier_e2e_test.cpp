@@ -1,0 +1,47 @@
+// The mock upstream as a throttling supplier (issue 17 part 3), end to end through the gateway.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support/stack.hpp"
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace tollgate::testing {
+namespace {
+
+// The mock upstream as a throttling supplier (issue 17 part 3): its own limit per path suffix,
+// 429 with Retry-After and RateLimit fields past it, changed while it runs.
+TEST(MockSupplier, ThrottlesPerPathAndTakesNewRatesLive) {
+  MockUpstream upstream({"--limit", "/fares=2", "--limit", "/slow=1"});
+  ASSERT_GT(upstream.port, 0) << upstream.proc->output();
+  json config = base_config(upstream.port);
+  GatewayProcess gw(config);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  // Through the gateway (no rule on /fares): the supplier's 429s reach the client as they are.
+  const auto first = concurrent_requests(gw.port, {"GET", "/ibe/fares", {}, {}}, 5, 5s);
+  EXPECT_EQ(count_status(first, 200), 2);
+  ASSERT_EQ(count_status(first, 429), 3);
+  for (const auto& r : first) {
+    if (r.status != 429) continue;
+    EXPECT_EQ(r.header("retry-after"), "1");
+    EXPECT_EQ(r.header("ratelimit"), "\"supplier\";r=0;t=1");
+    EXPECT_EQ(json::parse(r.body)["error"], "supplier_rate_limited");
+  }
+  const json stats = upstream.stats()["paths"]["/ibe/fares"];
+  EXPECT_EQ(stats["count"], 5);
+  EXPECT_EQ(stats["throttled"], 3);
+  // A new allowance, live: 50/s lets the next burst of 5 through; a fixed Retry-After on another.
+  const HttpResponse set = http_request(upstream.port, {"PUT", "/__limits", {}, R"({"/fares": 50, "/slow": {"rate": 1, "retry_after_s": 3}})"});
+  ASSERT_EQ(set.status, 200) << set.body;
+  EXPECT_EQ(count_status(concurrent_requests(gw.port, {"GET", "/ibe/fares", {}, {}}, 5, 5s), 200), 5);
+  EXPECT_EQ(http_get(gw.port, "/ibe/slow").status, 200);
+  const HttpResponse paused = http_get(gw.port, "/ibe/slow");
+  EXPECT_EQ(paused.status, 429);
+  EXPECT_EQ(paused.header("retry-after"), "3");
+  EXPECT_EQ(http_request(upstream.port, {"PUT", "/__limits", {}, "[1]"}).status, 400);
+}
+
+}  // namespace
+}  // namespace tollgate::testing
