@@ -69,7 +69,8 @@ Limit* limit_for(const std::string& path) {
 
 // Takes a permit now, or returns the microseconds until one.
 std::int64_t take_permit(Limit& l, std::int64_t now) {
-  l.tokens = std::min(l.rate, l.tokens + static_cast<double>(now - l.last_us) / 1e6 * l.rate);
+  // Up to one second's worth, and at least one permit (a rate under 1/s still lets one through).
+  l.tokens = std::min(std::max(l.rate, 1.0), l.tokens + static_cast<double>(now - l.last_us) / 1e6 * l.rate);
   l.last_us = now;
   if (l.tokens >= 1) {
     l.tokens -= 1;
@@ -108,7 +109,7 @@ std::string set_limits(const std::string& body) {
       old->second.retry_after_s = l.retry_after_s;
       next.emplace(it.key(), old->second);
     } else {
-      l.tokens = l.rate;
+      l.tokens = std::max(l.rate, 1.0);
       l.last_us = now_us();
       next.emplace(it.key(), l);
     }
@@ -271,8 +272,14 @@ int main(int argc, char** argv) {
       std::string why = "expected SUFFIX=RATE";
       if (eq != std::string::npos) {
         json merged = limits_json();  // earlier --limit flags stay
-        merged[spec.substr(0, eq)] = std::atof(spec.c_str() + eq + 1);
-        why = set_limits(merged.dump());
+        char* end = nullptr;
+        const double rate = std::strtod(spec.c_str() + eq + 1, &end);
+        if (end == spec.c_str() + eq + 1 || *end != '\0') {
+          why = "RATE must be a number";
+        } else {
+          merged[spec.substr(0, eq)] = rate;
+          why = set_limits(merged.dump());
+        }
       }
       if (!why.empty()) {
         std::cerr << "mock-upstream: --limit " << spec << ": " << why << "\n";

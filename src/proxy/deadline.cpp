@@ -73,6 +73,9 @@ std::optional<std::string> read_budget(std::string_view grpc, std::string_view r
     if (!present || *us < out.us) out.us = *us;
     out.request_timeout = present = true;
   }
+  // A day at most (gRPC allows 99,999,999 hours): a deadline further off is no deadline, and the
+  // sum with a clock reading must not overflow.
+  out.us = std::min<std::int64_t>(out.us, kMaxBudgetUs);
   return std::nullopt;
 }
 

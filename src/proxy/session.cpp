@@ -104,6 +104,7 @@ class Session {
   std::unique_ptr<http1::RequestHead> head_ = std::make_unique<http1::RequestHead>();
   std::string body_;  // a chunked request's body, decoded
   bool linger_ = false;  // refused mid-request: drain what the client still sends before closing
+  std::chrono::steady_clock::time_point budget_from_{};  // when a request with a budget was read
 };
 
 net::awaitable<void> Session::run(tcp::socket sock) {
@@ -180,6 +181,9 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
     co_return 0;
   }
   body = {};
+  // A request with a time budget: counted from now, the head read (not after its body).
+  if (h.has(http1::Name::grpc_timeout) || h.has(http1::Name::request_timeout))
+    budget_from_ = std::chrono::steady_clock::now();
   const char* const head_at = view(buffer_).data();  // where the head's views point
   if (h.other_transfer_encoding) co_return h.head_bytes;  // answered 501 unread, then closed (handle)
   const http1::BodyFraming framing = http1::request_body(h);
@@ -280,14 +284,25 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   OutcomeCounter count(deps.metrics, access.rec);
   OwnAnswer refusal;  // a 4xx the gateway answers before any rule
   bool close_after = false;
-  // The caller's time budget, counted from now (proxy/deadline); the clock is read only for one.
-  std::chrono::steady_clock::time_point arrived{};
+  // The caller's time budget (proxy/deadline), counted from when its head was read. Each header
+  // at most once, and not empty: which of two would the upstream believe?
+  const std::chrono::steady_clock::time_point arrived = budget_from_;
   Budget budget;
   bool has_budget = false;
   std::optional<std::string> bad_budget;
   if (px_.settings.deadlines && (h.has(http1::Name::grpc_timeout) || h.has(http1::Name::request_timeout))) {
-    arrived = std::chrono::steady_clock::now();
-    bad_budget = read_budget(h.value(http1::Name::grpc_timeout), h.value(http1::Name::request_timeout), budget, has_budget);
+    int grpc = 0, timeout = 0;
+    for (const http1::Field& f : h.all()) {
+      grpc += f.id == http1::Name::grpc_timeout;
+      timeout += f.id == http1::Name::request_timeout;
+    }
+    if (grpc > 1 || timeout > 1)
+      bad_budget = "grpc-timeout and Request-Timeout may each be sent once";
+    else if ((grpc && h.value(http1::Name::grpc_timeout).empty()) ||
+             (timeout && h.value(http1::Name::request_timeout).empty()))
+      bad_budget = "an empty grpc-timeout or Request-Timeout says no budget";
+    else
+      bad_budget = read_budget(h.value(http1::Name::grpc_timeout), h.value(http1::Name::request_timeout), budget, has_budget);
   }
   if (h.other_transfer_encoding) {
     // Only chunked framing is understood; anything else could be read differently upstream.
@@ -356,6 +371,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   if (plan.step == Step::too_late) {
     // Its budget would run out before the upstream answered: 429 now, nothing reserved.
     count.planned(plan);
+    access.rec.status = 429;
     const Verdict v = too_late_verdict(plan, budget);
     if (access.log) access.policy = v.bound;
     remember_refusal(plan, v, target.path, 429);

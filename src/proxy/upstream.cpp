@@ -83,8 +83,10 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
         0, std::chrono::duration_cast<std::chrono::microseconds>(r.deadline - std::chrono::steady_clock::now()).count());
     if (r.budget->grpc) append_field(out, "grpc-timeout", grpc_timeout_text(left));
     if (r.budget->request_timeout) {
+      // Whole milliseconds, rounded down: never more than is left.
+      const long long ms = left / 1000;
       char buf[32];
-      const int n = std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(left) / 1e6);
+      const int n = std::snprintf(buf, sizeof buf, "%lld.%03lld", ms / 1000, ms % 1000);
       append_field(out, "Request-Timeout", std::string_view(buf, static_cast<std::size_t>(n)));
     }
   }
@@ -313,7 +315,9 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
     const bool reused = conn != nullptr;
     if (!reused) {
       conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
-      conn->stream.start(deadline_after(up.connect_timeout));
+      auto connect_by = deadline_after(up.connect_timeout);
+      if (req.budget && req.deadline < connect_by) connect_by = req.deadline;  // the caller's deadline first
+      conn->stream.start(connect_by);
       co_await net::async_connect(conn->stream.socket(), up.endpoints, with(ec));
       conn->stream.end(ec);
       if (ec) co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec);
@@ -345,6 +349,13 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
     if (retry) {
       px.deps.metrics.upstream_retries.Increment();
       continue;
+    }
+    if (req.latency && req.budget && ec == beast::error::timeout && head_by == req.deadline) {
+      // Cut off at the caller's deadline: the upstream takes at least this long, and the
+      // estimate must learn it, or it would keep admitting requests that cannot make it.
+      const auto now = std::chrono::steady_clock::now();
+      req.latency->record(std::chrono::duration_cast<std::chrono::microseconds>(now - sent_at).count(),
+                          std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count());
     }
     co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::reset, rec, why);
   }

@@ -32,11 +32,12 @@ class DeadlineE2E : public ::testing::Test {
 };
 
 TEST_F(DeadlineE2E, AShortBudgetIsRefusedAtOnceAndConsumesNothingALongerOneWaits) {
-  // Eight at once (no budget): five permits, then three held for 200, 400 and 600 ms. The queue
-  // they leave is what the budgets below are measured against.
+  // Eight at once (no budget): five permits, then three held for 200, 400 and 600 ms; the next
+  // free slot is 0.8 s away. That queue is what the budgets below are measured against: a 1 s
+  // budget (980 ms of wait) must still fit it, so no more than eight.
   std::vector<HttpResponse> first;
   std::thread burst([&] { first = concurrent_requests(gw->port, {"GET", "/ibe/shopping/search", {}, {}}, 8, 5s); });
-  ASSERT_TRUE(eventually([&] { return debt() > 0.3; }, 3s));
+  ASSERT_TRUE(eventually([&] { return debt() > 0.5; }, 3s));
   const double before = debt();
 
   // A 100 ms budget leaves 80 ms of wait (20 ms for the upstream): far less than the queue.
@@ -48,7 +49,10 @@ TEST_F(DeadlineE2E, AShortBudgetIsRefusedAtOnceAndConsumesNothingALongerOneWaits
     EXPECT_LT(took, 1s);  // at once, not after a wait (generous: a loaded machine)
     const json body = json::parse(r.body);
     EXPECT_EQ(body["error"], "rate_limited");
-    EXPECT_EQ(body["deadline_wait_ms"], 80);
+    // 100 ms less the latency estimate: the 20 ms default, or what the burst's answers measured
+    // once a 5 s slot of the estimate has turned.
+    EXPECT_GE(body["deadline_wait_ms"].get<double>(), 80);
+    EXPECT_LE(body["deadline_wait_ms"].get<double>(), 100);
     EXPECT_FALSE(r.header("retry-after").empty());
   }
   // Nothing was reserved by them: the queue only shrank meanwhile.
@@ -100,12 +104,32 @@ TEST_F(DeadlineE2E, WhatIsLeftOfTheBudgetGoesUpstreamAndCapsTheResponseTimeout) 
   EXPECT_LT(took, 1100ms);
 }
 
+TEST_F(DeadlineE2E, TheLongestGrpcBudgetIsCappedNotOverflowing) {
+  // 99,999,999 hours would overflow a clock reading: capped at a day, it is simply no constraint.
+  const HttpResponse r = http_request(gw->port, {"GET", "/other?echo=1", {{"grpc-timeout", "99999999H"}}, {}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string g = json::parse(r.body)["headers"]["grpc-timeout"];
+  EXPECT_EQ(g.back(), 'm') << g;
+  EXPECT_LE(std::stoll(g.substr(0, g.size() - 1)), 86'400'000);
+  EXPECT_GT(std::stoll(g.substr(0, g.size() - 1)), 86'000'000);
+}
+
 TEST_F(DeadlineE2E, AMalformedBudgetIsExplained) {
   for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
            {"grpc-timeout", "soon"}, {"grpc-timeout", "123456789m"}, {"Request-Timeout", "-1"}, {"Request-Timeout", "1e3"}}) {
     const HttpResponse r = search({{name, value}});
     EXPECT_EQ(r.status, 400) << name << ": " << value;
     EXPECT_EQ(json::parse(r.body)["error"], "bad_deadline") << r.body;
+  }
+  // Twice, or empty first: which would the upstream believe? Refused, not passed on (raw bytes:
+  // the test client would send a repeated field once).
+  for (const char* fields : {"grpc-timeout: 1S\r\ngrpc-timeout: 99999999H\r\n",
+                             "grpc-timeout:\r\ngrpc-timeout: 99999999H\r\n", "Request-Timeout:\r\n",
+                             "Request-Timeout: 1\r\nRequest-Timeout: 9\r\n"}) {
+    const std::string answer = raw_exchange(
+        gw->port, std::string("GET /ibe/shopping/search HTTP/1.1\r\nHost: x\r\n") + fields + "Connection: close\r\n\r\n");
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 400")) << fields << answer.substr(0, 200);
+    EXPECT_NE(answer.find("bad_deadline"), std::string::npos) << answer;
   }
   EXPECT_EQ(upstream.count("/ibe/shopping/search"), 0);
 }

@@ -23,6 +23,8 @@ std::optional<std::int64_t> parse_request_timeout(std::string_view value);
 // gRPC's text for a budget: the finest unit that keeps it within 8 digits ("250m", "3S").
 std::string grpc_timeout_text(std::int64_t us);
 
+inline constexpr std::int64_t kMaxBudgetUs = 86'400'000'000;  // budgets are capped at a day
+
 struct Budget {
   std::int64_t us = 0;         // the time the caller will wait, from when the request arrived
   bool grpc = false;           // it came from grpc-timeout (passed on upstream, rewritten)
@@ -35,7 +37,7 @@ std::optional<std::string> read_budget(std::string_view grpc_timeout, std::strin
                                        bool& present);
 
 // The upstream latency of one interface over about the last minute, for the admission check: a
-// histogram per 5-second slot (12 slots, 80 log-spaced bins, four per doubling, from 0.1 ms to ~100 s); the p90 of the
+// histogram per 5-second slot (12 slots, 80 log-spaced bins, four per doubling (at most 25% wide), from 0.1 ms to ~100 s); the p90 of the
 // slots still in the window is recomputed whenever the clock enters a new slot. Lock-free: a
 // request records with one relaxed atomic add; a count lost to a slot being recycled at that
 // instant only blurs an estimate.

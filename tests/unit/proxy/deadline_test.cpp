@@ -56,6 +56,9 @@ TEST(Deadline, TheShorterBudgetCountsAndBadOnesAreExplained) {
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("grpc-timeout"), std::string::npos);
   EXPECT_NE(read_budget("", "later", b, present)->find("Request-Timeout"), std::string::npos);
+  // The longest gRPC budget is capped at a day (a clock reading plus it must not overflow).
+  EXPECT_FALSE(read_budget("99999999H", "", b, present));
+  EXPECT_EQ(b.us, kMaxBudgetUs);
 }
 
 TEST(LatencyEstimate, NinetiethPercentileOverTheLastMinute) {
