@@ -86,12 +86,24 @@ class Session {
   net::awaitable<void> answer_read_error(beast::error_code ec);
   net::awaitable<bool> handle(std::string_view body);
   net::awaitable<bool> hold(BucketMetrics& bm, std::chrono::microseconds wait);
-  // A 429 or the limiter's 503 goes into the ring of recent refusals (the console's list).
-  void remember_refusal(const Plan& plan, const Verdict& v, std::string_view path, int status) const {
+  // The answer to a refused request (a 429, or the limiter's 503): its verdict's body and
+  // Retry-After, and its RateLimit fields if it has them. The refusal goes into the ring of recent
+  // refusals (the console's list) too.
+  OwnAnswer refused_answer(const Plan& plan, const Verdict& v, std::string_view path, int status,
+                         const RateLimitFields* fields) const {
     if (RefusalLog* log = px_.deps.refusals) {
       const auto now = std::chrono::system_clock::now().time_since_epoch();
       log->record(refusal_of(plan, v, path, status, std::chrono::duration_cast<milliseconds>(now).count()));
     }
+    OwnAnswer answer;
+    answer.status = status;
+    answer.body = v.body;
+    answer.retry_after_s = v.retry_after_s;
+    if (fields) {
+      answer.policy_header = fields->policy_header;
+      answer.limit_header = fields->limit_header;
+    }
+    return answer;
   }
 
   ProxyContext& px_;
@@ -374,11 +386,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     access.rec.status = 429;
     const Verdict v = too_late_verdict(plan, budget);
     if (access.log) access.policy = v.bound;
-    remember_refusal(plan, v, target.path, 429);
-    OwnAnswer answer;
-    answer.status = 429;
-    answer.body = v.body;
-    answer.retry_after_s = v.retry_after_s;
+    const OwnAnswer answer = refused_answer(plan, v, target.path, 429, nullptr);
     co_return co_await send_answer(stream, version, keep, answer, write_timeout());
   }
   if (plan.step != Step::decide) {
@@ -395,22 +403,12 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     case Action::forward:
       break;
     case Action::unavailable: {
-      remember_refusal(plan, verdict, target.path, 503);
-      OwnAnswer answer;
-      answer.status = 503;
-      answer.body = verdict.body;
-      answer.retry_after_s = verdict.retry_after_s;
+      const OwnAnswer answer = refused_answer(plan, verdict, target.path, 503, nullptr);
       co_return co_await send_answer(stream, version, keep, answer, write_timeout());
     }
     case Action::reject: {
       if (access.log) access.policy = verdict.bound;
-      remember_refusal(plan, verdict, target.path, 429);
-      OwnAnswer answer;
-      answer.status = 429;
-      answer.body = verdict.body;
-      answer.retry_after_s = verdict.retry_after_s;
-      answer.policy_header = fields.policy_header;
-      answer.limit_header = fields.limit_header;
+      const OwnAnswer answer = refused_answer(plan, verdict, target.path, 429, &fields);
       co_return co_await send_answer(stream, version, keep, answer, write_timeout());
     }
     case Action::hold: {
