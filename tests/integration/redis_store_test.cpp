@@ -22,6 +22,7 @@
 #include "support/manual_clock.hpp"
 #include "support/process.hpp"
 #include "support/redis.hpp"
+#include "support/redis_cluster.hpp"
 #include "tollgate/store/cluster_slot.hpp"
 #include "tollgate/store/failure_policy_store.hpp"
 #include "tollgate/store/local_store.hpp"
@@ -980,7 +981,8 @@ TEST(RedisCluster, SlotsAreRedisOwn) {
   if (!tollgate::testing::RedisServer::shared().available())
     GTEST_SKIP() << tollgate::testing::RedisServer::shared().why_not();
   const std::string dir = tollgate::testing::temp_dir();
-  const int port = tollgate::testing::unused_port();
+  // Below 55536 with its bus port free: any free port would fail when it is higher (found by CI).
+  const int port = tollgate::testing::cluster_node_ports(1).front();
   const std::string script = std::string(TOLLGATE_SOURCE_DIR) + "/scripts/redis-server.sh";
   tollgate::testing::Process start({script, "start", dir, std::to_string(port), "--cluster-enabled", "yes",
                                     "--cluster-config-file", "nodes.conf"});

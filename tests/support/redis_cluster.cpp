@@ -418,4 +418,7 @@ void RedisSentinelServers::kill(int port) {
   killed_.insert(port);
 }
 
+// N free loopback ports a cluster-enabled server can use: each below 55536, its bus port free too.
+std::vector<int> cluster_node_ports(std::size_t n) { return pick_ports(n, true); }
+
 }  // namespace tollgate::testing

@@ -85,4 +85,8 @@ class RedisSentinelServers {
   std::set<int> killed_;
 };
 
+// N free loopback ports a cluster-enabled server can use: each below 55536 (Redis puts the cluster
+// bus at port + 10000), with its bus port free too.
+std::vector<int> cluster_node_ports(std::size_t n);
+
 }  // namespace tollgate::testing
