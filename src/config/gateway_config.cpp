@@ -148,7 +148,7 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
   }
   static const std::set<std::string> known = {"configId", "channelType", "interfaceNo", "interfaceUrl", "rateLimit",
                                               "cache", "status", "burst", "warmupSeconds", "scope", "mode", "lastModifyTime",
-                                              "keyBy", "maxShare", "quotas"};
+                                              "keyBy", "maxShare", "adaptive", "quotas"};
   for (auto it = row.begin(); it != row.end(); ++it)
     if (!known.count(it.key())) r.type_errors.push_back(it.key() + ": unknown field");
   r.config_id = row_number<std::int64_t>(row, "configId", r);
@@ -164,6 +164,12 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
   r.mode = row_string(row, "mode", r);
   r.key_by = row_string(row, "keyBy", r);
   r.max_share = row_number<double>(row, "maxShare", r);
+  if (row.contains("adaptive") && !row.at("adaptive").is_null()) {
+    const json& v = row.at("adaptive");
+    if (v.is_boolean()) r.adaptive = v.get<bool>() ? "on" : "off";
+    else if (v.is_string()) r.adaptive = v.get<std::string>();
+    else r.type_errors.push_back("adaptive: must be a string or a boolean");
+  }
   if (row.contains("quotas") && !row.at("quotas").is_null()) {
     const json& qs = row.at("quotas");
     if (!qs.is_array()) {

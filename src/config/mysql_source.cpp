@@ -16,7 +16,7 @@ namespace {
 
 // Tollgate's own, nullable columns: read only where the table has them, so the original table
 // (without them) keeps working.
-const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode", "keyBy", "maxShare"};
+const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode", "keyBy", "maxShare", "adaptive"};
 
 // Quota rows (issue 7), fingerprinted like the rules: any edit changes the CRC sum.
 const char* const kQuotaFingerprint =
@@ -146,6 +146,7 @@ LoadResult MysqlSource::load() {
       if (columns_.count("mode") && !rs->isNull("mode")) r.mode = std::string(rs->getString("mode"));
       if (columns_.count("keyBy") && !rs->isNull("keyBy")) r.key_by = std::string(rs->getString("keyBy"));
       if (columns_.count("maxShare") && !rs->isNull("maxShare")) r.max_share = rs->getDouble("maxShare");
+      if (columns_.count("adaptive") && !rs->isNull("adaptive")) r.adaptive = std::string(rs->getString("adaptive"));
       rows.push_back(std::move(r));
     }
     std::vector<RejectedRow> orphans;

@@ -206,6 +206,13 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
     if (!m) return reject("mode", "must be \"enforce\", \"shadow\" or \"off\"");
     rule.mode = *m;
   }
+  if (row.adaptive) {
+    // Exact lower-case words, like mode; NULL/absent is off (the original behaviour).
+    if (*row.adaptive == "on") rule.adaptive = limiter::Adaptive::on;
+    else if (*row.adaptive == "shadow") rule.adaptive = limiter::Adaptive::shadow;
+    else if (*row.adaptive == "off") rule.adaptive = limiter::Adaptive::off;
+    else return reject("adaptive", "must be \"on\", \"shadow\" or \"off\"");
+  }
   if (rule.channel) {
     if (!row.channel_type || row.channel_type->empty()) return reject("channelType", "is required for a channel limit");
   } else {
@@ -257,6 +264,15 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
     rule.share_key = rule.key_by.kind == KeySpec::Kind::none ? KeySpec{KeySpec::Kind::client_ip, {}} : rule.key_by;
     rule.max_held_per_client =
         std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(*row.max_share * rate * cache + 1e-9)));
+  }
+  if (rule.adaptive != limiter::Adaptive::off) {
+    // Issue 17: the adaptive state is one per bucket, kept for an interface's own shared
+    // SmoothBursty bucket (effective_params scales rate and burst; a warm-up bucket does not adapt).
+    if (rule.channel) return reject("adaptive", "applies to an interface's own bucket, not a channel's");
+    if (rule.key_by.kind != KeySpec::Kind::none) return reject("adaptive", "needs the shared bucket: not with keyBy");
+    if (row.warmup_seconds && *row.warmup_seconds > 0)
+      return reject("adaptive", "needs a SmoothBursty bucket: not with warmupSeconds");
+    if (!row.rate_limit) return reject("adaptive", "needs a rateLimit");
   }
   if (!rule.has_bucket && rule.key_by.kind != KeySpec::Kind::none)
     return reject("keyBy", "keys the token bucket, and this rule has none (rateLimit is NULL)");

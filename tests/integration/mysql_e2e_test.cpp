@@ -110,6 +110,24 @@ TEST_F(MysqlE2E, ABadEditKeepsTheRowsLastValidVersion) {
   EXPECT_EQ(gw->admin_json("/admin/rules")["rejected"].size(), 0u);
 }
 
+TEST_F(MysqlE2E, AdaptiveColumnIsReadAndCheckedLikeMode) {
+  // Issue 17: NULL (the seeded rows) is off; a value is read from the column, a bad edit is
+  // rejected by name and the row's last valid version stays in force.
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET adaptive = 'shadow' WHERE configId = 2");
+  auto gw = start_gateway();
+  EXPECT_EQ(rule(*gw, 1)["adaptive"], "off");
+  EXPECT_EQ(rule(*gw, 2)["adaptive"], "shadow");
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET adaptive = 'on' WHERE configId = 2");
+  ASSERT_TRUE(eventually([&] { return rule(*gw, 2)["adaptive"] == "on"; }, 2s));
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET adaptive = 'fast' WHERE configId = 2");
+  ASSERT_TRUE(eventually([&] { return gw->admin_json("/admin/rules")["rejected"].size() == 1; }, 2s));
+  const json bad = gw->admin_json("/admin/rules")["rejected"][0];
+  EXPECT_EQ(bad["field"], "adaptive");
+  EXPECT_EQ(bad["reason"], "must be \"on\", \"shadow\" or \"off\"");
+  EXPECT_EQ(bad["kept_previous"], true);
+  EXPECT_EQ(rule(*gw, 2)["adaptive"], "on");
+}
+
 TEST_F(MysqlE2E, SqlScriptsAreSafeToRunTwice) {
   db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 99 WHERE configId = 1");
   db_server().sql(db, "UPDATE t_ratelimite_quota SET limitCount = 99 WHERE quotaId = 1");

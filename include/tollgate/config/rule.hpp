@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tollgate/config/switch_state.hpp"
+#include "tollgate/limiter/adaptive_rate.hpp"
 #include "tollgate/limiter/token_bucket.hpp"
 #include "tollgate/limiter/window.hpp"
 
@@ -64,6 +65,7 @@ struct RawRow {
   std::optional<std::string> mode;        // Tollgate extension: "enforce" (default), "shadow" or "off"
   std::optional<std::string> key_by;      // Tollgate extension: the token bucket per client key
   std::optional<double> max_share;        // Tollgate extension: (0, 1] of the wait window per client key
+  std::optional<std::string> adaptive;    // Tollgate extension: "on", "shadow" or "off" (default)
   std::vector<RawQuota> quotas;           // its quota rows
   std::string origin;                     // where the row came from, for messages: "limits.rules[3]"
   std::vector<std::string> type_errors;   // "field: must be a number" found while reading
@@ -87,6 +89,7 @@ struct Rule {
   std::string share_key_text;       // maxShare's client key: keyBy, or client_ip when keyBy is none
   KeySpec share_key;
   std::int64_t max_held_per_client = 0;  // maxShare * rateLimit * cache, at least 1
+  limiter::Adaptive adaptive = limiter::Adaptive::off;  // issue 17: the bucket's rate follows upstream throttling
   std::vector<Quota> quotas;  // its enabled, valid quotas
   bool limits_anything() const { return has_bucket || !quotas.empty(); }
   limiter::Micros timeout_us() const { return static_cast<limiter::Micros>(cache_s * 1e6 + 0.5); }

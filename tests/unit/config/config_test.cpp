@@ -112,6 +112,113 @@ TEST(RuleValidation, RejectsBadExtensions) {
   EXPECT_EQ(validate_rows({r}).rejected.at(0).field, "rateLimit");
 }
 
+// Issue 17: the opt-in per-rule `adaptive` field.
+ValidatedRules adaptive_rules(const std::string& json_rows) { return validate_rows(parse_rule_rows(json_rows, "rules")); }
+
+std::string adaptive_row(const std::string& extra) {
+  return R"([{"configId": 1, "interfaceUrl": "/a", "rateLimit": 5, "status": 1)" + extra + "}]";
+}
+
+TEST(AdaptiveConfig, AcceptsOnShadowOffAndBooleansAndDefaultsToOff) {
+  const std::pair<const char*, limiter::Adaptive> cases[] = {
+      {"", limiter::Adaptive::off},
+      {R"(, "adaptive": null)", limiter::Adaptive::off},
+      {R"(, "adaptive": "off")", limiter::Adaptive::off},
+      {R"(, "adaptive": "on")", limiter::Adaptive::on},
+      {R"(, "adaptive": "shadow")", limiter::Adaptive::shadow},
+      {R"(, "adaptive": true)", limiter::Adaptive::on},
+      {R"(, "adaptive": false)", limiter::Adaptive::off},
+      // off is accepted wherever: only an adaptive rule needs a bucket it can adapt.
+      {R"(, "adaptive": "off", "keyBy": "client_ip", "warmupSeconds": 2)", limiter::Adaptive::off},
+  };
+  for (const auto& [extra, want] : cases) {
+    const ValidatedRules v = adaptive_rules(adaptive_row(extra));
+    ASSERT_TRUE(v.rejected.empty()) << extra << ": " << v.rejected[0].message();
+    ASSERT_EQ(v.rules.size(), 1u) << extra;
+    EXPECT_EQ(v.rules[0].adaptive, want) << extra;
+  }
+  // A file with them loads; a channel rule with "off" too.
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,"adaptive":"on"},
+                                    {"configId":2,"interfaceUrl":"/b","rateLimit":5,"status":1,"adaptive":true},
+                                    {"configId":3,"channelType":"IBE+","scope":"channel","rateLimit":9,"status":1,"adaptive":"off"}])")),
+            "");
+  // The original row (no column) keeps its meaning.
+  RawRow r;
+  r.config_id = 9;
+  r.interface_url = "/shopping/search";
+  r.rate_limit = 5;
+  r.status = 1;
+  EXPECT_EQ(validate_rows({r}).rules.at(0).adaptive, limiter::Adaptive::off);
+  r.adaptive = "shadow";  // as the MySQL source reads the column
+  EXPECT_EQ(validate_rows({r}).rules.at(0).adaptive, limiter::Adaptive::shadow);
+}
+
+TEST(AdaptiveConfig, RejectionsNameTheField) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,"adaptive":"yes"}])",
+       R"(limits.rules[0].adaptive: must be "on", "shadow" or "off" (configId 1))"},
+      {R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,"adaptive":"ON"}])",
+       R"(limits.rules[0].adaptive: must be "on", "shadow" or "off" (configId 1))"},
+      {R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,"adaptive":""}])",
+       R"(limits.rules[0].adaptive: must be "on", "shadow" or "off" (configId 1))"},
+      {R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,"adaptive":1}])",
+       "limits.rules[0].adaptive: must be a string or a boolean (configId 1)"},
+      {R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,"adaptive":["on"]}])",
+       "limits.rules[0].adaptive: must be a string or a boolean (configId 1)"},
+      {R"([{"configId":1,"channelType":"IBE+","scope":"channel","rateLimit":9,"status":1,"adaptive":"on"}])",
+       "limits.rules[0].adaptive: applies to an interface's own bucket, not a channel's (configId 1)"},
+      {R"([{"configId":1,"channelType":"IBE+","scope":"channel","rateLimit":9,"status":1,"adaptive":"shadow"}])",
+       "limits.rules[0].adaptive: applies to an interface's own bucket, not a channel's (configId 1)"},
+      {R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,"adaptive":"on","keyBy":"client_ip"}])",
+       "limits.rules[0].adaptive: needs the shared bucket: not with keyBy (configId 1)"},
+      {R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,"adaptive":true,"warmupSeconds":3}])",
+       "limits.rules[0].adaptive: needs a SmoothBursty bucket: not with warmupSeconds (configId 1)"},
+      {R"([{"configId":1,"interfaceUrl":"/a","status":1,"adaptive":"shadow",
+            "quotas":[{"quotaId":1,"periodSeconds":60,"limitCount":10}]}])",
+       "limits.rules[0].adaptive: needs a rateLimit (configId 1)"},
+  };
+  for (const auto& [rules, want] : cases) EXPECT_EQ(error_of(with_rules(rules)), want) << rules;
+  // warmupSeconds 0 is no warm-up: allowed.
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,"adaptive":"on","warmupSeconds":0}])")),
+            "");
+}
+
+TEST(AdaptiveConfig, ABadEditKeepsTheLastGoodVersion) {
+  const auto prev = make_snapshot(adaptive_rules(R"([{"configId": 1, "interfaceUrl": "/a", "rateLimit": 5, "status": 1, "adaptive": "on"},
+      {"configId": 2, "interfaceUrl": "/b", "rateLimit": 3, "status": 1, "adaptive": "shadow"},
+      {"configId": 3, "interfaceUrl": "/c", "rateLimit": 4, "status": 1},
+      {"configId": 4, "interfaceUrl": "/d", "rateLimit": 6, "status": 1, "adaptive": "on"},
+      {"configId": 5, "interfaceUrl": "/e", "rateLimit": 7, "status": 1, "adaptive": "on"}])"),
+                                  1, "test");
+  ValidatedRules next = adaptive_rules(R"([{"configId": 1, "interfaceUrl": "/a", "rateLimit": 5, "status": 1, "adaptive": "fast"},
+      {"configId": 2, "interfaceUrl": "/b", "rateLimit": 3, "status": 1, "adaptive": "shadow", "keyBy": "client_ip"},
+      {"configId": 3, "interfaceUrl": "/c", "rateLimit": 4, "status": 1, "adaptive": "on", "warmupSeconds": 1},
+      {"configId": 4, "interfaceUrl": "/d", "status": 1, "adaptive": "on",
+       "quotas": [{"quotaId": 1, "periodSeconds": 60, "limitCount": 10}]},
+      {"configId": 5, "interfaceUrl": "/e", "rateLimit": 7, "status": 1, "adaptive": 2}])");
+  ASSERT_EQ(next.rejected.size(), 5u);
+  keep_last_good(next, *prev);
+  const auto snap = make_snapshot(std::move(next), 2, "test");
+  ASSERT_EQ(snap->rejected.size(), 5u);
+  for (const RejectedRow& r : snap->rejected) {
+    EXPECT_EQ(r.field, "adaptive") << r.message();
+    EXPECT_TRUE(r.kept_previous) << r.message();
+  }
+  const std::pair<const char*, limiter::Adaptive> kept[] = {{"/a", limiter::Adaptive::on},
+                                                            {"/b", limiter::Adaptive::shadow},
+                                                            {"/c", limiter::Adaptive::off},
+                                                            {"/d", limiter::Adaptive::on},
+                                                            {"/e", limiter::Adaptive::on}};
+  for (const auto& [url, want] : kept) {
+    const Rule* r = snap->match(url);
+    ASSERT_NE(r, nullptr) << url;
+    EXPECT_EQ(r->adaptive, want) << url;
+    EXPECT_TRUE(r->has_bucket) << url;
+    EXPECT_EQ(r->key_by.kind, KeySpec::Kind::none) << url;
+    EXPECT_EQ(r->params.warmup_us, 0) << url;
+  }
+}
+
 TEST(Snapshot, DisabledRowsLimitNothing) {
   std::vector<RawRow> rows(2);
   rows[0].config_id = 1;
