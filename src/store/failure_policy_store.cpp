@@ -43,6 +43,15 @@ FailurePolicyStore::FailurePolicyStore(std::unique_ptr<BucketStore> shared, std:
   if (policy_ == FailurePolicy::local && !fallback_) policy_ = FailurePolicy::fail_open;  // nothing to decide on
 }
 
+boost::asio::awaitable<AdaptOutcome> FailurePolicyStore::throttled(AcquireRequest req, Micros pause_us,
+                                                                  Micros jitter_us) {
+  AdaptOutcome out = co_await shared_->throttled(req, pause_us, jitter_us);
+  // The shared store is down: under the `local` policy the fallback's buckets decide, so they adapt.
+  if (!out.ok && policy_ == FailurePolicy::local && fallback_)
+    out = co_await fallback_->throttled(std::move(req), pause_us, jitter_us);
+  co_return out;
+}
+
 boost::asio::awaitable<StoreDecision> FailurePolicyStore::try_acquire(AcquireRequest req) {
   // The request is needed again only by the `local` policy: the others hand it over.
   StoreDecision out;

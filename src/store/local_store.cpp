@@ -42,7 +42,8 @@ std::size_t LocalStore::shard_index(std::string_view key) const { return std::ha
 void LocalStore::sweep(Shard& shard, Micros now) {
   std::erase_if(shard.map, [now](const auto& kv) {
     const Entry& e = kv.second;
-    if (e.kind == Kind::bucket) return rested(e.state, e.shape, now);
+    if (e.kind == Kind::bucket)
+      return rested(e.state, e.shape, now) && (!e.adaptive || limiter::adaptive_rested(*e.adaptive, now));
     limiter::WindowState w = e.window;  // a shared quota counter with nothing left to remember
     limiter::roll(w, e.window_params, now);
     return w.current == 0 && w.previous == 0;
@@ -94,6 +95,25 @@ LocalStore::Entry& LocalStore::bucket_entry(Shard& shard, const BucketRef& ref, 
     e.params = ref.params;
     e.shape = shape;
   }
+  return e;
+}
+
+LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& req, Micros now, StoreDecision& out) {
+  if (req.adaptive == limiter::Adaptive::off) return bucket_entry(shard, req.bucket, req.per_client_bucket, now);
+  // The rate is worked out before the bucket is touched, so that it is rescaled once, straight
+  // from the shape it was in to the one of this rate (as the Redis script does).
+  Entry* found = find(shard, req.bucket.name, false);
+  limiter::AdaptiveState st = found && found->adaptive ? *found->adaptive : limiter::AdaptiveState{};
+  limiter::note_demand(st, now, req.permits);
+  out.effective_rate = limiter::effective_rate(st, req.bucket.params.rate, now);
+  BucketRef ref = req.bucket;
+  if (req.adaptive == limiter::Adaptive::on) {
+    ref.params = limiter::effective_params(req.bucket.params, out.effective_rate);
+    if (st.pause_until > now) out.paused_us = st.pause_until - now;
+  }
+  Entry& e = bucket_entry(shard, ref, false, now);
+  if (!e.adaptive) e.adaptive = std::make_unique<limiter::AdaptiveState>();
+  *e.adaptive = st;
   return e;
 }
 
@@ -192,9 +212,7 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   } trim_on_exit{*this, locks, shards_};
 
   // Buckets: the rule's own (if any) and its channel's, on copies of their states.
-  Entry* a = req.use_bucket
-                 ? &bucket_entry(shards_[shard_index(req.bucket.name)], req.bucket, req.per_client_bucket, now)
-                 : nullptr;
+  Entry* a = req.use_bucket ? &own_bucket(shards_[shard_index(req.bucket.name)], req, now, out) : nullptr;
   Entry* b = req.parent ? &bucket_entry(shards_[shard_index(req.parent->name)], *req.parent, false, now) : nullptr;
   limiter::BucketState sa = a ? a->state : limiter::BucketState{};
   limiter::BucketState sb = b ? b->state : limiter::BucketState{};
@@ -363,6 +381,37 @@ RefundResult LocalStore::give_back_slots(const AcquireRequest& req, const Reserv
 }
 
 boost::asio::awaitable<StoreDecision> LocalStore::try_acquire(AcquireRequest req) { co_return decide(req); }
+
+boost::asio::awaitable<AdaptOutcome> LocalStore::throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) {
+  co_return adapt(req, pause_us, jitter_us);
+}
+
+AdaptOutcome LocalStore::adapt(const AcquireRequest& req, Micros pause_us, Micros jitter_us) {
+  AdaptOutcome out;
+  if (req.adaptive == limiter::Adaptive::off || !req.use_bucket || req.per_client_bucket) {
+    out.error = "not an adaptive bucket";
+    return out;
+  }
+  Shard& shard = shards_[shard_index(req.bucket.name)];
+  std::lock_guard lock(shard.mu);
+  const Micros now = clock_.now_us();
+  Entry* e = find(shard, req.bucket.name, false);
+  if (e == nullptr) e = &bucket_entry(shard, req.bucket, false, now);  // a full, rested bucket
+  if (!e->adaptive) e->adaptive = std::make_unique<limiter::AdaptiveState>();
+  limiter::AdaptiveState& st = *e->adaptive;
+  const double configured = req.bucket.params.rate;
+  out.result = limiter::on_throttle(st, configured, now, pause_us, jitter_us);
+  out.effective_rate = limiter::effective_rate(st, configured, now);
+  if (req.adaptive == limiter::Adaptive::on && out.result.paused) {
+    // Nothing is sent before the pause ends, and no permit piles up meanwhile: the bucket starts
+    // empty then. Grants made before it are void (their holders ask again when they wake).
+    e->state.stored = 0;
+    if (e->state.next_free < st.pause_until) e->state.next_free = st.pause_until;
+  }
+  out.pause_left_us = st.pause_until > now ? st.pause_until - now : 0;
+  out.ok = true;
+  return out;
+}
 
 boost::asio::awaitable<bool> LocalStore::refund(AcquireRequest req, Reservation r) { co_return give_back(req, r); }
 

@@ -15,9 +15,10 @@
 
 namespace tollgate::store {
 
-const char* acquire_script() { return scripts::kAcquire; }
+const char* acquire_script() { return scripts::kAcquire.c_str(); }
 const char* lean_acquire_script() { return scripts::kAcquireLean; }
 const char* refund_script() { return scripts::kRefund; }
+const char* adapt_script() { return scripts::kAdapt.c_str(); }
 
 namespace {
 
@@ -186,7 +187,7 @@ void resp_bulk(std::string& out, std::string_view a) {
 }  // namespace
 
 bool lean_request(const AcquireRequest& req) {
-  return req.use_bucket && !req.parent && req.quotas.empty() && !req.share;
+  return req.use_bucket && !req.parent && req.quotas.empty() && !req.share && req.adaptive == limiter::Adaptive::off;
 }
 
 std::string resp_command(const std::vector<std::string>& args) {
@@ -362,10 +363,13 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
   const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
   const bool has_a = req.use_bucket;
   const bool has_b = req.parent.has_value();
+  const bool adaptive = has_a && req.adaptive != limiter::Adaptive::off;
   std::vector<std::string> out;
-  out.reserve(4 + 8 + 14 + 4 * req.quotas.size());
-  out.push_back(std::to_string((has_a ? 1 : 0) + (has_b ? 1 : 0) + req.quotas.size() + (req.share ? 1 : 0)));
+  out.reserve(4 + 9 + 16 + 4 * req.quotas.size());
+  out.push_back(std::to_string((has_a ? 1 : 0) + (adaptive ? 1 : 0) + (has_b ? 1 : 0) + req.quotas.size() +
+                               (req.share ? 1 : 0)));
   if (has_a) out.push_back(redis_key(prefix, tag, req.bucket.name));
+  if (adaptive) out.push_back(adaptive_key(prefix, tag, req.bucket.name));
   if (has_b) out.push_back(redis_key(prefix, tag, req.parent->name));
   for (const QuotaRef& q : req.quotas) out.push_back(redis_key(prefix, tag, q.key));
   if (req.share) out.push_back(redis_key(prefix, tag, req.share->key));
@@ -377,7 +381,12 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
   out.push_back(has_b ? "1" : "0");
   out.push_back(std::to_string(req.quotas.size()));
   out.push_back(req.share ? std::to_string(std::max<std::int64_t>(1, req.share->max_held)) : "0");
+  out.push_back(!adaptive ? "0" : req.adaptive == limiter::Adaptive::on ? "1" : "2");
   if (has_a) shape_args(out, req.bucket.params);
+  if (adaptive) {
+    out.push_back(num(req.bucket.params.rate));
+    out.push_back(req.bucket.params.burst ? num(*req.bucket.params.burst) : std::string());
+  }
   if (has_b) shape_args(out, req.parent->params);
   for (const QuotaRef& q : req.quotas) {
     out.push_back(std::to_string(q.params.period_us));
@@ -385,6 +394,39 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
     out.push_back(q.params.algorithm == limiter::WindowAlgorithm::sliding ? "1" : "0");
   }
   return out;
+}
+
+std::vector<std::string> adapt_call(const AcquireRequest& req, const std::string& prefix, Micros pause_us,
+                                    Micros jitter_us, std::string_view now_override) {
+  const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
+  return {"2",
+          redis_key(prefix, tag, req.bucket.name),
+          adaptive_key(prefix, tag, req.bucket.name),
+          std::string(now_override),
+          req.adaptive == limiter::Adaptive::on ? "1" : "2",
+          num(req.bucket.params.rate),
+          req.bucket.params.burst ? num(*req.bucket.params.burst) : std::string(),
+          std::to_string(pause_us),
+          std::to_string(jitter_us)};
+}
+
+std::optional<AdaptOutcome> parse_adapt_reply(const std::vector<std::string>& items, Micros now) {
+  if (items.size() != 7) return std::nullopt;
+  try {
+    AdaptOutcome out;
+    out.ok = true;
+    out.result.cut = items[0] == "1";
+    out.result.from = std::stod(items[1]);
+    out.result.to = std::stod(items[2]);
+    out.result.paused = items[3] == "1";
+    out.pause_left_us = static_cast<Micros>(std::stod(items[5]));
+    // The store's pause_until is on Redis's clock: told on the caller's, from what is left of it.
+    out.result.pause_until = now + out.pause_left_us;
+    out.effective_rate = std::stod(items[6]);
+    return out;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res,
@@ -431,8 +473,9 @@ std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const 
   return out;
 }
 
-std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas) {
-  if (items.size() != 13 + 5 * quotas) return std::nullopt;
+std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas,
+                                                bool adaptive) {
+  if (items.size() != 13 + 5 * quotas + (adaptive ? 2 : 0)) return std::nullopt;
   auto micros = [](const std::string& s) {
     const double v = std::stod(s);  // the script's "never" is 2^53
     return v >= 9007199254740992.0 ? limiter::kInfinite : static_cast<Micros>(v);
@@ -466,6 +509,10 @@ std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>&
       q.retry_after_us = micros(items[b + 3]);
       q.reset_us = micros(items[b + 4]);
       out.quotas.push_back(q);
+    }
+    if (adaptive) {
+      out.effective_rate = std::stod(items[13 + 5 * quotas]);
+      out.paused_us = micros(items[14 + 5 * quotas]);
     }
     return out;
   } catch (const std::exception&) {  // stod/stoll on something that is not a number

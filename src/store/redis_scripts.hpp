@@ -6,19 +6,95 @@
 // number handed to redis.call as %.17g.
 #pragma once
 
+#include <string>
+
 namespace tollgate::store::scripts {
+
+// The adaptive rate of issue 17 (src/limiter/adaptive_rate.cpp), the same operations in the same
+// order, the start of kAcquire and kAdapt. Its state is a hash beside the bucket's (same hash tag): w w_max,
+// e epoch, l last, g last_signal, p pause_until, s demand second, c this second's arrivals, q the
+// previous second's. A missing hash is a rule that never adapted.
+inline constexpr const char* kAdaptiveLua = R"LUA(
+local A_BETA, A_C, A_DEBOUNCE, A_MAX_PAUSE, A_FORGET = 0.7, 0.4, 500000, 60000000, 600000000
+local A_FLOOR_SHARE, A_MIN_FLOOR = 0.02, 0.1
+local function a_load(key)
+  local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q')
+  return {wmax = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
+          signal = tonumber(h[4]) or -9007199254740992, pause = tonumber(h[5]) or 0,
+          ds = tonumber(h[6]) or 0, dc = tonumber(h[7]) or 0, dp = tonumber(h[8]) or 0}
+end
+local function a_save(key, st)
+  redis.call('HSET', key, 'w', string.format('%.17g', st.wmax), 'e', st.epoch, 'l', st.last, 'g', st.signal,
+             'p', st.pause, 's', st.ds, 'c', string.format('%.17g', st.dc), 'q', string.format('%.17g', st.dp))
+  redis.call('PEXPIRE', key, A_FORGET / 1000)
+end
+local function a_floor(conf)
+  local f = conf * A_FLOOR_SHARE
+  if f < A_MIN_FLOOR then f = A_MIN_FLOOR end
+  if f > conf then f = conf end
+  return f
+end
+local function a_note(st, t, permits)
+  local sec = math.floor(t / 1e6)
+  if sec > st.ds then
+    if sec == st.ds + 1 then st.dp = st.dc else st.dp = 0 end
+    st.dc = 0
+    st.ds = sec
+  end
+  st.dc = st.dc + permits
+end
+local function a_demand(st, t)
+  local sec = math.floor(t / 1e6)
+  local elapsed = t - sec * 1000000
+  local left = (1e6 - elapsed) / 1e6
+  if sec <= st.ds then return st.dp * left + st.dc end
+  if sec == st.ds + 1 then return st.dc * left end
+  return 0
+end
+local function a_curve(st, t)
+  local x = (t - st.epoch) / 1e6
+  if x < 0 then x = 0 end
+  local k = (st.wmax * (1 - A_BETA) / A_C) ^ (1.0 / 3.0)
+  local d = x - k
+  return A_C * d * d * d + st.wmax
+end
+local function a_effective(st, conf, t)
+  if st.wmax > 0 and t - st.last > A_FORGET and st.pause <= t then st.wmax = 0 end
+  if not (st.wmax > 0) then return conf end
+  if t > st.last then
+    local from = st.last
+    if st.epoch > from then from = st.epoch end
+    if t > from and a_demand(st, t) < a_curve(st, t) then st.epoch = st.epoch + (t - from) end
+    st.last = t
+  end
+  local w = a_curve(st, t)
+  if w >= conf then
+    st.wmax = 0
+    return conf
+  end
+  local rate = w
+  local d = a_demand(st, t)
+  if rate > d then rate = d end
+  local fl = a_floor(conf)
+  if rate < fl then rate = fl end
+  return rate
+end
+)LUA";
 
 // One request's checks, all-or-nothing (issue 7): up to two buckets, window quotas, maxShare.
 // KEYS: [bucket] [parent] quota1..quotaN [share]  (which are present: ARGV[5..8])
 // ARGV[1] permits, ARGV[2] timeout_us, ARGV[3] mode (0 pay_now, 1 pay_later),
 // ARGV[4] now_us ("" = Redis TIME: the only clock in production; a value only for replays/tests),
 // ARGV[5] has bucket (0/1), ARGV[6] has parent (0/1), ARGV[7] number of quotas, ARGV[8] max held (0: no share),
+// ARGV[9] adaptive (0 off, 1 on, 2 shadow: then KEYS has the bucket's adaptive hash right after the bucket),
 // then 7 numbers per present bucket: interval, max_permits, cool_down, warm (0/1), threshold, cold_interval, slope,
+// and after the bucket's, when adaptive, its configured rate and burst ('' unset),
 // then 3 per quota: period_us, limit, algorithm (0 fixed, 1 sliding).
 // Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound (0 bucket, 1 parent, 2 share, 3 quota),
 //          bound_quota (rejected) or the maxShare grant's release (granted), release1, cost1, spent1, release2, cost2, spent2,
-//          then per quota: admitted, used, remaining, retry_after_us, reset_us} (doubles as strings).
-inline constexpr const char* kAcquire = R"LUA(
+//          then per quota: admitted, used, remaining, retry_after_us, reset_us,
+//          then when adaptive: effective rate, pause left (us)} (doubles as strings).
+inline constexpr const char* kAcquireBody = R"LUA(
 local SAT = 9007199254740992 -- 2^53: the largest whole number a Lua double holds exactly
 local function trunc(x)
   if x ~= x then return 0 end
@@ -45,6 +121,7 @@ local timeout = tonumber(ARGV[2])
 local pay_later = ARGV[3] == '1'
 local has_a, has_b = ARGV[5] == '1', ARGV[6] == '1'
 local nq, max_held = tonumber(ARGV[7]), tonumber(ARGV[8])
+local adaptive = tonumber(ARGV[9])
 
 local function shape(base)
   return {interval = tonumber(ARGV[base]), max = tonumber(ARGV[base + 1]), cool = tonumber(ARGV[base + 2]),
@@ -161,9 +238,28 @@ local function wcheck(st, q, n)
 end
 
 local function num(i) return tonumber(ARGV[i]) end
-local ki, base = 1, 9
+local ki, base = 1, 10
 local ka, kb, sa, sb
 if has_a then ka, sa, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
+-- Adaptive: the arrival counts as demand, and with `on` the bucket decides at the effective rate
+-- (its shape made here from that rate, as limiter::effective_params and shape_of make it).
+local ad, kad, eff, pause_left = nil, nil, 0, 0
+if has_a and adaptive > 0 then
+  kad = KEYS[ki]
+  local conf, burst = tonumber(ARGV[base]), ARGV[base + 1]
+  ki, base = ki + 1, base + 2
+  ad = a_load(kad)
+  a_note(ad, now, permits)
+  eff = a_effective(ad, conf, now)
+  if adaptive == 1 then
+    local mx = eff
+    if burst ~= '' then mx = tonumber(burst) * eff / conf end
+    local interval = 1e6 / eff
+    sa = {interval = interval, max = mx, cool = interval, warm = false, threshold = 0, cold = 0, slope = 0}
+    if ad.pause > now then pause_left = ad.pause - now end
+  end
+  a_save(kad, ad)
+end
 if has_b then kb, sb, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
 
 local a0, b0, a, b
@@ -257,6 +353,10 @@ if not all then
   end
   local out = {0, 0, retry, fmt(remaining), fmt(mx), bound, bound_quota, 0, 0, '0', 0, 0, '0'}
   for _, v in ipairs(qout) do table.insert(out, v) end
+  if ad then
+    table.insert(out, fmt(eff))
+    table.insert(out, pause_left)
+  end
   return out
 end
 if a then save(ka, a, sa) end
@@ -277,8 +377,13 @@ if share_key then
 end
 local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, share_release, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
 for _, v in ipairs(qout) do table.insert(out, v) end
+if ad then
+  table.insert(out, fmt(eff))
+  table.insert(out, pause_left)
+end
 return out
 )LUA";
+inline const std::string kAcquire = std::string(kAdaptiveLua) + kAcquireBody;
 
 // The common case, lean: one bucket, no channel bucket, no quotas, no maxShare, for one decision or
 // a batch of them on the same bucket (the decisions that arrived while the previous call for the
@@ -593,6 +698,71 @@ return out
 // abandoned slots are still ahead of now.
 // KEYS: bucket1, abandoned1, bucket2, abandoned2, ...
 // Returns {seconds, microseconds, then per bucket: s, n, abandoned ahead}.
+// A throttle signal for an adaptive bucket (issue 17): limiter::on_throttle on the hash kAcquire
+// keeps, at Redis time, so that every gateway of the fleet cuts and pauses the same bucket once per
+// episode. With `on`, a pause also empties the bucket until it ends (as LocalStore::adapt).
+// KEYS[1] the bucket, KEYS[2] its adaptive hash. ARGV[1] now_us ('' = Redis TIME), ARGV[2] 1 on,
+// 2 shadow, ARGV[3] the configured rate, ARGV[4] its burst ('' unset), ARGV[5] pause_us, ARGV[6] jitter_us.
+// Returns {cut (0/1), from, to, paused (0/1), pause_until, pause left, effective rate}.
+inline constexpr const char* kAdaptBody = R"LUA(
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local on, conf, burst = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
+local pause_us, jitter_us = tonumber(ARGV[5]), tonumber(ARGV[6])
+local fmt = function(x) return string.format('%.17g', x) end
+local st = a_load(KEYS[2])
+local eff = a_effective(st, conf, now)
+local cut, from, to, paused = 0, 0, 0, 0
+if not (now - st.signal < A_DEBOUNCE) then
+  st.signal = now
+  local sent = eff
+  local d = a_demand(st, now)
+  if d < sent then sent = d end
+  local fl = a_floor(conf)
+  if sent < fl then sent = fl end
+  if pause_us > 0 then
+    if pause_us > A_MAX_PAUSE then pause_us = A_MAX_PAUSE end
+    if jitter_us < 0 then jitter_us = 0 end
+    local untl = now + pause_us + jitter_us
+    if untl > st.pause then
+      st.pause = untl
+      paused = 1
+    end
+  end
+  st.wmax = sent
+  if st.pause > now then st.epoch = st.pause else st.epoch = now end
+  st.last = now
+  cut, from = 1, sent
+  to = a_effective(st, conf, now)
+  eff = to
+  if on and paused == 1 then
+    local h = redis.call('HMGET', KEYS[1], 's', 'n', 'm', 'c')
+    local n, mx, cool = st.pause, nil, nil
+    if h[1] then
+      if tonumber(h[2]) > n then n = tonumber(h[2]) end
+      mx, cool = h[3], h[4]
+    else
+      local interval = 1e6 / conf
+      local m = conf
+      if burst ~= '' then m = tonumber(burst) end
+      mx, cool = fmt(m), fmt(interval)
+    end
+    redis.call('HSET', KEYS[1], 's', '0', 'n', fmt(n), 'm', mx, 'c', cool)
+    redis.call('PEXPIRE', KEYS[1], math.floor(((n - now) + tonumber(mx) * tonumber(cool)) / 1000) + 1000)
+  end
+end
+a_save(KEYS[2], st)
+local left = 0
+if st.pause > now then left = st.pause - now end
+return {cut, fmt(from), fmt(to), paused, st.pause, left, fmt(eff)}
+)LUA";
+inline const std::string kAdapt = std::string(kAdaptiveLua) + kAdaptBody;
+
 inline constexpr const char* kInspect = R"LUA(
 local t = redis.call('TIME')
 local after = '(' .. t[1] .. string.format('%06d', tonumber(t[2]))

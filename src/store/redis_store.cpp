@@ -214,13 +214,40 @@ boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req
   for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
   Reply r = co_await call_routed(*l, c, std::move(args), acquire_script());
   std::optional<StoreDecision> out;
-  if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size());
+  if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size(), req.use_bucket && req.adaptive != limiter::Adaptive::off);
   if (!out) {
     std::string why = r.ok ? "redis: unexpected script reply" : std::move(r.error);
     co_return unavailable(std::move(why));
   }
   record_success();
   co_return std::move(*out);
+}
+
+boost::asio::awaitable<AdaptOutcome> RedisStore::throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) {
+  AdaptOutcome out;
+  Link* l = link_for_current_thread();
+  Connection* c = l ? l->route(req) : nullptr;
+  if (c == nullptr || !c->ready) {
+    out.error = no_connection(l, c, c ? last_error() : std::string());
+    co_return out;
+  }
+  if (req.adaptive == limiter::Adaptive::off || !req.use_bucket) {
+    out.error = "not an adaptive bucket";
+    co_return out;
+  }
+  // Rare (once per throttled response), so sent as EVAL with the script's text.
+  std::vector<std::string> args{"EVAL", adapt_script()};
+  for (auto& a : adapt_call(req, options_.key_prefix, pause_us, jitter_us)) args.push_back(std::move(a));
+  Reply r = co_await call_routed(*l, c, std::move(args), nullptr);
+  const Micros now = std::chrono::duration_cast<std::chrono::microseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::optional<AdaptOutcome> parsed;
+  if (r.ok) parsed = parse_adapt_reply(r.items, now);
+  if (!parsed) {
+    out.error = r.ok ? "redis: unexpected adapt reply" : std::move(r.error);
+    co_return out;
+  }
+  co_return std::move(*parsed);
 }
 
 boost::asio::awaitable<bool> RedisStore::refund(AcquireRequest req, Reservation res) {

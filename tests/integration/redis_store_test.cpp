@@ -115,7 +115,8 @@ class RedisScript : public ::testing::Test {
       args.push_back(a);
     redisReply* r = redis->cmd(args);
     EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
-    auto d = lean ? parse_lean_acquire_reply(req, items(r)) : parse_acquire_reply(items(r), req.quotas.size());
+    auto d = lean ? parse_lean_acquire_reply(req, items(r))
+                  : parse_acquire_reply(items(r), req.quotas.size(), req.adaptive != limiter::Adaptive::off);
     EXPECT_TRUE(d.has_value()) << "malformed reply";
     if (r) freeReplyObject(r);
     lean_calls += lean;
@@ -250,6 +251,67 @@ TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
         EXPECT_GT(lean_calls, rt == Route::lean ? 1000 : 500);
       }
     }
+  }
+}
+
+// Issue 17: adaptive buckets decide the same in both stores. Arrivals at random rates, throttle
+// signals at random moments (some with a pause, some within the debounce of the last), an operator
+// edit now and then: every decision, effective rate, pause and signal outcome is the in-process
+// store's, double for double.
+TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
+  for (const limiter::Adaptive mode : {limiter::Adaptive::on, limiter::Adaptive::shadow}) {
+    SCOPED_TRACE(limiter::adaptive_name(mode));
+    begin(Route::general);
+    ManualClock clock(1'700'000'000'000'000);
+    LocalStore local(clock);
+    std::mt19937_64 rng(7);
+    BucketParams params;
+    params.rate = 50;
+    int cuts = 0, pauses = 0, granted = 0, rejected = 0;
+    double lowest = 50;
+    for (int step = 0; step < 4000; ++step) {
+      clock.advance(static_cast<Micros>(rng() % 40'000));
+      if (rng() % 800 == 0) {  // an operator edit: a new rate, sometimes an explicit burst
+        params.rate = 20 + static_cast<double>(rng() % 60);
+        params.burst = rng() % 2 ? std::optional<double>(params.rate * 2) : std::nullopt;
+      }
+      AcquireRequest req{{"/ibe/search", params}, {}, "", 1.0, static_cast<Micros>(rng() % 800'000)};
+      req.adaptive = mode;
+      SCOPED_TRACE("step " + std::to_string(step));
+      if (rng() % 60 == 0) {
+        const Micros pause = rng() % 3 == 0 ? static_cast<Micros>(rng() % 3'000'000) : 0;
+        const Micros jitter = static_cast<Micros>(rng() % 100'000);
+        const AdaptOutcome l = local.adapt(req, pause, jitter);
+        std::vector<std::string> args{"EVAL", adapt_script()};
+        for (auto& a : adapt_call(req, "t:", pause, jitter, std::to_string(clock.now_us()))) args.push_back(a);
+        redisReply* r = redis->cmd(args);
+        const auto rr = parse_adapt_reply(items(r), clock.now_us());
+        if (r) freeReplyObject(r);
+        ASSERT_TRUE(rr.has_value());
+        ASSERT_TRUE(l.ok);
+        EXPECT_EQ(l.result.cut, rr->result.cut);
+        EXPECT_EQ(l.result.from, rr->result.from);
+        EXPECT_EQ(l.result.to, rr->result.to);
+        EXPECT_EQ(l.result.paused, rr->result.paused);
+        EXPECT_EQ(l.pause_left_us, rr->pause_left_us);
+        EXPECT_EQ(l.effective_rate, rr->effective_rate);
+        cuts += l.result.cut;
+        pauses += l.result.paused;
+        continue;
+      }
+      const StoreDecision l = local.decide(req);
+      const StoreDecision r = acquire(req, clock.now_us());
+      ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
+      ASSERT_EQ(l.effective_rate, r.effective_rate);
+      ASSERT_EQ(l.paused_us, r.paused_us);
+      lowest = std::min(lowest, l.effective_rate);
+      (l.decision.granted ? granted : rejected)++;
+    }
+    EXPECT_GT(cuts, 20);
+    EXPECT_GT(pauses, 5);
+    EXPECT_GT(granted, 500);
+    EXPECT_GT(rejected, mode == limiter::Adaptive::on ? 500 : 0);
+    EXPECT_LT(lowest, 20);  // the rate did come down
   }
 }
 

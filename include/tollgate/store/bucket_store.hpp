@@ -53,6 +53,15 @@ class BucketStore {
     if (co_await refund(std::move(req), r)) out.bucket = 1;
     co_return out;
   }
+  // The upstream throttled a request of `req`'s adaptive bucket (issue 17): cut its rate, pause it
+  // for `pause_us` (Retry-After, RateLimit t; 0: none) plus `jitter_us`, once per debounce window
+  // whoever reports it. With Adaptive::on a pause also empties the bucket until it ends.
+  virtual boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) {
+    (void)req, (void)pause_us, (void)jitter_us;
+    AdaptOutcome out;
+    out.error = name() + " store does not adapt rates";
+    co_return out;
+  }
   // Read-only view of one bucket for the admin API (nullopt: the store cannot answer now).
   virtual std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) = 0;
   // Several buckets at once (one /metrics scrape's debt gauges), one answer per probe in order. A

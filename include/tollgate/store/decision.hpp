@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tollgate/limiter/adaptive_rate.hpp"
 #include "tollgate/limiter/token_bucket.hpp"
 #include "tollgate/limiter/window.hpp"
 
@@ -48,6 +49,10 @@ struct AcquireRequest {
   bool per_client_bucket = false;   // bucket.name is a client key ("c:<configId>:<client>"): evictable
   std::vector<QuotaRef> quotas{};
   std::optional<ShareRef> share{};
+  // Issue 17: the bucket's rate follows the upstream's throttling (limiter/adaptive_rate). On: the
+  // bucket decides at min(bucket.params.rate, the adapted rate) and waits out a pause; shadow: the
+  // adapted state follows the signals and is reported, the bucket decides at its configured rate.
+  limiter::Adaptive adaptive = limiter::Adaptive::off;
 };
 
 // Which check decided a combined outcome (the binding one: the rejection furthest from passing).
@@ -93,6 +98,19 @@ struct StoreDecision {
   Reservation reservation;     // when granted
   bool degraded = false;       // decided by the local fallback while the shared store is down
   std::string error;           // when failed or degraded: what went wrong
+  // An adaptive request: the rate the bucket's adapted state gives now (0: not adaptive), and how
+  // long the bucket's pause still runs from the decision (0: none).
+  double effective_rate = 0;
+  Micros paused_us = 0;
+};
+
+// What a throttle signal from the upstream did to an adaptive bucket (BucketStore::throttled).
+struct AdaptOutcome {
+  bool ok = false;              // the store applied it (false: it could not, see error)
+  limiter::ThrottleResult result;  // cut / paused, from the store's clock
+  Micros pause_left_us = 0;     // the pause still to run, from the store's now
+  double effective_rate = 0;    // after the signal
+  std::string error;
 };
 
 struct BucketSnapshot {

@@ -4,6 +4,7 @@
 //   quota counter     "q:<quotaId>:<client key>"    ("q:<quotaId>:" when shared by every caller)
 //   maxShare set      "s:<configId>:<client key>"
 //   abandoned slots   "a:<bucket>"                  (limiter::abandon)
+//   adapted rate      "r:<bucket>"                  (limiter/adaptive_rate, issue 17)
 // In Redis each is stored as <prefix>{<hash tag>}<name>: the keys of one request share the tag (the
 // channel type, or the rule's bucket), hence one Redis Cluster slot; a name equal to its tag is
 // stored as <prefix>{<name>}.
@@ -49,6 +50,9 @@ inline std::string share_key(std::int64_t config_id, std::string_view client_key
 // "a:" begins no other name: interface URLs start with '/', the others with "channel:", "c:", "q:", "s:".
 inline std::string abandoned_name(std::string_view bucket) { return "a:" + std::string(bucket); }
 
+// "r:" likewise begins no other name.
+inline std::string adaptive_name(std::string_view bucket) { return "r:" + std::string(bucket); }
+
 // <prefix>{<tag>}<name>, or <prefix>{<name>} when tag is empty or equal to the name.
 inline std::string redis_key(const std::string& prefix, std::string_view tag, std::string_view name) {
   if (tag.empty() || tag == name) return prefix + "{" + std::string(name) + "}";
@@ -72,6 +76,11 @@ inline void append_redis_key(std::string& out, const std::string& prefix, std::s
 // A bucket's set of abandoned slots, in the bucket's slot (tag "" means the bucket's name).
 inline std::string abandoned_key(const std::string& prefix, std::string_view tag, std::string_view name) {
   return redis_key(prefix, tag.empty() ? name : tag, abandoned_name(name));
+}
+
+// A bucket's adapted-rate hash, in the bucket's slot.
+inline std::string adaptive_key(const std::string& prefix, std::string_view tag, std::string_view name) {
+  return redis_key(prefix, tag.empty() ? name : tag, adaptive_name(name));
 }
 
 // A SCAN pattern for every per-client key (keyed bucket, client quota, maxShare set) under `prefix`

@@ -28,6 +28,7 @@ class LocalStore final : public BucketStore {
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
+  boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
   std::string name() const override { return "local"; }
   void publish_metrics(prometheus::Registry& registry) const override;
@@ -37,6 +38,7 @@ class LocalStore final : public BucketStore {
   StoreDecision decide(const AcquireRequest& req);
   bool give_back(const AcquireRequest& req, const Reservation& r);  // give_back_slots(...).any()
   RefundResult give_back_slots(const AcquireRequest& req, const Reservation& r);
+  AdaptOutcome adapt(const AcquireRequest& req, Micros pause_us, Micros jitter_us);
   std::size_t size() const;         // entries of every kind
   std::size_t client_keys() const;  // entries of the capped per-client table
   std::size_t max_client_keys() const { return per_shard_cap_ * kShards; }
@@ -54,6 +56,8 @@ class LocalStore final : public BucketStore {
     // bucket: departed callers' slots behind live ones; allocated on the first one and released when
     // none is left, so that a bucket nobody left costs one pointer
     std::unique_ptr<std::vector<limiter::Slot>> abandoned;
+    // bucket of an adaptive rule: its adapted rate and pause (allocated on its first request)
+    std::unique_ptr<limiter::AdaptiveState> adaptive;
   };
   struct ClientSlot {
     std::string key;
@@ -76,6 +80,9 @@ class LocalStore final : public BucketStore {
   // The bucket entry for `ref` (shared, or in the client table), created full or rescaled to
   // changed params. The shard must be locked.
   Entry& bucket_entry(Shard& shard, const BucketRef& ref, bool client, Micros now);
+  // The request's own bucket: bucket_entry at the configured rate or, for an adaptive rule, at the
+  // rate its adapted state gives now (the arrival counted as demand; `out` told the rate and pause).
+  Entry& own_bucket(Shard& shard, const AcquireRequest& req, Micros now, StoreDecision& out);
   // The entry under `key` without touching LRU order, or null. The shard must be locked.
   static Entry* find(Shard& shard, std::string_view key, bool client);
   static void sweep(Shard& shard, Micros now);
@@ -85,7 +92,8 @@ class LocalStore final : public BucketStore {
   Entry& window_entry(const QuotaRef& q, Micros now);
   StoreDecision decide_all(const AcquireRequest& req);
   bool simple(const AcquireRequest& req) const {
-    return req.use_bucket && !req.per_client_bucket && req.quotas.empty() && !req.share;
+    return req.use_bucket && !req.per_client_bucket && req.quotas.empty() && !req.share &&
+           req.adaptive == limiter::Adaptive::off;
   }
 
   const limiter::Clock& clock_;

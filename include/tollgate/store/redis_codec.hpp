@@ -20,8 +20,16 @@ namespace tollgate::store {
 // for replays and tests.
 std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
                                       std::string_view now_override);
-// Its reply as a decision (nullopt when malformed). `quotas`: how many the request carried.
-std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas);
+// Its reply as a decision (nullopt when malformed). `quotas`: how many the request carried;
+// `adaptive`: the request was (req.adaptive != off), and the reply ends with its rate and pause.
+std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas,
+                                                bool adaptive = false);
+
+// The adaptive bucket's throttle signal (issue 17); now_override as above.
+std::vector<std::string> adapt_call(const AcquireRequest& req, const std::string& prefix, Micros pause_us,
+                                    Micros jitter_us, std::string_view now_override = {});
+// Its reply; `now` is the caller's clock, for the pause's end (the script's is Redis's).
+std::optional<AdaptOutcome> parse_adapt_reply(const std::vector<std::string>& items, Micros now);
 
 // The refund script; now_override as above, max_abandoned as in LocalStore.
 std::vector<std::string> refund_call(const AcquireRequest& req, const std::string& prefix, const Reservation& res,
@@ -97,5 +105,6 @@ std::optional<std::string> evalsha_as_eval(std::string_view wire, std::string_vi
 const char* acquire_script();
 const char* lean_acquire_script();
 const char* refund_script();
+const char* adapt_script();
 
 }  // namespace tollgate::store

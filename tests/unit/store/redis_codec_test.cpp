@@ -35,7 +35,7 @@ constexpr const char* kNever = "9007199254740992";  // the scripts' 2^53
 TEST(RedisCodec, AcquireCallOfABucketAlone) {
   AcquireRequest req{{"/a", rate(4)}, {}, {}, 1.5, 250'000};
   const Args a = acquire_call(req, "p:", "");
-  ASSERT_EQ(a.size(), 1u + 1 + 8 + 7);
+  ASSERT_EQ(a.size(), 1u + 1 + 9 + 7);
   EXPECT_EQ(a[0], "1");                 // numkeys
   EXPECT_EQ(a[1], "p:{/a}");            // the bucket, tagged with its own name
   EXPECT_EQ(as_double(a[2]), 1.5);      // ARGV[1] permits
@@ -46,13 +46,14 @@ TEST(RedisCodec, AcquireCallOfABucketAlone) {
   EXPECT_EQ(a[7], "0");                 // ARGV[6] no parent
   EXPECT_EQ(a[8], "0");                 // ARGV[7] no quotas
   EXPECT_EQ(a[9], "0");                 // ARGV[8] no share
-  EXPECT_EQ(as_double(a[10]), 250'000);  // interval_us
-  EXPECT_EQ(as_double(a[11]), 4);        // max_permits
-  EXPECT_EQ(as_double(a[12]), 250'000);  // cool_down_us
-  EXPECT_EQ(a[13], "0");                 // not warm
-  EXPECT_EQ(as_double(a[14]), 0);        // threshold
-  EXPECT_EQ(as_double(a[15]), 0);        // cold interval
-  EXPECT_EQ(as_double(a[16]), 0);        // slope
+  EXPECT_EQ(a[10], "0");                // ARGV[9] not adaptive
+  EXPECT_EQ(as_double(a[11]), 250'000);  // interval_us
+  EXPECT_EQ(as_double(a[12]), 4);        // max_permits
+  EXPECT_EQ(as_double(a[13]), 250'000);  // cool_down_us
+  EXPECT_EQ(a[14], "0");                 // not warm
+  EXPECT_EQ(as_double(a[15]), 0);        // threshold
+  EXPECT_EQ(as_double(a[16]), 0);        // cold interval
+  EXPECT_EQ(as_double(a[17]), 0);        // slope
 }
 
 TEST(RedisCodec, AcquireCallOfEverything) {
@@ -63,7 +64,7 @@ TEST(RedisCodec, AcquireCallOfEverything) {
   req.quotas.push_back({"q:2:", {3'000'000, 12, limiter::WindowAlgorithm::sliding}, true});
   req.share = ShareRef{"s:5:10.0.0.1", 0};  // at least 1 is sent
   const Args a = acquire_call(req, "t:", "1700000000000000");
-  ASSERT_EQ(a.size(), 1u + 5 + 8 + 14 + 6);
+  ASSERT_EQ(a.size(), 1u + 5 + 9 + 14 + 6);
   EXPECT_EQ(a[0], "5");
   EXPECT_EQ(a[1], "t:{X}c:5:10.0.0.1");
   EXPECT_EQ(a[2], "t:{X}channel:X");
@@ -76,23 +77,24 @@ TEST(RedisCodec, AcquireCallOfEverything) {
   EXPECT_EQ(a[11], "1");                 // parent
   EXPECT_EQ(a[12], "2");                 // quotas
   EXPECT_EQ(a[13], "1");                 // max held
+  EXPECT_EQ(a[14], "0");                 // not adaptive
   const limiter::Shape w = limiter::shape_of(p);
-  EXPECT_EQ(as_double(a[14]), w.interval_us);
-  EXPECT_EQ(as_double(a[15]), w.max_permits);  // %.17g: the same double back
-  EXPECT_EQ(as_double(a[16]), w.cool_down_us);
-  EXPECT_EQ(a[17], "1");
-  EXPECT_EQ(as_double(a[18]), w.threshold);
-  EXPECT_EQ(as_double(a[19]), w.cold_interval_us);
-  EXPECT_EQ(as_double(a[20]), w.slope);
-  EXPECT_EQ(as_double(a[21]), 125'000);  // the channel's interval
-  EXPECT_EQ(as_double(a[22]), 8);
-  EXPECT_EQ(a[24], "0");
-  EXPECT_EQ(a[28], "1000000");  // quota 1: period, limit, fixed
-  EXPECT_EQ(a[29], "6");
-  EXPECT_EQ(a[30], "0");
-  EXPECT_EQ(a[31], "3000000");  // quota 2: sliding
-  EXPECT_EQ(a[32], "12");
-  EXPECT_EQ(a[33], "1");
+  EXPECT_EQ(as_double(a[15]), w.interval_us);
+  EXPECT_EQ(as_double(a[16]), w.max_permits);  // %.17g: the same double back
+  EXPECT_EQ(as_double(a[17]), w.cool_down_us);
+  EXPECT_EQ(a[18], "1");
+  EXPECT_EQ(as_double(a[19]), w.threshold);
+  EXPECT_EQ(as_double(a[20]), w.cold_interval_us);
+  EXPECT_EQ(as_double(a[21]), w.slope);
+  EXPECT_EQ(as_double(a[22]), 125'000);  // the channel's interval
+  EXPECT_EQ(as_double(a[23]), 8);
+  EXPECT_EQ(a[25], "0");
+  EXPECT_EQ(a[29], "1000000");  // quota 1: period, limit, fixed
+  EXPECT_EQ(a[30], "6");
+  EXPECT_EQ(a[31], "0");
+  EXPECT_EQ(a[32], "3000000");  // quota 2: sliding
+  EXPECT_EQ(a[33], "12");
+  EXPECT_EQ(a[34], "1");
 }
 
 TEST(RedisCodec, AcquireCallOfQuotasOnly) {
@@ -100,12 +102,61 @@ TEST(RedisCodec, AcquireCallOfQuotasOnly) {
   req.use_bucket = false;
   req.quotas.push_back({"q:1:a", {60'000'000, 5, limiter::WindowAlgorithm::fixed}, false});
   const Args a = acquire_call(req, "t:", "");
-  ASSERT_EQ(a.size(), 1u + 1 + 8 + 3);
+  ASSERT_EQ(a.size(), 1u + 1 + 9 + 3);
   EXPECT_EQ(a[0], "1");
   EXPECT_EQ(a[1], "t:{/q}q:1:a");
   EXPECT_EQ(a[6], "0");  // no bucket: no shape sent
   EXPECT_EQ(a[8], "1");
-  EXPECT_EQ(a[10], "60000000");
+  EXPECT_EQ(a[11], "60000000");
+}
+
+// Issue 17: an adaptive bucket's call names its adapted-rate hash right after the bucket and sends
+// its configured rate and burst after its shape; the reply ends with the rate and the pause.
+TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
+  AcquireRequest req{{"/a", rate(4)}, {}, {}, 1.0, 250'000};
+  req.adaptive = limiter::Adaptive::shadow;
+  Args a = acquire_call(req, "p:", "");
+  ASSERT_EQ(a.size(), 1u + 2 + 9 + 7 + 2);
+  EXPECT_EQ(a[0], "2");
+  EXPECT_EQ(a[1], "p:{/a}");
+  EXPECT_EQ(a[2], "p:{/a}r:/a");
+  EXPECT_EQ(a[11], "2");                // shadow
+  EXPECT_EQ(as_double(a[19]), 4);       // the configured rate
+  EXPECT_EQ(a[20], "");                 // no explicit burst
+  req.adaptive = limiter::Adaptive::on;
+  req.bucket.params.burst = 6;
+  a = acquire_call(req, "p:", "");
+  EXPECT_EQ(a[11], "1");
+  EXPECT_EQ(as_double(a[20]), 6);
+  EXPECT_FALSE(lean_request(req));  // adaptive buckets take the general script
+
+  std::vector<std::string> reply{"1", "0", "0", "3", "4", "0", "0", "5", "0", "1", "0", "0", "0", "2.5", "120000"};
+  const auto d = parse_acquire_reply(reply, 0, true);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->effective_rate, 2.5);
+  EXPECT_EQ(d->paused_us, 120'000);
+  EXPECT_FALSE(parse_acquire_reply(reply, 0, false).has_value());  // two items too many
+}
+
+TEST(RedisCodec, AdaptCallAndReply) {
+  AcquireRequest req{{"/a", rate(50)}, {}, "IBE", 1.0, 0};
+  req.adaptive = limiter::Adaptive::on;
+  const Args a = adapt_call(req, "p:", 3'000'000, 12'345, "");
+  ASSERT_EQ(a.size(), 9u);
+  EXPECT_EQ(a[0], "2");
+  EXPECT_EQ(a[1], "p:{IBE}/a");
+  EXPECT_EQ(a[2], "p:{IBE}r:/a");
+  EXPECT_EQ(a[4], "1");
+  EXPECT_EQ(as_double(a[5]), 50);
+  EXPECT_EQ(a[7], "3000000");
+  EXPECT_EQ(a[8], "12345");
+  const auto o = parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35"}, 1'000'000);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_TRUE(o->ok && o->result.cut && o->result.paused);
+  EXPECT_EQ(o->result.to, 35);
+  EXPECT_EQ(o->pause_left_us, 3'012'345);
+  EXPECT_EQ(o->result.pause_until, 4'012'345);  // on the caller's clock
+  EXPECT_FALSE(parse_adapt_reply({"1", "x"}, 0).has_value());
 }
 
 TEST(RedisCodec, ParsesAGrantWithParentQuotasAndShare) {
