@@ -13,7 +13,7 @@
 // one second's burst); past it the answer is 429 with Retry-After (whole seconds until a permit),
 // RateLimit-Policy and RateLimit (r=0, t=seconds). {"<suffix>": {"rate": R, "retry_after_s": N}}
 // answers every 429 with Retry-After N instead. GET /__limits shows them; /__stats counts each
-// path's "throttled" answers beside its "count" of arrivals.
+// path's "throttled" answers beside its "count" of arrivals, and their times ("throttled_us").
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
 
 #include <boost/asio.hpp>
@@ -39,6 +39,7 @@ struct PathStats {
   std::uint64_t count = 0;
   std::uint64_t throttled = 0;
   std::vector<std::int64_t> arrivals_us;
+  std::vector<std::int64_t> throttled_us;  // arrivals answered 429
 };
 
 std::int64_t now_us() {
@@ -180,7 +181,8 @@ net::awaitable<void> session(tcp::socket sock) {
     if (path == "/__stats") {
       json paths = json::object();
       for (const auto& [p, s] : g_stats)
-        paths[p] = {{"count", s.count}, {"throttled", s.throttled}, {"arrivals_us", s.arrivals_us}};
+        paths[p] = {{"count", s.count}, {"throttled", s.throttled}, {"arrivals_us", s.arrivals_us},
+                    {"throttled_us", s.throttled_us}};
       res.body() = json{{"total", g_total}, {"paths", paths}}.dump();
     } else if (path == "/__reset") {
       g_stats.clear();
@@ -204,6 +206,7 @@ net::awaitable<void> session(tcp::socket sock) {
       ++s.throttled;
       ++g_total;
       s.arrivals_us.push_back(now_us());
+      s.throttled_us.push_back(s.arrivals_us.back());
       const std::int64_t wait_us = take_permit(*l, now_us());  // still > 0: nothing was taken
       const long long t = l->retry_after_s > 0 ? l->retry_after_s : (wait_us + 999'999) / 1'000'000;
       res.result(http::status::too_many_requests);

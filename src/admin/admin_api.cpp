@@ -145,6 +145,24 @@ json status_json(const config::SourceStatus& st) {
           {"loads_failed", st.loads_failed},
           {"rejected_rows", st.rejected_rows}};
 }
+// What an adaptive rule's bucket does now (issue 17), as this gateway last heard it from the store:
+// the rate it decides at, the pause still to run, its episodes and the last cut.
+json adaptive_state_json(proxy::BucketMetrics& bm) {
+  json out = {{"effective_rate", nullptr}, {"paused_ms", 0}, {"cuts", 0}, {"pauses", 0},
+              {"paused_rejections", 0}, {"upstream_throttled", bm.upstream_throttled_total()}, {"last_cut", nullptr}};
+  if (const proxy::AdaptiveSeries* a = bm.adaptive_seen()) {
+    out["effective_rate"] = a->effective_rate.Value();
+    out["cuts"] = a->cuts.Value();
+    out["pauses"] = a->pauses.Value();
+    out["paused_rejections"] = a->paused_rejections.Value();
+  }
+  const std::int64_t left = bm.pause_until_us.load(std::memory_order_relaxed) - limiter::steady_now_us();
+  if (left > 0) out["paused_ms"] = (left + 999) / 1000;
+  const proxy::AdaptiveEvent e = bm.last_event();
+  if (!e.cause.empty())
+    out["last_cut"] = {{"cause", e.cause}, {"from", e.from}, {"to", e.to}, {"at_ms", e.at_ms}, {"pause_ms", e.pause_ms}};
+  return out;
+}
 }  // namespace
 
 SimpleResponse AdminApi::readyz() const {
@@ -260,6 +278,8 @@ SimpleResponse AdminApi::get_rules() const {
     if (r.params.warmup_us > 0) j["warmupSeconds"] = static_cast<double>(r.params.warmup_us) / 1e6;
     j["scope"] = r.channel ? "channel" : "interface";
     j["bucket"] = r.bucket;
+    j["adaptive"] = limiter::adaptive_name(r.adaptive);
+    if (r.adaptive != limiter::Adaptive::off) j["adaptive_state"] = adaptive_state_json(deps_.metrics.bucket(r.bucket));
     rules.push_back(std::move(j));
   }
   json rejected = json::array();
@@ -453,6 +473,8 @@ SimpleResponse AdminApi::get_overview() const {
       // Its upstream's response time (p90, last minute): what deadline admission reckons with.
       const auto p90 = deps_.metrics.bucket(r.bucket).upstream_latency.p90_us(limiter::steady_now_us());
       b["upstream_p90_ms"] = p90 ? json(static_cast<double>(*p90) / 1e3) : json(nullptr);
+      b["adaptive"] = limiter::adaptive_name(r.adaptive);
+      if (r.adaptive != limiter::Adaptive::off) b["adaptive_state"] = adaptive_state_json(deps_.metrics.bucket(r.bucket));
       bool saturated = false;
       if (deps_.history) {
         if (auto w = deps_.history->window(r.bucket)) {

@@ -159,6 +159,7 @@ Name recognise(const char* s, std::size_t n) {
     case 9:
       if (token_is(s, "forwarded")) return Name::forwarded;
       if (token_is(s, "x-real-ip")) return Name::x_real_ip;
+      if (token_is(s, "ratelimit")) return Name::ratelimit;
       break;
     case 10:
       if (token_is(s, "connection")) return Name::connection;
@@ -185,6 +186,7 @@ Name recognise(const char* s, std::size_t n) {
     case 16:
       if (token_is(s, "proxy-connection")) return Name::proxy_connection;
       if (token_is(s, "x-forwarded-host")) return Name::x_forwarded_host;
+      if (token_is(s, "ratelimit-policy")) return Name::ratelimit_policy;
       break;
     case 17:
       if (token_is(s, "transfer-encoding")) return Name::transfer_encoding;
@@ -463,6 +465,8 @@ std::string_view canonical(Name n) noexcept {
     case Name::content_type: return "Content-Type";
     case Name::grpc_timeout: return "grpc-timeout";
     case Name::request_timeout: return "Request-Timeout";
+    case Name::ratelimit: return "RateLimit";
+    case Name::ratelimit_policy: return "RateLimit-Policy";
   }
   return "";
 }

@@ -66,8 +66,55 @@ BucketMetrics::BucketMetrics(prometheus::Registry& r, std::string name)
                          .Add({{"bucket", name}})),
       wait(histograms(r, "tollgate_bucket_wait_seconds", "Time requests were held before being forwarded.")
                .Add({{"bucket", name}}, seconds_bounds())),
+      registry_(r),
       requests_(bucket_requests(r)),
       name_(std::move(name)) {}
+
+prometheus::Counter& BucketMetrics::upstream_throttled() {
+  std::call_once(throttled_once_, [this] {
+    throttled_.store(&counters(registry_, "tollgate_upstream_throttled_total",
+                               "Throttle signals from the upstream (429; 503 with Retry-After or RateLimit; "
+                               "RateLimit r=0) by bucket.")
+                          .Add({{"bucket", name_}}),
+                     std::memory_order_release);
+  });
+  return *throttled_.load(std::memory_order_acquire);
+}
+
+double BucketMetrics::upstream_throttled_total() const {
+  const prometheus::Counter* c = throttled_.load(std::memory_order_acquire);
+  return c ? c->Value() : 0.0;
+}
+
+AdaptiveSeries& BucketMetrics::adaptive() {
+  std::call_once(adaptive_once_, [this] {
+    const prometheus::Labels l{{"bucket", name_}};
+    adaptive_owned_.reset(new AdaptiveSeries{
+        gauges(registry_, "tollgate_bucket_effective_rate",
+               "Adaptive buckets: the rate decided at now, min(rateLimit, adapted) (permits/s).")
+            .Add(l),
+        counters(registry_, "tollgate_adaptive_cuts_total", "Adaptive buckets: throttle episodes that cut the rate.")
+            .Add(l),
+        counters(registry_, "tollgate_adaptive_pauses_total",
+                 "Adaptive buckets: throttle episodes that paused the bucket (Retry-After, RateLimit t).")
+            .Add(l),
+        counters(registry_, "tollgate_adaptive_paused_rejections_total",
+                 "Adaptive buckets: held requests a pause caught, answered 429 when they woke.")
+            .Add(l)});
+    adaptive_.store(adaptive_owned_.get(), std::memory_order_release);
+  });
+  return *adaptive_.load(std::memory_order_acquire);
+}
+
+void BucketMetrics::note_event(AdaptiveEvent e) {
+  std::lock_guard lock(event_mu_);
+  event_ = std::move(e);
+}
+
+AdaptiveEvent BucketMetrics::last_event() const {
+  std::lock_guard lock(event_mu_);
+  return event_;
+}
 
 prometheus::Counter& BucketMetrics::first_count(Outcome o) {
   // Family::Add returns the series already there for the same labels: workers racing here get

@@ -23,7 +23,8 @@ constexpr std::string_view kBusyBody =
     "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,"
     "\"detail\":\"connection limit reached\",\"error\":\"too_many_connections\"}\n";
 constexpr std::string_view kBusyHead =
-    "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nRetry-After: 1\r\n"
+    "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nX-Tollgate-Origin: gateway\r\n"
+    "Retry-After: 1\r\n"
     "Connection: close\r\nContent-Length: ";
 // Head and body, made at start (sent when descriptors run out: nothing is made then).
 const std::string kBusy = std::string(kBusyHead) + std::to_string(kBusyBody.size()) + "\r\n\r\n" + std::string(kBusyBody);

@@ -109,6 +109,7 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
   req.permits = 1.0;
   req.timeout_us = out.capped ? 0 : rule.timeout_us();
   req.use_bucket = rule.has_bucket;
+  req.adaptive = rule.has_bucket ? rule.adaptive : limiter::Adaptive::off;
   if (facts.budget && settings.deadlines && !out.shadow) {
     // The wait it may be given: what its budget leaves once the upstream has answered.
     out.latency_us = rules->metrics_of(rule).upstream_latency.p90_us(facts.now_us).value_or(settings.default_latency_us);

@@ -2,6 +2,7 @@
 
 #include <boost/beast/core/string.hpp>
 #include <optional>
+#include <random>
 #include <sys/socket.h>
 
 #include "outcomes.hpp"
@@ -11,11 +12,16 @@
 #include "tollgate/proxy/refusals.hpp"
 #include "tollgate/proxy/request_target.hpp"
 #include "tollgate/proxy/throttle.hpp"
+#include "tollgate/log_line.hpp"
 #include "upstream.hpp"
 
 namespace tollgate::proxy {
 
 namespace {
+
+std::int64_t steady_us(std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now()) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
 
 // Writes the access log line when the request is done, whichever way it ended.
 struct LogOnExit {
@@ -86,6 +92,9 @@ class Session {
   net::awaitable<void> answer_read_error(beast::error_code ec);
   net::awaitable<bool> handle(std::string_view body);
   net::awaitable<bool> hold(BucketMetrics& bm, std::chrono::microseconds wait);
+  // Issue 17: the upstream throttled a request `plan` governs: counted, and told to the store when
+  // the rule adapts (cut, pause, logged once per episode).
+  net::awaitable<void> report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal);
   // The answer to a refused request (a 429, or the limiter's 503): its verdict's body and
   // Retry-After, and its RateLimit fields if it has them. The refusal goes into the ring of recent
   // refusals (the console's list) too.
@@ -389,16 +398,30 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     const OwnAnswer answer = refused_answer(plan, v, target.path, 429, nullptr);
     co_return co_await send_answer(stream, version, keep, answer, write_timeout());
   }
+  ThrottleSignal signal;  // what the upstream's answer says about its own limit
   if (plan.step != Step::decide) {
     count.planned(plan);
-    const UpstreamRequest out{h, upstream_target, body, {}, client_ip_, sent_budget, deadline, latency};
+    const UpstreamRequest out{h, upstream_target, body, {}, client_ip_, sent_budget, deadline, latency,
+                              plan.rule ? &signal : nullptr};
     const RateLimitFields none{};
-    co_return co_await forward(px_, w_, stream, out, upstream, none, access.rec);
+    const bool open = co_await forward(px_, w_, stream, out, upstream, none, access.rec);
+    if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
+    co_return open;
   }
-  const store::StoreDecision sd = co_await deps.store.try_acquire(plan.request);
-  const Verdict verdict = verdict_for(plan, sd);
+  store::StoreDecision sd = co_await deps.store.try_acquire(plan.request);
+  const auto decided = std::chrono::steady_clock::now();
+  BucketMetrics* const adaptive = plan.request.adaptive != limiter::Adaptive::off && sd.effective_rate > 0
+                                      ? &rules->metrics_of(*plan.rule)
+                                      : nullptr;
+  auto note_adaptive = [adaptive, &plan](const store::StoreDecision& d) {
+    if (adaptive == nullptr || !(d.effective_rate > 0)) return;
+    adaptive->adaptive().effective_rate.Set(d.effective_rate);
+    if (plan.request.adaptive == limiter::Adaptive::on)
+      adaptive->pause_until_us.store(steady_us() + d.paused_us, std::memory_order_relaxed);
+  };
+  note_adaptive(sd);
+  Verdict verdict = verdict_for(plan, sd);
   count.decided(plan, sd, verdict);
-  const RateLimitFields fields{verdict.policy_header, verdict.limit_header};
   switch (verdict.action) {
     case Action::forward:
       break;
@@ -408,23 +431,81 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     }
     case Action::reject: {
       if (access.log) access.policy = verdict.bound;
+      const RateLimitFields fields{verdict.policy_header, verdict.limit_header};
       const OwnAnswer answer = refused_answer(plan, verdict, target.path, 429, &fields);
       co_return co_await send_answer(stream, version, keep, answer, write_timeout());
     }
     case Action::hold: {
-      if (!co_await hold(rules->metrics_of(*plan.rule), std::chrono::microseconds(verdict.wait_us))) {
-        // The client left before its slot: its slot comes back now if nobody live queued behind
-        // it (with any abandoned ones it unblocks), or later with the ones after it.
-        const store::RefundResult given = co_await deps.store.refund_slots(plan.request, sd.reservation);
-        count.client_gone(given.reservations());
-        co_return false;
+      BucketMetrics& bm = rules->metrics_of(*plan.rule);
+      const std::int64_t window_end = steady_us(decided) + plan.request.timeout_us;
+      for (int round = 0;; ++round) {
+        if (!co_await hold(bm, std::chrono::microseconds(verdict.wait_us))) {
+          // The client left before its slot: its slot comes back now if nobody live queued behind
+          // it (with any abandoned ones it unblocks), or later with the ones after it.
+          const store::RefundResult given = co_await deps.store.refund_slots(plan.request, sd.reservation);
+          count.client_gone(given.reservations());
+          co_return false;
+        }
+        // An adaptive bucket paused while it waited (the upstream said Retry-After): its slot
+        // went with the pause. It asks again with what is left of its window: a slot after the
+        // pause, or a 429 saying when.
+        const std::int64_t now = steady_us();
+        if (adaptive == nullptr || plan.request.adaptive != limiter::Adaptive::on ||
+            bm.pause_until_us.load(std::memory_order_relaxed) <= now || round == 3)
+          break;
+        plan.request.timeout_us = std::max<std::int64_t>(0, window_end - now);
+        sd = co_await deps.store.try_acquire(plan.request);
+        note_adaptive(sd);
+        verdict = verdict_for(plan, sd);
+        if (verdict.action == Action::hold) continue;
+        if (verdict.action == Action::forward) break;
+        bm.adaptive().paused_rejections.Increment();
+        if (access.log) access.policy = verdict.bound;
+        access.rec.status = verdict.action == Action::reject ? 429 : 503;
+        const RateLimitFields fields{verdict.policy_header, verdict.limit_header};
+        const OwnAnswer answer = refused_answer(plan, verdict, target.path, access.rec.status,
+                                                verdict.action == Action::reject ? &fields : nullptr);
+        co_return co_await send_answer(stream, version, keep, answer, write_timeout());
       }
       break;
     }
   }
   // X-Tollgate-Shadow: only the gateway says that (a client's is never forwarded).
-  const UpstreamRequest out{h, upstream_target, body, verdict.shadow_header, client_ip_, sent_budget, deadline, latency};
-  co_return co_await forward(px_, w_, stream, out, upstream, fields, access.rec);
+  const RateLimitFields fields{verdict.policy_header, verdict.limit_header};
+  const UpstreamRequest out{h, upstream_target, body, verdict.shadow_header, client_ip_, sent_budget, deadline, latency,
+                            &signal};
+  const bool open = co_await forward(px_, w_, stream, out, upstream, fields, access.rec);
+  if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
+  co_return open;
+}
+
+net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal) {
+  bm.upstream_throttled().Increment();
+  const limiter::Adaptive mode = plan.request.adaptive;
+  if (plan.step != Step::decide || mode == limiter::Adaptive::off) co_return;
+  // A little jitter on a pause (up to a tenth of it, at most 0.5 s), so that a fleet told the same
+  // Retry-After does not resume in step.
+  thread_local std::minstd_rand rng{std::random_device{}()};
+  const std::int64_t spread = std::min<std::int64_t>(signal.pause_us / 10, 500'000);
+  const std::int64_t jitter =
+      spread > 0 ? std::uniform_int_distribution<std::int64_t>(0, spread)(rng) : 0;
+  const store::AdaptOutcome o = co_await px_.deps.store.throttled(plan.request, signal.pause_us, jitter);
+  if (!o.ok) co_return;  // the store is down: it decides by its failure policy, nothing to adapt
+  AdaptiveSeries& series = bm.adaptive();
+  series.effective_rate.Set(o.effective_rate);
+  if (mode == limiter::Adaptive::on) bm.pause_until_us.store(steady_us() + o.pause_left_us, std::memory_order_relaxed);
+  if (!o.result.cut) co_return;  // the same episode as a cut a moment ago (here or elsewhere in the fleet)
+  series.cuts.Increment();
+  if (o.result.paused) series.pauses.Increment();
+  const std::int64_t pause_ms = o.result.paused ? (o.pause_left_us + 999) / 1000 : 0;
+  bm.note_event({std::string(signal.cause), o.result.from, o.result.to,
+                 std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
+                 pause_ms});
+  char rates[96];
+  std::snprintf(rates, sizeof rates, "%.3g/s -> %.3g/s", o.result.from, o.result.to);
+  log_line("tollgate: adaptive", mode == limiter::Adaptive::shadow ? " (shadow)" : "", ": ", plan.rule->bucket,
+           " throttled by its upstream (", signal.cause, "): rate ", rates,
+           pause_ms > 0 ? ", paused " + std::to_string(pause_ms) + " ms" : std::string());
 }
 
 // Holds a request until its slot on a timer (never a thread), watching the client meanwhile.

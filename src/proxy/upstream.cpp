@@ -1,5 +1,7 @@
 #include "upstream.hpp"
 
+#include "tollgate/proxy/upstream_signal.hpp"
+
 #include <array>
 #include <boost/beast/core/string.hpp>
 #include <cstdio>
@@ -94,37 +96,45 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
   return out;
 }
 
-bool is_ratelimit_field(std::string_view name) {
-  return (name.size() == 9 && beast::iequals(name, "RateLimit")) ||
-         (name.size() == 16 && beast::iequals(name, "RateLimit-Policy"));
-}
-
 enum class Reframe : std::uint8_t { none, chunked, drop_length };
 
 // The response head for the client: the upstream's status and fields without the hop-by-hop ones
 // (and those its Connection names) and the framing the gateway changes, then the framing and
-// connection fields for this client, then RateLimit-Policy and RateLimit (replacing the
-// upstream's own, if any).
+// connection fields for this client, then RateLimit-Policy and RateLimit. When the gateway has its
+// own, the upstream's RateLimit items follow the gateway's made at least as restrictive
+// (proxy/upstream_signal: restrict_ratelimit), never more permissive, and its policies follow ours.
 std::string response_head(const http1::ResponseHead& h, unsigned version, bool keep, Reframe reframe,
                           const RateLimitFields& fields) {
   std::string out;
   out.reserve(h.head_bytes + 64 + fields.policy_header.size() + fields.limit_header.size());
   append_status_line(out, version, h.status, h.reason.empty() ? reason_of(h.status) : h.reason);
   const bool ours = !fields.policy_header.empty();
+  std::string their_limit, their_policy;  // the upstream's RateLimit fields, when the gateway has its own
   for (const http1::Field& f : h.all()) {
     if (f.id == Name::transfer_encoding) continue;
     if (f.id == Name::content_length && reframe != Reframe::none) continue;
     if (http1::is_hop_by_hop(f.id)) continue;
     if (h.connection_names_other && http1::connection_names(h, f.name)) continue;
-    if (ours && f.id == Name::other && is_ratelimit_field(f.name)) continue;
+    if (ours && (f.id == Name::ratelimit || f.id == Name::ratelimit_policy)) {
+      std::string& to = f.id == Name::ratelimit ? their_limit : their_policy;
+      if (!to.empty()) to.append(", ", 2);
+      to.append(f.value);
+      continue;
+    }
     append_field(out, f.name, f.value);
   }
   if (reframe == Reframe::chunked) append_field(out, "Transfer-Encoding", "chunked");
   if (version == 10 && keep) append_field(out, "Connection", "keep-alive");
   if (version != 10 && !keep) append_field(out, "Connection", "close");
-  if (ours) {
+  if (ours && their_limit.empty() && their_policy.empty()) {
     append_field(out, "RateLimit-Policy", fields.policy_header);
     append_field(out, "RateLimit", fields.limit_header);
+  } else if (ours) {
+    std::string policy(fields.policy_header);
+    if (!their_policy.empty()) policy.append(", ", 2).append(their_policy);
+    append_field(out, "RateLimit-Policy", policy);
+    append_field(out, "RateLimit", their_limit.empty() ? std::string(fields.limit_header)
+                                                         : restrict_ratelimit(fields.limit_header, their_limit));
   }
   out.append("\r\n", 2);
   return out;
@@ -369,6 +379,19 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
                         std::chrono::duration_cast<std::chrono::microseconds>(head_at.time_since_epoch()).count());
   const int status = res.status;
   rec.status = rec.upstream_status = status;
+  if (req.signal && (status == 429 || status == 503 || res.has(Name::ratelimit))) {
+    // A throttle signal? (issue 17: the session reports it to the store after answering)
+    std::string limits;
+    for (const http1::Field& f : res.all()) {
+      if (f.id != Name::ratelimit) continue;
+      if (!limits.empty()) limits.append(", ", 2);
+      limits.append(f.value);
+    }
+    const http1::Field* retry = res.find(Name::retry_after);
+    const http1::Field* date = res.find(Name::date);
+    *req.signal = classify_response(status, retry ? std::optional(retry->value) : std::nullopt,
+                                    date ? std::optional(date->value) : std::nullopt, limits);
+  }
   const http1::BodyFraming framing = http1::response_body(res, head_request);
   if (framing.kind == http1::BodyKind::unsupported) {
     const beast::error_code bad(net::error::invalid_argument);

@@ -8,6 +8,7 @@
 
 #include "proxy_context.hpp"
 #include "tollgate/proxy/access_log.hpp"
+#include "tollgate/proxy/upstream_signal.hpp"
 
 namespace tollgate::proxy {
 
@@ -23,6 +24,7 @@ struct UpstreamRequest {
   const Budget* budget = nullptr;
   std::chrono::steady_clock::time_point deadline{};
   LatencyEstimate* latency = nullptr;  // the rule's estimate, fed with this response's latency
+  ThrottleSignal* signal = nullptr;    // set when the response is a throttle signal (proxy/upstream_signal)
 };
 
 // The fields a forwarded request's response gains (empty policy_header: none).

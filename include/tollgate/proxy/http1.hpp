@@ -32,8 +32,10 @@ enum class Name : std::uint8_t {
   authorization, date, server, retry_after, content_type,
   // a request's time budget (proxy/deadline)
   grpc_timeout, request_timeout,
+  // the RateLimit fields an upstream may send (proxy/upstream_signal)
+  ratelimit, ratelimit_policy,
 };
-inline constexpr std::size_t kNameCount = static_cast<std::size_t>(Name::request_timeout) + 1;
+inline constexpr std::size_t kNameCount = static_cast<std::size_t>(Name::ratelimit_policy) + 1;
 static_assert(kNameCount <= 32);
 
 // The name's canonical spelling ("Content-Length"); "" for Name::other.

@@ -57,6 +57,22 @@ class SecondsHistogram {
   prometheus::Histogram* h_;
 };
 
+// What an adaptive bucket (issue 17) did last, for /admin/rules and the console.
+struct AdaptiveEvent {
+  std::string cause;          // "429", "503", "ratelimit_r0" ("" none yet)
+  double from = 0, to = 0;    // the rate being sent, and the rate after the cut
+  std::int64_t at_ms = 0;     // wall clock (Unix ms)
+  std::int64_t pause_ms = 0;  // the pause it began (0: none)
+};
+
+// An adaptive bucket's series, made on its first adaptive decision.
+struct AdaptiveSeries {
+  prometheus::Gauge& effective_rate;      // the rate it decides at now (permits/s)
+  prometheus::Counter& cuts;              // throttle episodes that cut the rate
+  prometheus::Counter& pauses;            // ... and those that paused it (Retry-After, RateLimit t)
+  prometheus::Counter& paused_rejections; // held requests a pause caught: 429 when they woke
+};
+
 // One bucket's series, shared by every worker.
 class BucketMetrics {
  public:
@@ -79,13 +95,32 @@ class BucketMetrics {
   SecondsHistogram wait;                 // time held before forwarding (0 for forwarded)
   LatencyEstimate upstream_latency;      // its requests' upstream latency, last minute (deadlines)
 
+  // Issue 17. Throttle signals from its upstream (429s and the like), adaptive or not: made on the first.
+  prometheus::Counter& upstream_throttled();
+  double upstream_throttled_total() const;
+  // The adaptive series: made on the first call. `adaptive_seen` says whether that happened.
+  AdaptiveSeries& adaptive();
+  const AdaptiveSeries* adaptive_seen() const { return adaptive_.load(std::memory_order_acquire); }
+  // The bucket's pause as last heard from the store (steady clock, us): held requests check it
+  // when they wake.
+  std::atomic<std::int64_t> pause_until_us{0};
+  void note_event(AdaptiveEvent e);
+  AdaptiveEvent last_event() const;
+
  private:
   // /metrics lists only the outcomes a bucket saw: an outcome's series is made by its first count.
   prometheus::Counter& first_count(Outcome o);
 
+  prometheus::Registry& registry_;
   prometheus::Family<prometheus::Counter>& requests_;
   const std::string name_;
   std::array<std::atomic<prometheus::Counter*>, kOutcomes> outcomes_{};
+  std::once_flag throttled_once_, adaptive_once_;
+  std::atomic<prometheus::Counter*> throttled_{nullptr};
+  std::atomic<AdaptiveSeries*> adaptive_{nullptr};
+  std::unique_ptr<AdaptiveSeries> adaptive_owned_;
+  mutable std::mutex event_mu_;
+  AdaptiveEvent event_;
 };
 
 // One policy of a rule (its bucket, its channel's, a quota "<bucket>#q<id>", its maxShare
