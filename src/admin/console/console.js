@@ -132,6 +132,22 @@ function bucketRow(b) {
   };
 }
 
+// The rate column: the rule's rate, and for an adaptive rule (issue 17) the rate it decides at now
+// when the upstream's throttling has brought it lower, with a pause if one is running.
+function rateCell(b) {
+  const a = b.adaptive_state;
+  if (!a || b.adaptive === 'off') return el('td', { 'data-col': 'rate', class: 'num' }, fmt(b.rateLimit));
+  const eff = a.effective_rate;
+  const cut = a.last_cut ? `; last cut ${fmt(a.last_cut.from, 1)} → ${fmt(a.last_cut.to, 1)}/s on ${a.last_cut.cause}` : '';
+  const title = `adaptive ${b.adaptive}: deciding at ${eff === null ? 'the rule\'s rate' : fmt(eff, 1) + '/s'}` +
+    `; ${a.cuts} cuts, ${a.pauses} pauses, ${a.upstream_throttled} upstream throttles${cut}`;
+  const adapted = eff !== null && eff < b.rateLimit;
+  return el('td', { 'data-col': 'rate', class: 'num', title },
+    fmt(b.rateLimit),
+    adapted ? el('span', { class: 'adapted' + (b.adaptive === 'shadow' ? ' muted' : '') }, ` → ${fmt(eff, 1)}`) : '',
+    a.paused_ms > 0 ? el('span', { class: 'pill bad small' }, ` paused ${fmt(a.paused_ms / 1000, 1)} s`) : '');
+}
+
 function renderBuckets(o) {
   const rows = o.buckets.map(bucketRow);
   const k = state.sortKey, d = state.sortDir;
@@ -151,7 +167,7 @@ function renderBuckets(o) {
       el('td', { 'data-col': 'bucket', title: b.saturated ? 'saturated: refusing now, or its queue is past half the wait window' : '' },
         b.bucket, b.keyBy ? el('span', { class: 'muted small' }, ` per ${b.keyBy}`) : '', b.status ? '' : el('span', { class: 'muted small' }, ' (off)')),
       el('td', { 'data-col': 'channel', class: '' }, `${b.channelType}${b.scope === 'channel' ? ' (channel)' : ''}`),
-      cell('rate', b.rateLimit), cell('burst', b.burst, 2), cell('stored', b.stored_permits, 2), cell('debt', b.debt_s, 3),
+      rateCell(b), cell('burst', b.burst, 2), cell('stored', b.stored_permits, 2), cell('debt', b.debt_s, 3),
       cell('held', r.held, 0), cell('forwarded', r.fwd, 0), cell('delayed', r.del, 0), cell('rejected', r.rej, 0),
       cell('rejected_minute', r.rej_min, 0),
       el('td', { 'data-col': 'chart', class: '' }, sparkline(b.bucket)),

@@ -151,6 +151,24 @@ TEST_F(RequestPolicy, AMatchedRuleAsksTheStoreForOnePermitWithinItsWindow) {
   EXPECT_TRUE(p.request.quotas.empty());
 }
 
+// Issue 17: an adaptive rule's request asks the store to decide at the adapted rate (or to track it
+// in shadow); any other rule's asks for nothing of the kind.
+TEST_F(RequestPolicy, AnAdaptiveRuleAsksForItsAdaptedRate) {
+  Plan plain;
+  plan("/api/search", plain);
+  EXPECT_EQ(plain.request.adaptive, limiter::Adaptive::off);
+  for (const auto& [text, mode] : {std::pair{"on", limiter::Adaptive::on}, std::pair{"shadow", limiter::Adaptive::shadow}}) {
+    auto r = row(1, "/search", 5);
+    r.adaptive = text;
+    snap = snapshot({r});
+    Plan p;
+    plan("/api/search", p);
+    EXPECT_EQ(p.step, Step::decide);
+    EXPECT_EQ(p.request.adaptive, mode);
+    EXPECT_EQ(p.request.bucket.params.rate, 5);  // the configured rate: the store applies the adaptation
+  }
+}
+
 TEST_F(RequestPolicy, RuleModeShadowDecidesInShadow) {
   auto r = row(1, "/search", 5);
   r.mode = "shadow";
