@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Per-phase figures and an SVG plot of issue 17's runs (bench/adaptive.sh).
 
-Reads <dir>/<run>.csv (second, allowance, received, throttled, gateway_429, effective_rate) for the
+Reads <dir>/<run>.csv (second, allowance, received, throttled, gateway_429, effective_rate,
+supplier_tokens_end: the permits the supplier's bucket held at the end of the second) for the
 runs local-adaptive, local-control and redis-fleet-adaptive; prints, per run and phase, what the
 supplier received and refused after the phase's first 4 s; draws <svg>: the supplier's allowance,
 the adaptive gateway's effective rate, what the supplier accepted per second, and its 429s per
@@ -30,22 +31,25 @@ def phases(rows):
 
 def summary(name, rows):
     print(f"{name}:")
-    print("  allowance  received  refused  refused%  goodput%   (seconds %d.. of each phase)" % SETTLE)
+    print(f"  allowance  received  refused  refused%  accepted/allowed   (seconds {SETTLE}.. of each phase)")
     for ph in phases(rows):
         s = ph[SETTLE:]
         rec = sum(r["received"] for r in s)
         thr = sum(r["throttled"] for r in s)
         allow = ph[0]["allowance"]
         share = 100 * thr / rec if rec else 0
-        good = 100 * (rec - thr) / (allow * len(s)) if s else 0
-        print(f"  {allow:9.0f}  {rec:8.0f}  {thr:7.0f}  {share:7.2f}%  {good:7.1f}%")
+        # What it allowed: its rate over the window, plus the permits held at the start, less those
+        # still held at the end (as in adaptive_e2e_test.cpp).
+        allowed = allow * len(s) + ph[SETTLE - 1]["supplier_tokens_end"] - s[-1]["supplier_tokens_end"]
+        good = 100 * (rec - thr) / allowed if allowed > 0 else 0
+        print(f"  {allow:9.0f}  {rec:8.0f}  {thr:7.0f}  {share:7.2f}%  {good:15.1f}%")
     total_r = sum(r["received"] for r in rows)
     total_t = sum(r["throttled"] for r in rows)
     print(f"  whole run: received {total_r:.0f}, refused {total_t:.0f} ({100 * total_t / max(total_r, 1):.2f}%)")
 
 
 def plot(runs, path):
-    W, H, L, R, T, B = 900, 420, 60, 170, 30, 50
+    W, H, L, R, T, B = 960, 420, 60, 230, 30, 50
     pw, ph = W - L - R, H - T - B
     a = runs.get("local-adaptive") or next(iter(runs.values()))
     n = len(a)

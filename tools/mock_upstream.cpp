@@ -12,7 +12,8 @@
 // while it runs) makes every path ending in SUFFIX allow RATE requests a second (a token bucket of
 // one second's burst); past it the answer is 429 with Retry-After (whole seconds until a permit),
 // RateLimit-Policy and RateLimit (r=0, t=seconds). {"<suffix>": {"rate": R, "retry_after_s": N}}
-// answers every 429 with Retry-After N instead. GET /__limits shows them; /__stats counts each
+// answers every 429 with Retry-After N instead. GET /__limits shows them (with the permits each
+// holds now, "tokens"); /__stats counts each
 // path's "throttled" answers beside its "count" of arrivals, and their times ("throttled_us").
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
 
@@ -119,9 +120,15 @@ std::string set_limits(const std::string& body) {
   return {};
 }
 
+// The limits in force, each with the permits its bucket holds now ("tokens": what it would still
+// let through at once; a test reads it to tell what it allowed from what was used).
 json limits_json() {
   json out = json::object();
-  for (const auto& [suffix, l] : g_limits) out[suffix] = {{"rate", l.rate}, {"retry_after_s", l.retry_after_s}};
+  const std::int64_t now = now_us();
+  for (const auto& [suffix, l] : g_limits) {
+    const double tokens = std::min(std::max(l.rate, 1.0), l.tokens + static_cast<double>(now - l.last_us) / 1e6 * l.rate);
+    out[suffix] = {{"rate", l.rate}, {"retry_after_s", l.retry_after_s}, {"tokens", tokens}};
+  }
   return out;
 }
 std::map<std::string, PathStats> g_stats;  // single-threaded server: no lock

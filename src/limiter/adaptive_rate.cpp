@@ -55,6 +55,16 @@ double demand(const AdaptiveState& st, Micros now) {
   return 0;
 }
 
+double sent_rate(const AdaptiveState& st, Micros now, const AdaptiveParams& p) {
+  if (now <= st.sent_at) return st.sent;
+  return st.sent * std::exp(-static_cast<double>(now - st.sent_at) / p.sent_window_us);
+}
+
+void note_grant(AdaptiveState& st, Micros now, double permits, const AdaptiveParams& p) {
+  st.sent = sent_rate(st, now, p) + permits * 1e6 / p.sent_window_us;
+  if (now > st.sent_at) st.sent_at = now;
+}
+
 double effective_rate(AdaptiveState& st, double configured, Micros now, const AdaptiveParams& p) {
   if (st.w_max > 0 && now - st.last > p.forget_us && st.pause_until <= now) st.w_max = 0;
   if (!(st.w_max > 0)) return configured;
@@ -95,6 +105,8 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   double sent = eff;
   const double d = demand(st, now);
   if (d < sent) sent = d;
+  const double measured = sent_rate(st, now, p);
+  if (measured < sent) sent = measured > p.beta * sent ? measured : p.beta * sent;
   const double fl = floor_rate(configured, p);
   if (sent < fl) sent = fl;
   if (pause_us > 0) {

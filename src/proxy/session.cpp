@@ -409,7 +409,6 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     co_return open;
   }
   store::StoreDecision sd = co_await deps.store.try_acquire(plan.request);
-  const auto decided = std::chrono::steady_clock::now();
   BucketMetrics* const adaptive = plan.request.adaptive != limiter::Adaptive::off && sd.effective_rate > 0
                                       ? &rules->metrics_of(*plan.rule)
                                       : nullptr;
@@ -437,7 +436,8 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     }
     case Action::hold: {
       BucketMetrics& bm = rules->metrics_of(*plan.rule);
-      const std::int64_t window_end = steady_us(decided) + plan.request.timeout_us;
+      // Only an adaptive bucket's hold may need it: no clock read otherwise.
+      const std::int64_t window_end = adaptive ? steady_us() + plan.request.timeout_us : 0;
       for (int round = 0;; ++round) {
         if (!co_await hold(bm, std::chrono::microseconds(verdict.wait_us))) {
           // The client left before its slot: its slot comes back now if nobody live queued behind

@@ -98,6 +98,25 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
 
 enum class Reframe : std::uint8_t { none, chunked, drop_length };
 
+// When both the gateway and the upstream have RateLimit fields: the gateway's, then the upstream's
+// items made at least as restrictive (restrict_ratelimit), and its policies after ours. Rare: kept
+// out of response_head's loop.
+[[gnu::cold, gnu::noinline]] void append_merged_ratelimit(std::string& out, const http1::ResponseHead& h,
+                                                          const RateLimitFields& fields) {
+  std::string their_limit, their_policy;
+  for (const http1::Field& f : h.all()) {
+    if (f.id != Name::ratelimit && f.id != Name::ratelimit_policy) continue;
+    std::string& to = f.id == Name::ratelimit ? their_limit : their_policy;
+    if (!to.empty()) to.append(", ", 2);
+    to.append(f.value);
+  }
+  std::string policy(fields.policy_header);
+  if (!their_policy.empty()) policy.append(", ", 2).append(their_policy);
+  append_field(out, "RateLimit-Policy", policy);
+  append_field(out, "RateLimit", their_limit.empty() ? std::string(fields.limit_header)
+                                                     : restrict_ratelimit(fields.limit_header, their_limit));
+}
+
 // The response head for the client: the upstream's status and fields without the hop-by-hop ones
 // (and those its Connection names) and the framing the gateway changes, then the framing and
 // connection fields for this client, then RateLimit-Policy and RateLimit. When the gateway has its
@@ -109,32 +128,24 @@ std::string response_head(const http1::ResponseHead& h, unsigned version, bool k
   out.reserve(h.head_bytes + 64 + fields.policy_header.size() + fields.limit_header.size());
   append_status_line(out, version, h.status, h.reason.empty() ? reason_of(h.status) : h.reason);
   const bool ours = !fields.policy_header.empty();
-  std::string their_limit, their_policy;  // the upstream's RateLimit fields, when the gateway has its own
   for (const http1::Field& f : h.all()) {
     if (f.id == Name::transfer_encoding) continue;
     if (f.id == Name::content_length && reframe != Reframe::none) continue;
     if (http1::is_hop_by_hop(f.id)) continue;
     if (h.connection_names_other && http1::connection_names(h, f.name)) continue;
-    if (ours && (f.id == Name::ratelimit || f.id == Name::ratelimit_policy)) {
-      std::string& to = f.id == Name::ratelimit ? their_limit : their_policy;
-      if (!to.empty()) to.append(", ", 2);
-      to.append(f.value);
-      continue;
-    }
+    if (ours && (f.id == Name::ratelimit || f.id == Name::ratelimit_policy)) continue;  // below
     append_field(out, f.name, f.value);
   }
   if (reframe == Reframe::chunked) append_field(out, "Transfer-Encoding", "chunked");
   if (version == 10 && keep) append_field(out, "Connection", "keep-alive");
   if (version != 10 && !keep) append_field(out, "Connection", "close");
-  if (ours && their_limit.empty() && their_policy.empty()) {
-    append_field(out, "RateLimit-Policy", fields.policy_header);
-    append_field(out, "RateLimit", fields.limit_header);
-  } else if (ours) {
-    std::string policy(fields.policy_header);
-    if (!their_policy.empty()) policy.append(", ", 2).append(their_policy);
-    append_field(out, "RateLimit-Policy", policy);
-    append_field(out, "RateLimit", their_limit.empty() ? std::string(fields.limit_header)
-                                                         : restrict_ratelimit(fields.limit_header, their_limit));
+  if (ours) {
+    if (h.has(Name::ratelimit) || h.has(Name::ratelimit_policy)) {
+      append_merged_ratelimit(out, h, fields);
+    } else {
+      append_field(out, "RateLimit-Policy", fields.policy_header);
+      append_field(out, "RateLimit", fields.limit_header);
+    }
   }
   out.append("\r\n", 2);
   return out;

@@ -300,6 +300,7 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   }
   if (a) a->state = sa;
   if (b) b->state = sb;
+  if (a && a->adaptive && req.adaptive != limiter::Adaptive::off) limiter::note_grant(*a->adaptive, now, req.permits);
   for (std::size_t i = 0; i < windows.size(); ++i) {
     windows[i]->window = rolled[i];
     windows[i]->window.current += permits;

@@ -13,19 +13,22 @@ namespace tollgate::store::scripts {
 // The adaptive rate of issue 17 (src/limiter/adaptive_rate.cpp), the same operations in the same
 // order, the start of kAcquire and kAdapt. Its state is a hash beside the bucket's (same hash tag): w w_max,
 // e epoch, l last, g last_signal, p pause_until, s demand second, c this second's arrivals, q the
-// previous second's. A missing hash is a rule that never adapted.
+// previous second's, x the measured rate of grants, y when it was measured. A missing hash is a
+// rule that never adapted.
 inline constexpr const char* kAdaptiveLua = R"LUA(
 local A_BETA, A_C, A_DEBOUNCE, A_MAX_PAUSE, A_FORGET = 0.7, 0.4, 500000, 60000000, 600000000
-local A_FLOOR_SHARE, A_MIN_FLOOR = 0.02, 0.1
+local A_FLOOR_SHARE, A_MIN_FLOOR, A_SENT_WINDOW = 0.02, 0.1, 2e6
 local function a_load(key)
-  local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q')
+  local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q', 'x', 'y')
   return {wmax = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
           signal = tonumber(h[4]) or -9007199254740992, pause = tonumber(h[5]) or 0,
-          ds = tonumber(h[6]) or 0, dc = tonumber(h[7]) or 0, dp = tonumber(h[8]) or 0}
+          ds = tonumber(h[6]) or 0, dc = tonumber(h[7]) or 0, dp = tonumber(h[8]) or 0,
+          sent = tonumber(h[9]) or 0, sat = tonumber(h[10]) or 0}
 end
 local function a_save(key, st)
   redis.call('HSET', key, 'w', string.format('%.17g', st.wmax), 'e', st.epoch, 'l', st.last, 'g', st.signal,
-             'p', st.pause, 's', st.ds, 'c', string.format('%.17g', st.dc), 'q', string.format('%.17g', st.dp))
+             'p', st.pause, 's', st.ds, 'c', string.format('%.17g', st.dc), 'q', string.format('%.17g', st.dp),
+             'x', string.format('%.17g', st.sent), 'y', st.sat)
   redis.call('PEXPIRE', key, A_FORGET / 1000)
 end
 local function a_floor(conf)
@@ -50,6 +53,14 @@ local function a_demand(st, t)
   if sec <= st.ds then return st.dp * left + st.dc end
   if sec == st.ds + 1 then return st.dc * left end
   return 0
+end
+local function a_sent(st, t)
+  if t <= st.sat then return st.sent end
+  return st.sent * math.exp(-(t - st.sat) / A_SENT_WINDOW)
+end
+local function a_grant(st, t, permits)
+  st.sent = a_sent(st, t) + permits * 1e6 / A_SENT_WINDOW
+  if t > st.sat then st.sat = t end
 end
 local function a_curve(st, t)
   local x = (t - st.epoch) / 1e6
@@ -258,7 +269,6 @@ if has_a and adaptive > 0 then
     sa = {interval = interval, max = mx, cool = interval, warm = false, threshold = 0, cold = 0, slope = 0}
     if ad.pause > now then pause_left = ad.pause - now end
   end
-  a_save(kad, ad)
 end
 if has_b then kb, sb, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
 
@@ -354,6 +364,7 @@ if not all then
   local out = {0, 0, retry, fmt(remaining), fmt(mx), bound, bound_quota, 0, 0, '0', 0, 0, '0'}
   for _, v in ipairs(qout) do table.insert(out, v) end
   if ad then
+    a_save(kad, ad)
     table.insert(out, fmt(eff))
     table.insert(out, pause_left)
   end
@@ -378,6 +389,8 @@ end
 local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, share_release, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
 for _, v in ipairs(qout) do table.insert(out, v) end
 if ad then
+  a_grant(ad, now, permits)
+  a_save(kad, ad)
   table.insert(out, fmt(eff))
   table.insert(out, pause_left)
 end
@@ -723,6 +736,10 @@ if not (now - st.signal < A_DEBOUNCE) then
   local sent = eff
   local d = a_demand(st, now)
   if d < sent then sent = d end
+  local measured = a_sent(st, now)
+  if measured < sent then
+    if measured > A_BETA * sent then sent = measured else sent = A_BETA * sent end
+  end
   local fl = a_floor(conf)
   if sent < fl then sent = fl end
   if pause_us > 0 then

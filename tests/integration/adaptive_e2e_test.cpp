@@ -128,12 +128,17 @@ struct Second {
   double effective = -1;
 };
 
+// A phase after its first seconds. The supplier's goodput is what it accepted over what it
+// allowed in that time: its allowance times the seconds, plus the permits its bucket held at the
+// start, less those it still held at the end (they are allowed later). A plain accepted / (rate * T)
+// would move by up to a second's burst with the bucket's level at the window's edges.
 struct PhaseFigures {
   double allowance = 0;
   int received = 0, throttled = 0;
   double seconds = 0;
+  double tokens_start = 0, tokens_end = 0;
   double throttled_share() const { return received ? static_cast<double>(throttled) / received : 0; }
-  double goodput() const { return (received - throttled) / (allowance * seconds); }
+  double goodput() const { return (received - throttled) / (allowance * seconds + tokens_start - tokens_end); }
 };
 
 struct RunResult {
@@ -159,7 +164,13 @@ RunResult drive(const std::string& name, std::vector<std::unique_ptr<GatewayProc
   set_allowance(phases[0].allowance);
   PacedClient client(ports, 60, std::chrono::milliseconds(total_s * 1000));
   std::vector<double> effective(static_cast<std::size_t>(total_s), -1);
+  std::vector<double> tokens(static_cast<std::size_t>(total_s) + 1, 0);  // the supplier's bucket at each second's start
+  auto supplier_tokens = [&] {
+    const json l = json::parse(http_get(supplier.port, "/__limits").body);
+    return l.contains("/shopping/search") ? l["/shopping/search"]["tokens"].get<double>() : 0.0;
+  };
   client.start();
+  tokens[0] = supplier_tokens();
   const std::int64_t t0 = client.t0();
   std::int64_t phase_at = t0;
   int sec = 0;
@@ -168,6 +179,8 @@ RunResult drive(const std::string& name, std::vector<std::unique_ptr<GatewayProc
     for (int s = 0; s < phases[p].seconds; ++s, ++sec) {
       const std::int64_t due = phase_at + (s + 1) * 1'000'000LL;
       while (mono_us() < due) std::this_thread::sleep_for(20ms);
+      // Read before the next phase's allowance is set (a new rate starts the supplier's bucket full).
+      tokens[static_cast<std::size_t>(sec) + 1] = supplier_tokens();
       effective[static_cast<std::size_t>(sec)] = effective_rate(*fleet.front());
     }
     phase_at += phases[p].seconds * 1'000'000LL;
@@ -206,25 +219,29 @@ RunResult drive(const std::string& name, std::vector<std::unique_ptr<GatewayProc
       f.throttled += x.throttled;
     }
     f.seconds = p.seconds - settle;
+    f.tokens_start = tokens[static_cast<std::size_t>(sec + settle)];
+    f.tokens_end = tokens[static_cast<std::size_t>(sec + p.seconds)];
     out.settled.push_back(f);
     sec += p.seconds;
   }
   if (const char* dir = std::getenv("TOLLGATE_ADAPTIVE_OUT")) {
     std::ofstream csv(std::string(dir) + "/" + name + ".csv");
-    csv << "second,allowance,received,throttled,gateway_429,effective_rate\n";
+    csv << "second,allowance,received,throttled,gateway_429,effective_rate,supplier_tokens_end\n";
     for (std::size_t i = 0; i < out.seconds.size(); ++i) {
       const Second& x = out.seconds[i];
       csv << i << ',' << x.allowance << ',' << x.received << ',' << x.throttled << ',' << x.gateway_429 << ','
-          << x.effective << '\n';
+          << x.effective << ',' << tokens[i + 1] << '\n';
     }
   }
   for (const PhaseFigures& f : out.settled)
-    std::printf("[%s] allowance %.0f/s: supplier received %d, refused %d (%.2f%%), goodput %.1f%% of its allowance\n",
-                name.c_str(), f.allowance, f.received, f.throttled, 100 * f.throttled_share(), 100 * f.goodput());
+    std::printf("[%s] allowance %.0f/s: supplier received %d, refused %d (%.2f%%), accepted %.1f%% of what it allowed"
+                " (%.0f/s over %.0f s, bucket %.1f -> %.1f)\n",
+                name.c_str(), f.allowance, f.received, f.throttled, 100 * f.throttled_share(), 100 * f.goodput(),
+                f.allowance, f.seconds, f.tokens_start, f.tokens_end);
   return out;
 }
 
-const std::vector<Phase> kPhases{{20, 12}, {35, 12}, {50, 12}};
+const std::vector<Phase> kPhases{{20, 14}, {35, 14}, {50, 12}};
 constexpr int kSettle = 4;
 
 // With adaptive, each phase after its first seconds: the supplier refuses under 2% of what it

@@ -32,6 +32,7 @@ struct AdaptiveParams {
   double floor_share = 0.02;     // the floor: this share of the configured rate...
   double min_floor = 0.1;        // ...but at least this many permits a second (or the configured rate)
   Micros forget_us = 600'000'000;  // an adaptation nobody asked through for this long is over
+  double sent_window_us = 2e6;     // the time constant of the measured rate of grants
 };
 
 inline constexpr Micros kNever = std::numeric_limits<Micros>::min() / 2;
@@ -46,6 +47,9 @@ struct AdaptiveState {
   std::int64_t demand_sec = 0;
   double demand_cur = 0;       // this second's arrivals
   double demand_prev = 0;      // the previous second's
+  // What is actually sent: grants a second, an exponentially weighted average (sent_window_us).
+  double sent = 0;
+  Micros sent_at = 0;
 };
 
 double floor_rate(double configured, const AdaptiveParams& p = {});
@@ -54,6 +58,9 @@ void note_demand(AdaptiveState& st, Micros now, double permits);
 // Requests a second the interface is asked for at `now`: the previous second's count weighted by
 // the share of it still inside the last second, plus this second's (a sliding window).
 double demand(const AdaptiveState& st, Micros now);
+// Counts a grant of `permits` at `now`, and the measured rate of grants at `now`.
+void note_grant(AdaptiveState& st, Micros now, double permits, const AdaptiveParams& p = {});
+double sent_rate(const AdaptiveState& st, Micros now, const AdaptiveParams& p = {});
 // The effective rate at `now` (after note_demand for the request being decided). Advances the
 // curve (or holds it while demand is below it) and ends the adaptation once it reaches `configured`.
 double effective_rate(AdaptiveState& st, double configured, Micros now, const AdaptiveParams& p = {});
@@ -70,7 +77,10 @@ struct ThrottleResult {
 };
 // A throttle signal from the upstream at `now`. `pause_us`: its Retry-After or RateLimit t (0:
 // none), capped at max_pause_us; `jitter_us` is added to a pause so that a fleet does not resume
-// in step. Call effective_rate first (the rate being sent is min(effective rate, demand)).
+// in step. The rate being sent is the effective rate, or the demand if less, or the measured rate
+// of grants if that is less still (a supplier's burst lets a rate through for a while that it does
+// not allow: what went through over the last seconds, pauses included, says more), but not under
+// beta times the other two (a measure that has not caught up after a quiet spell).
 ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Micros pause_us, Micros jitter_us,
                            const AdaptiveParams& p = {});
 // Whether a state holds nothing (not adapting, no pause ahead, no demand to remember): a missing one.
