@@ -5,6 +5,8 @@
 #       (`tollgate-sim --redis-lean-script`)
 #   RF  the same with a bucket of 1e12 + 0.5 permits, so that what remains is a fraction (as in
 #       most real buckets) and goes back as %.17g text rather than as an integer
+#   RA  the general script for an adaptive bucket (issue 17), never throttled: the same decision
+#       plus its adapted-rate hash (HMGET, HSET, PEXPIRE)
 #   RM  a minimal token bucket (TIME, HMGET, HSET, PEXPIRE on one key), for reference
 #   RP  PING: the fixed cost of one call
 # Each case runs redis-server under callgrind twice, fed N_LO and N_HI calls by `redis-benchmark
@@ -19,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIM=${1:-build/tollgate-sim}
-CASES=${CASES:-"RS RL RF RM RP"}
+CASES=${CASES:-"RS RA RL RF RM RP"}
 N_LO=${N_LO:-2000}
 N_HI=${N_HI:-6000}
 [[ -x $SIM ]] || { echo "redis_script_cost: no $SIM (build it first)" >&2; exit 1; }
@@ -47,14 +49,17 @@ run() {
     sleep 0.1
   done
   case $case in
-    RS) sha=$(redis-cli -p "$port" SCRIPT LOAD "$("$SIM" --redis-script)") ;;
+    RS|RA) sha=$(redis-cli -p "$port" SCRIPT LOAD "$("$SIM" --redis-script)") ;;
     RL|RF) sha=$(redis-cli -p "$port" SCRIPT LOAD "$("$SIM" --redis-lean-script)") ;;
     RM) sha=$(redis-cli -p "$port" SCRIPT LOAD "$MINIMAL_LUA") ;;
   esac
   case $case in
     # permits 1, timeout 0.5 s, pay now, Redis TIME, one bucket, no parent, no quota, no maxShare,
-    # then its shape: 1 µs interval, 1e12 permits (never empties), cool-down 1 µs, not warm.
-    RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 1 1000000000000 1 0 0 0 0) ;;
+    # not adaptive, then its shape: 1 µs interval, 1e12 permits (never empties), cool-down 1 µs, not warm.
+    RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 0 1 1000000000000 1 0 0 0 0) ;;
+    # The same bucket, adaptive (on): its hash as the second key, its rate (1e6/s) and burst after its shape.
+    RA) cmd=(EVALSHA "$sha" 2 "tollgate:{bench}" "tollgate:{bench}r:bench" 1 500000 0 "" 1 0 0 0 1 1 1000000000000 1 0 0 0 0 \
+             1000000 1000000000000) ;;
     # Redis TIME, pay now, interval 1 µs, 1e12 permits, then one decision: permits 1, timeout 0.5 s
     # (what the store sends for a decision alone).
     RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000 1 500000) ;;

@@ -11,9 +11,11 @@ net::awaitable<bool> send_answer(TimedSocket& stream, unsigned version, bool kee
   std::string head;
   head.reserve(256 + a.policy_header.size() + a.limit_header.size());
   append_status_line(head, version, a.status, reason_of(a.status));
-  append_field(head, "Content-Type", "application/problem+json");
-  // Marks the gateway's own answers: a 429 from here is never taken for the upstream's.
-  append_field(head, "X-Tollgate-Origin", "gateway");
+  // X-Tollgate-Origin marks the gateway's own answers: a 429 from here is never taken for the
+  // upstream's. Both fields are constant: one append.
+  static constexpr std::string_view kFixed =
+      "Content-Type: application/problem+json\r\nX-Tollgate-Origin: gateway\r\n";
+  head.append(kFixed);
   if (a.retry_after_s > 0) append_field(head, "Retry-After", std::to_string(a.retry_after_s));
   if (!a.allow.empty()) append_field(head, "Allow", a.allow);
   if (!a.policy_header.empty()) {

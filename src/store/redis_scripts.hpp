@@ -11,84 +11,91 @@
 namespace tollgate::store::scripts {
 
 // The adaptive rate of issue 17 (src/limiter/adaptive_rate.cpp), the same operations in the same
-// order, the start of kAcquire and kAdapt. Its state is a hash beside the bucket's (same hash tag): w w_max,
-// e epoch, l last, g last_signal, p pause_until, s demand second, c this second's arrivals, q the
-// previous second's, x the measured rate of grants, y when it was measured. A missing hash is a
-// rule that never adapted.
+// order, at the start of kAcquire and kAdapt as one function that makes them: a script pays for
+// each closure it creates on every call, so the general script makes them only for an adaptive
+// bucket. Its state is a hash beside the bucket's (same hash tag): w w_max, e epoch, l last,
+// g last_signal, p pause_until, s demand second, c this second's arrivals, q the previous
+// second's, x the measured rate of grants, y when it was measured. A missing hash is a rule that
+// never adapted.
 inline constexpr const char* kAdaptiveLua = R"LUA(
-local A_BETA, A_C, A_DEBOUNCE, A_MAX_PAUSE, A_FORGET = 0.7, 0.4, 500000, 60000000, 600000000
-local A_FLOOR_SHARE, A_MIN_FLOOR, A_SENT_WINDOW = 0.02, 0.1, 2e6
-local function a_load(key)
-  local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q', 'x', 'y')
-  return {wmax = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
-          signal = tonumber(h[4]) or -9007199254740992, pause = tonumber(h[5]) or 0,
-          ds = tonumber(h[6]) or 0, dc = tonumber(h[7]) or 0, dp = tonumber(h[8]) or 0,
-          sent = tonumber(h[9]) or 0, sat = tonumber(h[10]) or 0}
-end
-local function a_save(key, st)
-  redis.call('HSET', key, 'w', string.format('%.17g', st.wmax), 'e', st.epoch, 'l', st.last, 'g', st.signal,
-             'p', st.pause, 's', st.ds, 'c', string.format('%.17g', st.dc), 'q', string.format('%.17g', st.dp),
-             'x', string.format('%.17g', st.sent), 'y', st.sat)
-  redis.call('PEXPIRE', key, A_FORGET / 1000)
-end
-local function a_floor(conf)
-  local f = conf * A_FLOOR_SHARE
-  if f < A_MIN_FLOOR then f = A_MIN_FLOOR end
-  if f > conf then f = conf end
-  return f
-end
-local function a_note(st, t, permits)
-  local sec = math.floor(t / 1e6)
-  if sec > st.ds then
-    if sec == st.ds + 1 then st.dp = st.dc else st.dp = 0 end
-    st.dc = 0
-    st.ds = sec
+local function adaptive_lib()
+  local A_BETA, A_C, A_DEBOUNCE, A_MAX_PAUSE, A_FORGET = 0.7, 0.4, 500000, 60000000, 600000000
+  local A_FLOOR_SHARE, A_MIN_FLOOR, A_SENT_WINDOW = 0.02, 0.1, 2e6
+  local function a_load(key)
+    local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q', 'x', 'y')
+    return {wmax = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
+            signal = tonumber(h[4]) or -9007199254740992, pause = tonumber(h[5]) or 0,
+            ds = tonumber(h[6]) or 0, dc = tonumber(h[7]) or 0, dp = tonumber(h[8]) or 0,
+            sent = tonumber(h[9]) or 0, sat = tonumber(h[10]) or 0}
   end
-  st.dc = st.dc + permits
-end
-local function a_demand(st, t)
-  local sec = math.floor(t / 1e6)
-  local elapsed = t - sec * 1000000
-  local left = (1e6 - elapsed) / 1e6
-  if sec <= st.ds then return st.dp * left + st.dc end
-  if sec == st.ds + 1 then return st.dc * left end
-  return 0
-end
-local function a_sent(st, t)
-  if t <= st.sat then return st.sent end
-  return st.sent * math.exp(-(t - st.sat) / A_SENT_WINDOW)
-end
-local function a_grant(st, t, permits)
-  st.sent = a_sent(st, t) + permits * 1e6 / A_SENT_WINDOW
-  if t > st.sat then st.sat = t end
-end
-local function a_curve(st, t)
-  local x = (t - st.epoch) / 1e6
-  if x < 0 then x = 0 end
-  local k = (st.wmax * (1 - A_BETA) / A_C) ^ (1.0 / 3.0)
-  local d = x - k
-  return A_C * d * d * d + st.wmax
-end
-local function a_effective(st, conf, t)
-  if st.wmax > 0 and t - st.last > A_FORGET and st.pause <= t then st.wmax = 0 end
-  if not (st.wmax > 0) then return conf end
-  if t > st.last then
-    local from = st.last
-    if st.epoch > from then from = st.epoch end
-    if t > from and a_demand(st, t) < a_curve(st, t) then st.epoch = st.epoch + (t - from) end
-    st.last = t
+  local function a_save(key, st)
+    redis.call('HSET', key, 'w', string.format('%.17g', st.wmax), 'e', st.epoch, 'l', st.last, 'g', st.signal,
+               'p', st.pause, 's', st.ds, 'c', string.format('%.17g', st.dc), 'q', string.format('%.17g', st.dp),
+               'x', string.format('%.17g', st.sent), 'y', st.sat)
+    redis.call('PEXPIRE', key, A_FORGET / 1000)
   end
-  local w = a_curve(st, t)
-  if w >= conf then
-    st.wmax = 0
-    return conf
+  local function a_floor(conf)
+    local f = conf * A_FLOOR_SHARE
+    if f < A_MIN_FLOOR then f = A_MIN_FLOOR end
+    if f > conf then f = conf end
+    return f
   end
-  local rate = w
-  local d = a_demand(st, t)
-  if rate > d then rate = d end
-  local fl = a_floor(conf)
-  if rate < fl then rate = fl end
-  return rate
+  local function a_note(st, t, permits)
+    local sec = math.floor(t / 1e6)
+    if sec > st.ds then
+      if sec == st.ds + 1 then st.dp = st.dc else st.dp = 0 end
+      st.dc = 0
+      st.ds = sec
+    end
+    st.dc = st.dc + permits
+  end
+  local function a_demand(st, t)
+    local sec = math.floor(t / 1e6)
+    local elapsed = t - sec * 1000000
+    local left = (1e6 - elapsed) / 1e6
+    if sec <= st.ds then return st.dp * left + st.dc end
+    if sec == st.ds + 1 then return st.dc * left end
+    return 0
+  end
+  local function a_sent(st, t)
+    if t <= st.sat then return st.sent end
+    return st.sent * math.exp(-(t - st.sat) / A_SENT_WINDOW)
+  end
+  local function a_grant(st, t, permits)
+    st.sent = a_sent(st, t) + permits * 1e6 / A_SENT_WINDOW
+    if t > st.sat then st.sat = t end
+  end
+  local function a_curve(st, t)
+    local x = (t - st.epoch) / 1e6
+    if x < 0 then x = 0 end
+    local k = (st.wmax * (1 - A_BETA) / A_C) ^ (1.0 / 3.0)
+    local d = x - k
+    return A_C * d * d * d + st.wmax
+  end
+  local function a_effective(st, conf, t)
+    if st.wmax > 0 and t - st.last > A_FORGET and st.pause <= t then st.wmax = 0 end
+    if not (st.wmax > 0) then return conf end
+    if t > st.last then
+      local from = st.last
+      if st.epoch > from then from = st.epoch end
+      if t > from and a_demand(st, t) < a_curve(st, t) then st.epoch = st.epoch + (t - from) end
+      st.last = t
+    end
+    local w = a_curve(st, t)
+    if w >= conf then
+      st.wmax = 0
+      return conf
+    end
+    local rate = w
+    local d = a_demand(st, t)
+    if rate > d then rate = d end
+    local fl = a_floor(conf)
+    if rate < fl then rate = fl end
+    return rate
+  end
+  return {load = a_load, save = a_save, note = a_note, demand = a_demand, effective = a_effective,
+          sent = a_sent, grant = a_grant, floor = a_floor, BETA = A_BETA, DEBOUNCE = A_DEBOUNCE,
+          MAX_PAUSE = A_MAX_PAUSE}
 end
 )LUA";
 
@@ -254,14 +261,15 @@ local ka, kb, sa, sb
 if has_a then ka, sa, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
 -- Adaptive: the arrival counts as demand, and with `on` the bucket decides at the effective rate
 -- (its shape made here from that rate, as limiter::effective_params and shape_of make it).
-local ad, kad, eff, pause_left = nil, nil, 0, 0
+local A, ad, kad, eff, pause_left = nil, nil, nil, 0, 0
 if has_a and adaptive > 0 then
   kad = KEYS[ki]
   local conf, burst = tonumber(ARGV[base]), ARGV[base + 1]
   ki, base = ki + 1, base + 2
-  ad = a_load(kad)
-  a_note(ad, now, permits)
-  eff = a_effective(ad, conf, now)
+  A = adaptive_lib()
+  ad = A.load(kad)
+  A.note(ad, now, permits)
+  eff = A.effective(ad, conf, now)
   if adaptive == 1 then
     local mx = eff
     if burst ~= '' then mx = tonumber(burst) * eff / conf end
@@ -364,7 +372,7 @@ if not all then
   local out = {0, 0, retry, fmt(remaining), fmt(mx), bound, bound_quota, 0, 0, '0', 0, 0, '0'}
   for _, v in ipairs(qout) do table.insert(out, v) end
   if ad then
-    a_save(kad, ad)
+    A.save(kad, ad)
     table.insert(out, fmt(eff))
     table.insert(out, pause_left)
   end
@@ -389,8 +397,8 @@ end
 local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, share_release, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
 for _, v in ipairs(qout) do table.insert(out, v) end
 if ad then
-  a_grant(ad, now, permits)
-  a_save(kad, ad)
+  A.grant(ad, now, permits)
+  A.save(kad, ad)
   table.insert(out, fmt(eff))
   table.insert(out, pause_left)
 end
@@ -728,22 +736,23 @@ end
 local on, conf, burst = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
 local pause_us, jitter_us = tonumber(ARGV[5]), tonumber(ARGV[6])
 local fmt = function(x) return string.format('%.17g', x) end
-local st = a_load(KEYS[2])
-local eff = a_effective(st, conf, now)
+local A = adaptive_lib()
+local st = A.load(KEYS[2])
+local eff = A.effective(st, conf, now)
 local cut, from, to, paused = 0, 0, 0, 0
-if not (now - st.signal < A_DEBOUNCE) then
+if not (now - st.signal < A.DEBOUNCE) then
   st.signal = now
   local sent = eff
-  local d = a_demand(st, now)
+  local d = A.demand(st, now)
   if d < sent then sent = d end
-  local measured = a_sent(st, now)
+  local measured = A.sent(st, now)
   if measured < sent then
-    if measured > A_BETA * sent then sent = measured else sent = A_BETA * sent end
+    if measured > A.BETA * sent then sent = measured else sent = A.BETA * sent end
   end
-  local fl = a_floor(conf)
+  local fl = A.floor(conf)
   if sent < fl then sent = fl end
   if pause_us > 0 then
-    if pause_us > A_MAX_PAUSE then pause_us = A_MAX_PAUSE end
+    if pause_us > A.MAX_PAUSE then pause_us = A.MAX_PAUSE end
     if jitter_us < 0 then jitter_us = 0 end
     local untl = now + pause_us + jitter_us
     if untl > st.pause then
@@ -755,7 +764,7 @@ if not (now - st.signal < A_DEBOUNCE) then
   if st.pause > now then st.epoch = st.pause else st.epoch = now end
   st.last = now
   cut, from = 1, sent
-  to = a_effective(st, conf, now)
+  to = A.effective(st, conf, now)
   eff = to
   if on and paused == 1 then
     local h = redis.call('HMGET', KEYS[1], 's', 'n', 'm', 'c')
@@ -773,7 +782,7 @@ if not (now - st.signal < A_DEBOUNCE) then
     redis.call('PEXPIRE', KEYS[1], math.floor(((n - now) + tonumber(mx) * tonumber(cool)) / 1000) + 1000)
   end
 end
-a_save(KEYS[2], st)
+A.save(KEYS[2], st)
 local left = 0
 if st.pause > now then left = st.pause - now end
 return {cut, fmt(from), fmt(to), paused, st.pause, left, fmt(eff)}
