@@ -127,7 +127,8 @@ def main():
     stop_traffic = threading.Event()
     driver = None
     try:
-        mock = Process([args.mock, "--host", "127.0.0.1", "--port", "0", "--latency-ms", "5"])
+        # /supplier throttles its callers itself at 3/s (issue 17): its adaptive rule follows.
+        mock = Process([args.mock, "--host", "127.0.0.1", "--port", "0", "--latency-ms", "5", "--limit", "/supplier=3"])
         procs.append(mock)
         mock_port = int(mock.wait_for(r"listening on [^:]+:(\d+)").group(1))
 
@@ -147,6 +148,8 @@ def main():
                      "rateLimit": 2, "cache": 1.0, "status": 1},
                     {"configId": 2, "channelType": "DEMO", "interfaceNo": "C1", "interfaceUrl": "/calm",
                      "rateLimit": 100, "cache": 0.5, "status": 1},
+                    {"configId": 3, "channelType": "DEMO", "interfaceNo": "S1", "interfaceUrl": "/supplier",
+                     "rateLimit": 20, "cache": 0.5, "status": 1, "adaptive": "on"},
                 ],
             },
         }
@@ -187,6 +190,7 @@ def main():
                     stop_traffic.wait(pause)
         threads = [threading.Thread(target=caller, args=("/busy", 0.02), daemon=True) for _ in range(6)]
         threads.append(threading.Thread(target=caller, args=("/calm", 0.2), daemon=True))
+        threads += [threading.Thread(target=caller, args=("/supplier", 0.1), daemon=True) for _ in range(2)]
         for t in threads:
             t.start()
 
@@ -241,6 +245,17 @@ def main():
         wait_until("the /busy chart", lambda: driver.execute_script(
             "const p = document.querySelector(`tr[data-bucket='/busy'] svg polyline.rej`);"
             "return p && p.getAttribute('points').split(' ').some(xy => parseFloat(xy.split(',')[1]) < 26.5);"))
+        # The adaptive rule: its rate column shows the rate it decides at, below its rule's, and says why.
+        def rate_cell(bucket):
+            return driver.execute_script(
+                "const c = document.querySelector(`tr[data-bucket='${arguments[0]}'] td[data-col='rate']`);"
+                "return c ? [c.textContent, c.title] : ['', ''];", bucket)
+        adapted = wait_until("the adapted rate shown on /supplier", lambda: "→" in rate_cell("/supplier")[0] and rate_cell("/supplier"))
+        if "adaptive on" not in adapted[1] or "429" not in adapted[1]:
+            fail(f"/supplier's rate cell does not say why: {adapted!r}")
+        if "→" in rate_cell("/calm")[0]:
+            fail("/calm (not adaptive) shows an adapted rate")
+        print(f"console_test: /supplier's rate column: {adapted[0]!r} ({adapted[1]})")
         print(f"console_test: /busy held {max_held:.0f}, refused {minute:.0f} in the last minute; "
               f"refusals since start {first} -> {later}")
 
