@@ -128,7 +128,9 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
 }
 
 bool adaptive_rested(const AdaptiveState& st, Micros now) {
-  return !(st.w_max > 0) && st.pause_until <= now && demand(st, now) == 0;
+  // The measured rate decayed to nothing (about 50 s after the last grant): whatever is left of it
+  // can no longer change a cut (the floor is larger), so forgetting it decides as keeping it would.
+  return !(st.w_max > 0) && st.pause_until <= now && demand(st, now) == 0 && sent_rate(st, now) < 1e-9;
 }
 
 }  // namespace tollgate::limiter

@@ -186,7 +186,11 @@ GiveBack abandon(BucketState& st, const Shape& s, std::vector<Slot>& abandoned, 
 
 void rescale(BucketState& st, const Shape& old_shape, const Shape& new_shape, Micros now) {
   resync(st, old_shape, now);
-  if (old_shape.max_permits > 0.0) {
+  if (old_shape.max_permits > 0.0 && st.stored >= old_shape.max_permits) {
+    // Full stays full: exactly the new maximum, as a missing state (a rested bucket a store forgot)
+    // would be, not old * new / old rounded below it.
+    st.stored = new_shape.max_permits;
+  } else if (old_shape.max_permits > 0.0) {
     st.stored = st.stored * new_shape.max_permits / old_shape.max_permits;
   } else {
     // Guava: a bursty bucket of size 0 stays empty; a warming one starts cold (full).

@@ -415,8 +415,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   auto note_adaptive = [adaptive, &plan](const store::StoreDecision& d) {
     if (adaptive == nullptr || !(d.effective_rate > 0)) return;
     adaptive->adaptive().effective_rate.Set(d.effective_rate);
-    if (plan.request.adaptive == limiter::Adaptive::on)
-      adaptive->pause_until_us.store(steady_us() + d.paused_us, std::memory_order_relaxed);
+    if (plan.request.adaptive == limiter::Adaptive::on && d.paused_us > 0) adaptive->raise_pause(steady_us() + d.paused_us);
   };
   note_adaptive(sd);
   Verdict verdict = verdict_for(plan, sd);
@@ -438,6 +437,8 @@ net::awaitable<bool> Session::handle(std::string_view body) {
       BucketMetrics& bm = rules->metrics_of(*plan.rule);
       // Only an adaptive bucket's hold may need it: no clock read otherwise.
       const std::int64_t window_end = adaptive ? steady_us() + plan.request.timeout_us : 0;
+      // The pause this slot was granted knowing of: only a later one voids it.
+      std::int64_t known_pause = adaptive ? bm.pause_until_us.load(std::memory_order_relaxed) : 0;
       for (int round = 0;; ++round) {
         if (!co_await hold(bm, std::chrono::microseconds(verdict.wait_us))) {
           // The client left before its slot: its slot comes back now if nobody live queued behind
@@ -448,18 +449,22 @@ net::awaitable<bool> Session::handle(std::string_view body) {
         }
         // An adaptive bucket paused while it waited (the upstream said Retry-After): its slot
         // went with the pause. It asks again with what is left of its window: a slot after the
-        // pause, or a 429 saying when.
+        // pause, or a 429 saying when. (A pause known when the slot was granted, give or take the
+        // few milliseconds by which gateways' readings of it differ, does not count.)
+        if (adaptive == nullptr || plan.request.adaptive != limiter::Adaptive::on) break;
         const std::int64_t now = steady_us();
-        if (adaptive == nullptr || plan.request.adaptive != limiter::Adaptive::on ||
-            bm.pause_until_us.load(std::memory_order_relaxed) <= now || round == 3)
-          break;
-        plan.request.timeout_us = std::max<std::int64_t>(0, window_end - now);
+        const std::int64_t pause = bm.pause_until_us.load(std::memory_order_relaxed);
+        if (pause <= now || pause <= known_pause + 5'000) break;
+        known_pause = pause;
+        // At most three times; the fourth asks only for a permit now.
+        plan.request.timeout_us = round < 3 ? std::max<std::int64_t>(0, window_end - now) : 0;
         sd = co_await deps.store.try_acquire(plan.request);
         note_adaptive(sd);
         verdict = verdict_for(plan, sd);
         if (verdict.action == Action::hold) continue;
         if (verdict.action == Action::forward) break;
-        bm.adaptive().paused_rejections.Increment();
+        // Counted as delayed when it was held; the pause that caught it is counted here.
+        if (verdict.action == Action::reject) bm.adaptive().paused_rejections.Increment();
         if (access.log) access.policy = verdict.bound;
         access.rec.status = verdict.action == Action::reject ? 429 : 503;
         const RateLimitFields fields{verdict.policy_header, verdict.limit_header};
@@ -493,7 +498,7 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
   if (!o.ok) co_return;  // the store is down: it decides by its failure policy, nothing to adapt
   AdaptiveSeries& series = bm.adaptive();
   series.effective_rate.Set(o.effective_rate);
-  if (mode == limiter::Adaptive::on) bm.pause_until_us.store(steady_us() + o.pause_left_us, std::memory_order_relaxed);
+  if (mode == limiter::Adaptive::on && o.pause_left_us > 0) bm.raise_pause(steady_us() + o.pause_left_us);
   if (!o.result.cut) co_return;  // the same episode as a cut a moment ago (here or elsewhere in the fleet)
   series.cuts.Increment();
   if (o.result.paused) series.pauses.Increment();

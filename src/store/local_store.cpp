@@ -364,8 +364,16 @@ RefundResult LocalStore::give_back_slots(const AcquireRequest& req, const Reserv
       returned = g.returned;
       out.remembered = out.remembered || g.remembered;
     };
-    if (req.use_bucket)
-      abandon(find(shards_[ia], req.bucket.name, req.per_client_bucket), {r.release, r.cost, r.spent}, out.bucket);
+    if (req.use_bucket) {
+      Entry* e = find(shards_[ia], req.bucket.name, req.per_client_bucket);
+      abandon(e, {r.release, r.cost, r.spent}, out.bucket);
+      // An adaptive bucket's pause: what comes back never reopens it early (as kRefund).
+      if (e && e->adaptive && req.adaptive == limiter::Adaptive::on && e->adaptive->pause_until > now &&
+          e->state.next_free < e->adaptive->pause_until && out.bucket > 0) {
+        e->state.next_free = e->adaptive->pause_until;
+        e->state.stored = 0;
+      }
+    }
     if (req.parent)
       abandon(find(shards_[ib], req.parent->name, false), {r.parent_release, r.parent_cost, r.parent_spent}, out.parent);
   }

@@ -163,7 +163,9 @@ local function load(key, sh)
     st.rescaled = true -- kept even if this request is rejected, as the in-process store does
     -- The rule changed: resync with the old shape, rescale to the new maximum (Guava's setRate).
     resync(st, old_max, old_cool)
-    if old_max > 0 then
+    if old_max > 0 and st.stored >= old_max then
+      st.stored = sh.max -- full stays full (as a missing hash would be), not a rounding below it
+    elseif old_max > 0 then
       st.stored = st.stored * sh.max / old_max
     elseif sh.warm then
       st.stored = sh.max
@@ -495,7 +497,9 @@ while i <= n_args do
           stored = min(om, stored + (now - nxt) / oc)
           nxt = now
         end
-        if om > 0 then
+        if om > 0 and stored >= om then
+          stored = max -- full stays full (as in kAcquire)
+        elseif om > 0 then
           stored = stored * max / om
         elseif warm then
           stored = max
@@ -659,7 +663,7 @@ for i = 1, nb do
   local given, kept = 0, 0
   -- 'k' numbers the slots remembered for this state: a state without it (missing, or created anew
   -- since) holds none of the reservations a leftover set would name.
-  local h = redis.call('HMGET', key, 's', 'n', 'm', 'k')
+  local h = redis.call('HMGET', key, 's', 'n', 'm', 'k', 'f')
   if not h[4] then redis.call('DEL', set) end
   if h[1] then
     local stored, nxt, max = tonumber(h[1]), tonumber(h[2]), tonumber(h[3])
@@ -704,6 +708,12 @@ for i = 1, nb do
         x = newest()
       end
       redis.call('ZREMRANGEBYSCORE', set, '(' .. fmt(nxt), '+inf') -- after the tail: never the newest again
+      -- An adaptive bucket's pause (kAdapt's 'f'): what comes back never reopens it early.
+      local pause = tonumber(h[5])
+      if pause and pause > now and nxt < pause then
+        nxt = pause
+        stored = 0
+      end
       redis.call('HSET', key, 's', fmt(stored), 'n', fmt(nxt))
     end
   end
@@ -714,14 +724,10 @@ if #KEYS > 2 * nb then redis.call('ZREM', KEYS[2 * nb + 1], ARGV[4 + nb * 3]) en
 return out
 )LUA";
 
-// The admin API's read of buckets (no writes): Redis TIME once, then for each bucket its stored
-// permits and next free slot ("" when the key is missing: a full, rested bucket) and how many
-// abandoned slots are still ahead of now.
-// KEYS: bucket1, abandoned1, bucket2, abandoned2, ...
-// Returns {seconds, microseconds, then per bucket: s, n, abandoned ahead}.
 // A throttle signal for an adaptive bucket (issue 17): limiter::on_throttle on the hash kAcquire
 // keeps, at Redis time, so that every gateway of the fleet cuts and pauses the same bucket once per
-// episode. With `on`, a pause also empties the bucket until it ends (as LocalStore::adapt).
+// episode. With `on`, a pause also empties the bucket until it ends (as LocalStore::adapt), and
+// is kept in its hash ('f') so that a refund cannot bring a slot back inside it (kRefund).
 // KEYS[1] the bucket, KEYS[2] its adaptive hash. ARGV[1] now_us ('' = Redis TIME), ARGV[2] 1 on,
 // 2 shadow, ARGV[3] the configured rate, ARGV[4] its burst ('' unset), ARGV[5] pause_us, ARGV[6] jitter_us.
 // Returns {cut (0/1), from, to, paused (0/1), pause_until, pause left, effective rate}.
@@ -778,7 +784,7 @@ if not (now - st.signal < A.DEBOUNCE) then
       if burst ~= '' then m = tonumber(burst) end
       mx, cool = fmt(m), fmt(interval)
     end
-    redis.call('HSET', KEYS[1], 's', '0', 'n', fmt(n), 'm', mx, 'c', cool)
+    redis.call('HSET', KEYS[1], 's', '0', 'n', fmt(n), 'm', mx, 'c', cool, 'f', st.pause)
     redis.call('PEXPIRE', KEYS[1], math.floor(((n - now) + tonumber(mx) * tonumber(cool)) / 1000) + 1000)
   end
 end
@@ -789,6 +795,11 @@ return {cut, fmt(from), fmt(to), paused, st.pause, left, fmt(eff)}
 )LUA";
 inline const std::string kAdapt = std::string(kAdaptiveLua) + kAdaptBody;
 
+// The admin API's read of buckets (no writes): Redis TIME once, then for each bucket its stored
+// permits and next free slot ("" when the key is missing: a full, rested bucket) and how many
+// abandoned slots are still ahead of now.
+// KEYS: bucket1, abandoned1, bucket2, abandoned2, ...
+// Returns {seconds, microseconds, then per bucket: s, n, abandoned ahead}.
 inline constexpr const char* kInspect = R"LUA(
 local t = redis.call('TIME')
 local after = '(' .. t[1] .. string.format('%06d', tonumber(t[2]))

@@ -267,8 +267,9 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
     std::mt19937_64 rng(7);
     BucketParams params;
     params.rate = 50;
-    int cuts = 0, pauses = 0, granted = 0, rejected = 0;
+    int cuts = 0, pauses = 0, granted = 0, rejected = 0, refunded = 0;
     double lowest = 50;
+    std::vector<std::pair<AcquireRequest, Reservation>> held;
     for (int step = 0; step < 4000; ++step) {
       clock.advance(static_cast<Micros>(rng() % 40'000));
       if (rng() % 800 == 0) {  // an operator edit: a new rate, sometimes an explicit burst
@@ -306,7 +307,17 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
       ASSERT_EQ(l.paused_us, r.paused_us);
       lowest = std::min(lowest, l.effective_rate);
       (l.decision.granted ? granted : rejected)++;
+      if (l.decision.granted && l.decision.wait_us > 0) held.push_back({req, l.reservation});
+      if (!held.empty() && rng() % 5 == 0) {  // a held caller leaves: never reopens a pause
+        auto [hreq, res] = held.back();
+        held.pop_back();
+        const RefundResult lb = local.give_back_slots(hreq, res);
+        ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(hreq, res, clock.now_us())));
+        refunded += lb.any();
+      }
+      if (held.size() > 64) held.erase(held.begin());
     }
+    EXPECT_GT(refunded, 20);
     EXPECT_GT(cuts, 20);
     EXPECT_GT(pauses, 5);
     EXPECT_GT(granted, 500);

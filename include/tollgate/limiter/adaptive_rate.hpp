@@ -83,7 +83,8 @@ struct ThrottleResult {
 // beta times the other two (a measure that has not caught up after a quiet spell).
 ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Micros pause_us, Micros jitter_us,
                            const AdaptiveParams& p = {});
-// Whether a state holds nothing (not adapting, no pause ahead, no demand to remember): a missing one.
+// Whether a state holds nothing (not adapting, no pause ahead, no demand and no measured rate to
+// remember): it decides as a missing one.
 bool adaptive_rested(const AdaptiveState& st, Micros now);
 
 }  // namespace tollgate::limiter

@@ -101,9 +101,15 @@ class BucketMetrics {
   // The adaptive series: made on the first call. `adaptive_seen` says whether that happened.
   AdaptiveSeries& adaptive();
   const AdaptiveSeries* adaptive_seen() const { return adaptive_.load(std::memory_order_acquire); }
-  // The bucket's pause as last heard from the store (steady clock, us): held requests check it
-  // when they wake.
+  // The bucket's pause as heard from the store (steady clock, us): held requests check it when
+  // they wake. Only ever raised (raise_pause): a store's pauses never shrink, and a decision made
+  // before a pause whose answer lands after it must not erase it.
   std::atomic<std::int64_t> pause_until_us{0};
+  void raise_pause(std::int64_t until) {
+    std::int64_t seen = pause_until_us.load(std::memory_order_relaxed);
+    while (until > seen && !pause_until_us.compare_exchange_weak(seen, until, std::memory_order_relaxed)) {
+    }
+  }
   void note_event(AdaptiveEvent e);
   AdaptiveEvent last_event() const;
 

@@ -178,6 +178,22 @@ TEST(TokenBucket, SetRateKeepsTheReservationAlreadyMade) {
   EXPECT_EQ(b.acquire(1, 200000).wait_us, 100000);  // then 10/s
 }
 
+// A full bucket stays exactly full across a rate change: the new maximum, as a store that forgot
+// the rested bucket would start it, not old * new / old rounded one ulp below.
+TEST(TokenBucket, RescaleKeepsAFullBucketExactlyFull) {
+  for (double from : {3.0, 7.0, 49.999, 50.0}) {
+    for (double to : {0.3, 1.1, 13.7, 35.000000001, 49.9}) {
+      BucketParams a, b;
+      a.rate = from;
+      b.rate = to;
+      const Shape sa = shape_of(a), sb = shape_of(b);
+      BucketState st = full_state(sa, 1'000);
+      rescale(st, sa, sb, 5'000'000);
+      EXPECT_EQ(st.stored, sb.max_permits) << from << " -> " << to;
+    }
+  }
+}
+
 TEST(TokenBucket, SetRateRescalesStoredPermitsToTheNewMaximum) {
   TokenBucket b(bursty(5), 0, Initial::full);
   for (int i = 0; i < 3; ++i) b.acquire(1, 0);  // 2 of 5 left

@@ -47,6 +47,39 @@ TEST(LocalStore, ChangedRateRescalesInsteadOfRefilling) {
   EXPECT_EQ(d.decision.wait_us, 100000);
 }
 
+// Issue 17: an adaptive bucket decides at its adapted rate; a pause empties it until it ends, and
+// callers who leave cannot bring a slot back inside the pause.
+TEST(LocalStore, AnAdaptiveBucketPausesAndARefundNeverReopensThePause) {
+  ManualClock clock;
+  LocalStore s(clock);
+  AcquireRequest req{{"/a", rate(10)}, {}, {}, 1, 2'000'000};
+  req.adaptive = limiter::Adaptive::on;
+  std::vector<Reservation> held;
+  for (int i = 0; i < 25; ++i) {  // 10 at once, then a queue 1.5 s long
+    const StoreDecision d = s.decide(req);
+    ASSERT_TRUE(d.decision.granted);
+    EXPECT_EQ(d.effective_rate, 10);
+    if (d.decision.wait_us > 0) held.push_back(d.reservation);
+  }
+  const AdaptOutcome o = s.adapt(req, 1'000'000, 0);  // Retry-After: 1
+  ASSERT_TRUE(o.ok);
+  EXPECT_TRUE(o.result.cut && o.result.paused);
+  EXPECT_EQ(o.pause_left_us, 1'000'000);
+  // Every held caller leaves, newest first: the queue's slots come back, but not inside the pause.
+  for (auto it = held.rbegin(); it != held.rend(); ++it) s.give_back_slots(req, *it);
+  AcquireRequest now_only = req;
+  now_only.timeout_us = 0;
+  const StoreDecision refused = s.decide(now_only);
+  EXPECT_FALSE(refused.decision.granted);
+  EXPECT_GE(refused.decision.retry_after_us, 1'000'000 - 1);  // not before the pause ends
+  EXPECT_EQ(refused.paused_us, 1'000'000);
+  clock.advance(1'000'000);
+  const StoreDecision after = s.decide(req);  // the pause is over: a slot at the adapted rate
+  EXPECT_TRUE(after.decision.granted);
+  EXPECT_LT(after.effective_rate, 10);
+  EXPECT_EQ(after.paused_us, 0);
+}
+
 TEST(LocalStore, EvictionOfRestedBucketsChangesNoDecision) {
   ManualClock clock;
   LocalStore s(clock);
