@@ -128,9 +128,10 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
 }
 
 bool adaptive_rested(const AdaptiveState& st, Micros now) {
-  // The measured rate decayed to nothing (about 50 s after the last grant): whatever is left of it
-  // can no longer change a cut (the floor is larger), so forgetting it decides as keeping it would.
-  return !(st.w_max > 0) && st.pause_until <= now && demand(st, now) == 0 && sent_rate(st, now) < 1e-9;
+  // The measured rate decayed to nothing (about 100 s after the last grant): what is left of it is
+  // below half an ulp of a whole permit's share (0.5), so neither the next grant's sum nor a cut
+  // sees it, and forgetting it decides as keeping it would (the Redis hash keeps it 10 minutes).
+  return !(st.w_max > 0) && st.pause_until <= now && demand(st, now) == 0 && sent_rate(st, now) < 1e-20;
 }
 
 }  // namespace tollgate::limiter

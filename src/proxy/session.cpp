@@ -437,8 +437,10 @@ net::awaitable<bool> Session::handle(std::string_view body) {
       BucketMetrics& bm = rules->metrics_of(*plan.rule);
       // Only an adaptive bucket's hold may need it: no clock read otherwise.
       const std::int64_t window_end = adaptive ? steady_us() + plan.request.timeout_us : 0;
-      // The pause this slot was granted knowing of: only a later one voids it.
-      std::int64_t known_pause = adaptive ? bm.pause_until_us.load(std::memory_order_relaxed) : 0;
+      // The pause this slot was granted knowing of (the decision's own, not the shared marker: another
+      // thread may have raised that for a pause the store began just after this grant): only a
+      // later one voids it.
+      std::int64_t known_pause = adaptive && sd.paused_us > 0 ? steady_us() + sd.paused_us : 0;
       for (int round = 0;; ++round) {
         if (!co_await hold(bm, std::chrono::microseconds(verdict.wait_us))) {
           // The client left before its slot: its slot comes back now if nobody live queued behind
@@ -455,11 +457,11 @@ net::awaitable<bool> Session::handle(std::string_view body) {
         const std::int64_t now = steady_us();
         const std::int64_t pause = bm.pause_until_us.load(std::memory_order_relaxed);
         if (pause <= now || pause <= known_pause + 5'000) break;
-        known_pause = pause;
         // At most three times; the fourth asks only for a permit now.
         plan.request.timeout_us = round < 3 ? std::max<std::int64_t>(0, window_end - now) : 0;
         sd = co_await deps.store.try_acquire(plan.request);
         note_adaptive(sd);
+        known_pause = sd.paused_us > 0 ? steady_us() + sd.paused_us : 0;
         verdict = verdict_for(plan, sd);
         if (verdict.action == Action::hold) continue;
         if (verdict.action == Action::forward) break;

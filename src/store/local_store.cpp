@@ -43,7 +43,8 @@ void LocalStore::sweep(Shard& shard, Micros now) {
   std::erase_if(shard.map, [now](const auto& kv) {
     const Entry& e = kv.second;
     if (e.kind == Kind::bucket)
-      return rested(e.state, e.shape, now) && (!e.adaptive || limiter::adaptive_rested(*e.adaptive, now));
+      return rested(e.state, e.shape, now) && (!e.adaptive || limiter::adaptive_rested(*e.adaptive, now)) &&
+             e.pause_floor <= now;
     limiter::WindowState w = e.window;  // a shared quota counter with nothing left to remember
     limiter::roll(w, e.window_params, now);
     return w.current == 0 && w.previous == 0;
@@ -367,10 +368,9 @@ RefundResult LocalStore::give_back_slots(const AcquireRequest& req, const Reserv
     if (req.use_bucket) {
       Entry* e = find(shards_[ia], req.bucket.name, req.per_client_bucket);
       abandon(e, {r.release, r.cost, r.spent}, out.bucket);
-      // An adaptive bucket's pause: what comes back never reopens it early (as kRefund).
-      if (e && e->adaptive && req.adaptive == limiter::Adaptive::on && e->adaptive->pause_until > now &&
-          e->state.next_free < e->adaptive->pause_until && out.bucket > 0) {
-        e->state.next_free = e->adaptive->pause_until;
+      // A pause applied to the bucket: what comes back never reopens it early (as kRefund).
+      if (e && e->pause_floor > now && e->state.next_free < e->pause_floor && out.bucket > 0) {
+        e->state.next_free = e->pause_floor;
         e->state.stored = 0;
       }
     }
@@ -416,6 +416,7 @@ AdaptOutcome LocalStore::adapt(const AcquireRequest& req, Micros pause_us, Micro
     // empty then. Grants made before it are void (their holders ask again when they wake).
     e->state.stored = 0;
     if (e->state.next_free < st.pause_until) e->state.next_free = st.pause_until;
+    e->pause_floor = st.pause_until;
   }
   out.pause_left_us = st.pause_until > now ? st.pause_until - now : 0;
   out.ok = true;

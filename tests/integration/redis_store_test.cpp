@@ -326,6 +326,49 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
   }
 }
 
+// A pause (1 s) applied to a bucket with a queue 1.5 s long, then every held caller leaves: the
+// slots after the pause come back, those inside it do not reopen it, in the script (the bucket's
+// 'f') as in the local store.
+TEST_F(RedisScript, ARefundNeverReopensAPause) {
+  begin(Route::general);
+  ManualClock clock(1'700'000'000'000'000);
+  LocalStore local(clock);
+  BucketParams p;
+  p.rate = 10;
+  AcquireRequest req{{"/a", p}, {}, "", 1.0, 2'000'000};
+  req.adaptive = limiter::Adaptive::on;
+  std::vector<Reservation> held;
+  for (int i = 0; i < 25; ++i) {
+    const StoreDecision l = local.decide(req);
+    ASSERT_NO_FATAL_FAILURE(expect_same(l, acquire(req, clock.now_us())));
+    if (l.decision.wait_us > 0) held.push_back(l.reservation);
+  }
+  const AdaptOutcome lo = local.adapt(req, 1'000'000, 0);
+  std::vector<std::string> args{"EVAL", adapt_script()};
+  for (auto& a : adapt_call(req, "t:", 1'000'000, 0, std::to_string(clock.now_us()))) args.push_back(a);
+  redisReply* r = redis->cmd(args);
+  const auto ro = parse_adapt_reply(items(r), clock.now_us());
+  if (r) freeReplyObject(r);
+  ASSERT_TRUE(ro.has_value());
+  ASSERT_TRUE(lo.result.paused && ro->result.paused);
+  int given = 0;
+  for (auto it = held.rbegin(); it != held.rend(); ++it) {
+    const RefundResult lb = local.give_back_slots(req, *it);
+    ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(req, *it, clock.now_us())));
+    given += static_cast<int>(lb.bucket);
+  }
+  // The slots after the pause's end came back; those inside it are void and stay taken.
+  EXPECT_GT(given, 0);
+  EXPECT_LT(given, static_cast<int>(held.size()));
+  AcquireRequest now_only = req;
+  now_only.timeout_us = 0;
+  const StoreDecision l = local.decide(now_only);
+  const StoreDecision rr = acquire(now_only, clock.now_us());
+  ASSERT_NO_FATAL_FAILURE(expect_same(l, rr));
+  EXPECT_FALSE(rr.decision.granted);  // nothing before the pause ends
+  EXPECT_GE(rr.decision.retry_after_us, 1'000'000 - 1);
+}
+
 // Coalesced decisions: the requests for one bucket that arrive while its call is in flight go in one
 // lean call and are decided in order at one instant, with the refunds of held callers who left
 // in their places. Random batches (1 to 8 requests, random permits and timeouts, refunds of random

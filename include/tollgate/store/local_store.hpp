@@ -58,6 +58,9 @@ class LocalStore final : public BucketStore {
     std::unique_ptr<std::vector<limiter::Slot>> abandoned;
     // bucket of an adaptive rule: its adapted rate and pause (allocated on its first request)
     std::unique_ptr<limiter::AdaptiveState> adaptive;
+    // bucket: the end of the last pause applied to it (Adaptive::on; Redis keeps it as field 'f'):
+    // refunds never bring a slot back before it, whatever the rule's mode is by then
+    Micros pause_floor = 0;
   };
   struct ClientSlot {
     std::string key;
