@@ -12,16 +12,13 @@
 #include "tollgate/proxy/refusals.hpp"
 #include "tollgate/proxy/request_target.hpp"
 #include "tollgate/proxy/throttle.hpp"
+#include "tollgate/limiter/clock.hpp"
 #include "tollgate/log_line.hpp"
 #include "upstream.hpp"
 
 namespace tollgate::proxy {
 
 namespace {
-
-std::int64_t steady_us(std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now()) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
-}
 
 // Writes the access log line when the request is done, whichever way it ended.
 struct LogOnExit {
@@ -415,7 +412,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   auto note_adaptive = [adaptive, &plan](const store::StoreDecision& d) {
     if (adaptive == nullptr || !(d.effective_rate > 0)) return;
     adaptive->adaptive().effective_rate.Set(d.effective_rate);
-    if (plan.request.adaptive == limiter::Adaptive::on && d.paused_us > 0) adaptive->raise_pause(steady_us() + d.paused_us);
+    if (plan.request.adaptive == limiter::Adaptive::on && d.paused_us > 0) adaptive->raise_pause(limiter::steady_now_us() + d.paused_us);
   };
   note_adaptive(sd);
   Verdict verdict = verdict_for(plan, sd);
@@ -436,11 +433,11 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     case Action::hold: {
       BucketMetrics& bm = rules->metrics_of(*plan.rule);
       // Only an adaptive bucket's hold may need it: no clock read otherwise.
-      const std::int64_t window_end = adaptive ? steady_us() + plan.request.timeout_us : 0;
+      const std::int64_t window_end = adaptive ? limiter::steady_now_us() + plan.request.timeout_us : 0;
       // The pause this slot was granted knowing of (the decision's own, not the shared marker: another
       // thread may have raised that for a pause the store began just after this grant): only a
       // later one voids it.
-      std::int64_t known_pause = adaptive && sd.paused_us > 0 ? steady_us() + sd.paused_us : 0;
+      std::int64_t known_pause = adaptive && sd.paused_us > 0 ? limiter::steady_now_us() + sd.paused_us : 0;
       for (int round = 0;; ++round) {
         if (!co_await hold(bm, std::chrono::microseconds(verdict.wait_us))) {
           // The client left before its slot: its slot comes back now if nobody live queued behind
@@ -454,14 +451,14 @@ net::awaitable<bool> Session::handle(std::string_view body) {
         // pause, or a 429 saying when. (A pause known when the slot was granted, give or take the
         // few milliseconds by which gateways' readings of it differ, does not count.)
         if (adaptive == nullptr || plan.request.adaptive != limiter::Adaptive::on) break;
-        const std::int64_t now = steady_us();
+        const std::int64_t now = limiter::steady_now_us();
         const std::int64_t pause = bm.pause_until_us.load(std::memory_order_relaxed);
         if (pause <= now || pause <= known_pause + 5'000) break;
         // At most three times; the fourth asks only for a permit now.
         plan.request.timeout_us = round < 3 ? std::max<std::int64_t>(0, window_end - now) : 0;
         sd = co_await deps.store.try_acquire(plan.request);
         note_adaptive(sd);
-        known_pause = sd.paused_us > 0 ? steady_us() + sd.paused_us : 0;
+        known_pause = sd.paused_us > 0 ? limiter::steady_now_us() + sd.paused_us : 0;
         verdict = verdict_for(plan, sd);
         if (verdict.action == Action::hold) continue;
         if (verdict.action == Action::forward) break;
@@ -500,7 +497,7 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
   if (!o.ok) co_return;  // the store is down: it decides by its failure policy, nothing to adapt
   AdaptiveSeries& series = bm.adaptive();
   series.effective_rate.Set(o.effective_rate);
-  if (mode == limiter::Adaptive::on && o.pause_left_us > 0) bm.raise_pause(steady_us() + o.pause_left_us);
+  if (mode == limiter::Adaptive::on && o.pause_left_us > 0) bm.raise_pause(limiter::steady_now_us() + o.pause_left_us);
   if (!o.result.cut) co_return;  // the same episode as a cut a moment ago (here or elsewhere in the fleet)
   series.cuts.Increment();
   if (o.result.paused) series.pauses.Increment();

@@ -1,13 +1,12 @@
 #include "upstream.hpp"
 
-#include "tollgate/proxy/upstream_signal.hpp"
-
 #include <array>
 #include <boost/beast/core/string.hpp>
 #include <cstdio>
 #include <sys/socket.h>
 
 #include "responses.hpp"
+#include "tollgate/proxy/upstream_signal.hpp"
 
 namespace tollgate::proxy {
 

@@ -2,6 +2,8 @@
 
 #include "tollgate/store/redis_store.hpp"
 
+#include "tollgate/limiter/clock.hpp"
+
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <unistd.h>
@@ -239,8 +241,7 @@ boost::asio::awaitable<AdaptOutcome> RedisStore::throttled(AcquireRequest req, M
   std::vector<std::string> args{"EVAL", adapt_script()};
   for (auto& a : adapt_call(req, options_.key_prefix, pause_us, jitter_us)) args.push_back(std::move(a));
   Reply r = co_await call_routed(*l, c, std::move(args), nullptr);
-  const Micros now = std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::steady_clock::now().time_since_epoch()).count();
+  const Micros now = limiter::steady_now_us();
   std::optional<AdaptOutcome> parsed;
   if (r.ok) parsed = parse_adapt_reply(r.items, now);
   if (!parsed) {
