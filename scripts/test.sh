@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds from scratch in build-test/, starts the servers the integration
 # tests use (a private MariaDB and a private Redis, on free loopback ports, in a temporary folder),
-# runs every test through ctest, and stops the servers again.
+# runs every test through ctest, and stops the servers again; then the sanitizer, fuzzing and
+# compose (Docker image and fleet, tests/compose/run.sh) stages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -62,4 +63,8 @@ for target in config request rules http1; do
     "$work" tests/fuzz/corpus/$target 2>"$work.log" || { tail -40 "$work.log"; exit 1; }
   tail -1 "$work.log"
 done
+# The image and the compose fleet, as users run them (a private Docker engine; skips, saying why,
+# where none can run).
+echo "test: compose"
+tests/compose/run.sh
 echo "test: all stages passed"

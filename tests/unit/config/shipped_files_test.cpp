@@ -1,5 +1,5 @@
-// The files shipped for operators: every conf/ variant parses, and docker-compose.yml (which
-// cannot run here: no Docker engine) names the services it should and mounts paths that exist.
+// The files shipped for operators: every conf/ variant parses, and docker-compose.yml names the
+// services it should and mounts paths that exist (tests/compose/run.sh runs the fleet itself).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -43,7 +43,7 @@ TEST(ShippedFiles, ComposeServicesAndMounts) {
   bool in_services = false;
   int mounts = 0;
   while (std::getline(lines, line)) {
-    if (line.rfind("services:", 0) == 0) in_services = true;
+    if (!line.empty() && line[0] != ' ' && line[0] != '#') in_services = line.rfind("services:", 0) == 0;
     std::smatch m;
     if (in_services && std::regex_match(line, m, service)) services.insert(m[1]);
     if (std::regex_search(line, m, mount)) {
@@ -54,6 +54,28 @@ TEST(ShippedFiles, ComposeServicesAndMounts) {
   EXPECT_EQ(services, (std::set<std::string>{"mysql", "redis", "upstream", "gateway-a", "gateway-b"}));
   EXPECT_GE(mounts, 3);
   EXPECT_TRUE(std::filesystem::exists(kRoot + "/Dockerfile"));
+}
+
+// What tests/compose/run.sh proves on a machine with a Docker engine, checked on the text where there
+// is none: one image built once, the admin token required, the image not running as root.
+TEST(ShippedFiles, ComposeBuildsOneImageAndRequiresTheToken) {
+  const std::string compose = read(kRoot + "/docker-compose.yml");
+  const std::regex build(R"(^\s+build:)");
+  int builds = 0;
+  std::istringstream lines(compose);
+  for (std::string line; std::getline(lines, line);) builds += std::regex_search(line, build);
+  EXPECT_EQ(builds, 1);
+  EXPECT_NE(compose.find("${TOLLGATE_ADMIN_TOKEN:?"), std::string::npos);
+  EXPECT_EQ(compose.find("TOLLGATE_ADMIN_TOKEN:-"), std::string::npos);
+  const std::string docker = read(kRoot + "/Dockerfile");
+  const auto user = docker.rfind("\nUSER ");
+  ASSERT_NE(user, std::string::npos);
+  const std::string who = docker.substr(user + 6, docker.find_first_of(":\n", user + 6) - user - 6);
+  EXPECT_NE(who, "root");
+  EXPECT_NE(who, "0");
+  for (const char* k : {"\nHEALTHCHECK ", "\nCMD ", "\nEXPOSE ", "\nSTOPSIGNAL SIGTERM"}) {
+    EXPECT_NE(docker.find(k), std::string::npos) << k;
+  }
 }
 
 TEST(ShippedFiles, SqlScriptsAreIdempotentByConstruction) {
