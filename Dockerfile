@@ -5,8 +5,8 @@
 
 # --- build: the compiler and the -dev packages, never shipped -----------------------------------
 FROM debian:12 AS build
-RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+RUN apt-get -o Acquire::Retries=3 update \
+    && DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 install -y --no-install-recommends \
        cmake g++ make pkg-config libboost-dev nlohmann-json3-dev libmysqlcppconn-dev libhiredis-dev \
        libjemalloc-dev libspdlog-dev prometheus-cpp-dev \
     && apt-get clean && rm -rf /var/lib/apt/lists/*
@@ -25,8 +25,8 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DTOLLGATE_BUILD_TESTS=OFF \
 # --- runtime ----------------------------------------------------------------------------------
 FROM debian:12
 # The shared libraries the binaries link (ldd build/tollgate), nothing else.
-RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+RUN apt-get -o Acquire::Retries=3 update \
+    && DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 install -y --no-install-recommends \
        libjemalloc2 libspdlog1.10 libprometheus-cpp-core1.0 libhiredis0.14 libmysqlcppconn7v5 \
     && apt-get clean && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /nonexistent --no-create-home \
@@ -36,6 +36,8 @@ COPY scripts/healthcheck.sh /usr/local/bin/tollgate-healthcheck
 # conf/ as shipped: gateway.json (the embedded default: rules from the file, in-process buckets)
 # and the MySQL/Redis variants. Mount your own over /etc/tollgate/gateway.json.
 COPY conf/ /etc/tollgate/
+# Readable and runnable by the tollgate user whatever the checkout's umask was (COPY keeps modes).
+RUN chmod -R a+rX /etc/tollgate /usr/local/bin/tollgate-healthcheck
 USER tollgate:tollgate
 WORKDIR /etc/tollgate
 # 8080: the proxy; 9901: the admin listener (the image's default config binds it to the

@@ -12,6 +12,9 @@ root=$(pwd)
 say() { echo "compose: $*"; }
 fail() { echo "compose: FAIL: $*"; exit 1; }
 
+if [[ $(id -u) -ne 0 ]]; then
+  say "SKIPPED: starting a private Docker engine needs root"; exit 0
+fi
 scripts/deps.sh compose
 docker=/usr/bin/docker   # Debian's client, the engine's own version
 
@@ -32,13 +35,15 @@ cleanup() {
     "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
   fi
   if [[ -n "$dockerd_pid" ]]; then
+    "$docker" ps -aq 2>/dev/null | xargs -r "$docker" rm -f >/dev/null 2>&1 || true
     kill "$dockerd_pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 300); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$dockerd_pid" 2>/dev/null || true
     # What the engine changed on the host, put back: its firewall rules (and FORWARD's DROP policy)
     # and the bridges it made.
     iptables-restore <"$work/iptables.before" 2>/dev/null || true
     for l in $(links); do grep -qxF "$l" "$work/links.before" || ip link delete "$l" 2>/dev/null || true; done
+    while read -r k v; do echo "$v" >"/proc/sys/$k" 2>/dev/null || true; done <"$work/sysctl.before"
   fi
   # The engine unmounts its layers when it stops; whatever it left mounted is unmounted here.
   grep -o " $work/[^ ]*" /proc/mounts 2>/dev/null | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
@@ -51,9 +56,6 @@ trap cleanup EXIT
 if ! command -v dockerd >/dev/null || ! command -v docker-compose >/dev/null; then
   say "SKIPPED: dockerd or docker-compose is not installed (scripts/deps.sh compose)"; exit 0
 fi
-if [[ $(id -u) -ne 0 ]]; then
-  say "SKIPPED: starting a private Docker engine needs root"; exit 0
-fi
 links() { ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1; }
 links >"$work/links.before"
 iptables-save >"$work/iptables.before" 2>/dev/null || true
@@ -63,7 +65,10 @@ fi
 if ! grep -q '^\*nat' "$work/iptables.before"; then
   printf '*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n' >>"$work/iptables.before"
 fi
-dockerd --data-root "$work/data" --exec-root "$work/exec" --host "$DOCKER_HOST" \
+sysctls=(net/ipv4/ip_forward net/bridge/bridge-nf-call-iptables net/bridge/bridge-nf-call-ip6tables)
+for k in "${sysctls[@]}"; do [[ -r /proc/sys/$k ]] && echo "$k $(cat "/proc/sys/$k")"; done >"$work/sysctl.before"
+# Its own session: a signal to this script's process group does not stop the engine before `down`.
+setsid dockerd --data-root "$work/data" --exec-root "$work/exec" --host "$DOCKER_HOST" \
   --pidfile "$work/dockerd.pid" >"$work/dockerd.log" 2>&1 &
 dockerd_pid=$!
 for _ in $(seq 1 150); do
@@ -101,6 +106,9 @@ if [[ -r /etc/apt/sources.list.d/debian.sources ]]; then
   rm -f "$work/rootfs/etc/apt/sources.list"
   cp /etc/apt/sources.list.d/debian.sources "$work/rootfs/etc/apt/sources.list.d/"
 fi
+# As in Debian's official images: packages never start services while an image is built.
+printf '#!/bin/sh\nexit 101\n' >"$work/rootfs/usr/sbin/policy-rc.d"
+chmod 755 "$work/rootfs/usr/sbin/policy-rc.d"
 tar -C "$work/rootfs" -c . | "$docker" import -c 'CMD ["bash"]' - debian:12 >/dev/null
 rm -rf "$work/rootfs"
 say "debian:12 imported from a minbase debootstrap ($((SECONDS - started)) s, $("$docker" image inspect -f '{{.Size}}' debian:12 | awk '{printf "%.0f MB", $1 / 1e6}'))"
@@ -108,8 +116,6 @@ say "debian:12 imported from a minbase debootstrap ($((SECONDS - started)) s, $(
 # --- the fleet ---------------------------------------------------------------------------------
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 export TOLLGATE_ADMIN_TOKEN="compose-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-export TOLLGATE_A_PORT=$(free_port) TOLLGATE_B_PORT=$(free_port)
-export TOLLGATE_A_ADMIN_PORT=$(free_port) TOLLGATE_B_ADMIN_PORT=$(free_port)
 export COMPOSE="${compose[*]}"
 
 # The admin token is required: without it the file does not start.
@@ -121,8 +127,12 @@ say "ok: without TOLLGATE_ADMIN_TOKEN docker-compose refuses: ...$(tail -1 "$wor
 
 started=$SECONDS
 fleet_up=1
+"${compose[@]}" build >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; fail "docker-compose build"; }
+# The host ports are picked now, just before `up` binds them (not minutes before, during the build).
+export TOLLGATE_A_PORT=$(free_port) TOLLGATE_B_PORT=$(free_port)
+export TOLLGATE_A_ADMIN_PORT=$(free_port) TOLLGATE_B_ADMIN_PORT=$(free_port)
 "${compose[@]}" up -d --build >"$work/up.log" 2>&1 || { tail -40 "$work/up.log"; fail "docker-compose up --build"; }
-say "docker-compose up --build: $((SECONDS - started)) s"
+say "docker-compose build, then up --build: $((SECONDS - started)) s"
 images=$("$docker" images --format '{{.Repository}}:{{.Tag}}' | grep -c '^tollgate:' || true)
 [[ "$images" == 1 ]] || fail "$images Tollgate images, want one: $("$docker" images)"
 say "ok: one Tollgate image for every Tollgate service: tollgate:local, $("$docker" image inspect -f '{{.Size}}' tollgate:local | awk '{printf "%.0f MB", $1 / 1e6}')"
@@ -148,10 +158,11 @@ say "ok: the Tollgate containers run as uid $uid, not root"
 python3 tests/compose/checks.py ready token row shared switch
 
 # A crash is restarted by the restart policy.
-pid=$("$docker" inspect -f '{{.State.Pid}}' "$(container gateway-b)")
+read -r pid restarts < <("$docker" inspect -f '{{.State.Pid}} {{.RestartCount}}' "$(container gateway-b)")
+((pid > 0)) || fail "gateway-b is not running (pid $pid)"
 kill -9 "$pid"
 deadline=$((SECONDS + 60))
-until [[ $("$docker" inspect -f '{{.RestartCount}} {{.State.Running}}' "$(container gateway-b)") == "1 true" ]]; do
+until [[ $("$docker" inspect -f '{{.RestartCount}} {{.State.Running}}' "$(container gateway-b)") == "$((restarts + 1)) true" ]]; do
   ((SECONDS < deadline)) || fail "gateway-b not restarted after a SIGKILL within 60 s"
   sleep 0.2
 done
@@ -163,7 +174,8 @@ started=$SECONDS
 "${compose[@]}" stop gateway-b >/dev/null 2>&1
 code=$("$docker" inspect -f '{{.State.ExitCode}}' "$(container gateway-b)")
 [[ "$code" == 0 ]] || fail "gateway-b exited $code on docker stop"
-"$docker" logs "$(container gateway-b)" 2>&1 | grep -q 'tollgate: drained' || fail "gateway-b's log has no drain"
+log=$("$docker" logs "$(container gateway-b)" 2>&1)
+grep -q 'tollgate: drained' <<<"$log" || fail "gateway-b's log has no drain"
 say "ok: docker stop drained gateway-b, exit 0, in $((SECONDS - started)) s"
 
 # Start-up: from `docker start` to /readyz 200 (rules loaded from MySQL, Redis connected).

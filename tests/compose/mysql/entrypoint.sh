@@ -38,13 +38,18 @@ if [[ ! -d "$datadir/mysql" ]]; then
   if [[ -n "${MYSQL_USER:-}" && "${MYSQL_USER}" == root ]]; then
     log "error: MYSQL_USER=root; use MYSQL_ROOT_PASSWORD for root"; exit 1
   fi
+  if [[ -n "${MYSQL_USER:-}" && -z "${MYSQL_PASSWORD:-}" ]] || [[ -z "${MYSQL_USER:-}" && -n "${MYSQL_PASSWORD:-}" ]]; then
+    log "error: MYSQL_USER and MYSQL_PASSWORD go together"; exit 1
+  fi
   log "initializing $datadir"
   mariadb-install-db --user=mysql --datadir="$datadir" --auth-root-authentication-method=normal \
     --skip-test-db >/dev/null
   "$@" --user=mysql --skip-networking --socket="$socket" &
   pid=$!
-  for _ in $(seq 1 60); do
+  for i in $(seq 1 60); do
     mysqladmin --socket="$socket" -uroot ping --silent 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || { log "error: the first-start server exited"; exit 1; }
+    ((i < 60)) || { log "error: the first-start server did not answer within 30 s"; kill "$pid"; exit 1; }
     sleep 0.5
   done
   client=(mysql --protocol=socket --socket="$socket" -uroot)
@@ -67,17 +72,17 @@ if [[ ! -d "$datadir/mysql" ]]; then
     fi
     echo "FLUSH PRIVILEGES;"
   } | "${client[@]}"
-  client+=(-p"$root_pw")
+  client+=(--password="$root_pw")
   [[ -n "${MYSQL_DATABASE:-}" ]] && client+=("$MYSQL_DATABASE")
   for f in /docker-entrypoint-initdb.d/*; do
     case "$f" in
-      *.sh) log "running $f"; . "$f" ;;
+      *.sh) log "running $f"; if [[ -x "$f" ]]; then "$f"; else . "$f"; fi ;;
       *.sql) log "running $f"; "${client[@]}" < "$f" ;;
       *.sql.gz) log "running $f"; gunzip -c "$f" | "${client[@]}" ;;
       *) [[ -e "$f" ]] && log "ignoring $f" ;;
     esac
   done
-  mysqladmin --socket="$socket" -uroot -p"$root_pw" shutdown
+  mysqladmin --socket="$socket" -uroot --password="$root_pw" shutdown
   wait "$pid" || true
   log "initialized; starting the server"
 fi
