@@ -190,6 +190,22 @@ since_start=$(( (ready - $(date -d "$("$docker" inspect -f '{{.State.StartedAt}}
 say "ok: gateway-b ready $(( (ready - t0) / 1000000 )) ms after docker-compose start, $since_start ms after its process started"
 python3 tests/compose/checks.py ready
 
+# The image alone, as `docker run` starts it: its own CMD (the embedded default configuration),
+# HEALTHCHECK and STOPSIGNAL, none of them overridden.
+solo=$("$docker" run -d tollgate:local)
+deadline=$((SECONDS + 60))
+until [[ $("$docker" inspect -f '{{.State.Health.Status}}' "$solo") == healthy ]]; do
+  ((SECONDS < deadline)) || { "$docker" logs "$solo" | tail -20; fail "docker run tollgate:local: not healthy within 60 s"; }
+  sleep 0.5
+done
+"$docker" stop -t 35 "$solo" >/dev/null
+code=$("$docker" inspect -f '{{.State.ExitCode}}' "$solo")
+log=$("$docker" logs "$solo" 2>&1)
+"$docker" rm "$solo" >/dev/null
+[[ "$code" == 0 ]] || fail "docker run tollgate:local exited $code on docker stop"
+grep -q 'tollgate: drained' <<<"$log" || fail "docker run tollgate:local: no drain in its log"
+say "ok: docker run tollgate:local: healthy on its own HEALTHCHECK, docker stop drains it, exit 0"
+
 "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1
 fleet_up=0
 [[ -z $("$docker" ps -aq) ]] || fail "containers left after down -v"
