@@ -138,13 +138,23 @@ images=$("$docker" images --format '{{.Repository}}:{{.Tag}}' | grep -c '^tollga
 say "ok: one Tollgate image for every Tollgate service: tollgate:local, $("$docker" image inspect -f '{{.Size}}' tollgate:local | awk '{printf "%.0f MB", $1 / 1e6}')"
 
 container() { "${compose[@]}" ps -q "$1"; }
-health() { "$docker" inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}' "$(container "$1")"; }
-wait_healthy() {
-  local deadline=$((SECONDS + $2))
+# By container id, with the name a failure reports.
+health() { "$docker" inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}' "$1"; }
+wait_healthy_id() {
+  local deadline=$((SECONDS + $3))
   until [[ $(health "$1") == healthy ]]; do
-    ((SECONDS < deadline)) || fail "$1 not healthy within $2 s (health: $(health "$1"))"
+    ((SECONDS < deadline)) || { "$docker" logs --tail 20 "$1" 2>&1; fail "$2 not healthy within $3 s (health: $(health "$1"))"; }
     sleep 0.5
   done
+}
+wait_healthy() { wait_healthy_id "$(container "$1")" "$1" "$2"; }
+# A stopped container exited 0 after the gateway's drain.
+drained() {
+  local code log
+  code=$("$docker" inspect -f '{{.State.ExitCode}}' "$1")
+  log=$("$docker" logs "$1" 2>&1)
+  [[ "$code" == 0 ]] || fail "$2 exited $code on docker stop"
+  grep -q 'tollgate: drained' <<<"$log" || fail "$2's log has no drain"
 }
 for s in mysql redis upstream gateway-a gateway-b; do wait_healthy "$s" 180; done
 say "ok: every service healthy (the gateways by their image's HEALTHCHECK on /readyz)"
@@ -172,10 +182,7 @@ say "ok: gateway-b killed (SIGKILL) was restarted by its restart policy and is h
 # docker stop sends the image's STOPSIGNAL: a drain, exit 0.
 started=$SECONDS
 "${compose[@]}" stop gateway-b >/dev/null 2>&1
-code=$("$docker" inspect -f '{{.State.ExitCode}}' "$(container gateway-b)")
-[[ "$code" == 0 ]] || fail "gateway-b exited $code on docker stop"
-log=$("$docker" logs "$(container gateway-b)" 2>&1)
-grep -q 'tollgate: drained' <<<"$log" || fail "gateway-b's log has no drain"
+drained "$(container gateway-b)" gateway-b
 say "ok: docker stop drained gateway-b, exit 0, in $((SECONDS - started)) s"
 
 # Start-up: from `docker start` to /readyz 200 (rules loaded from MySQL, Redis connected).
@@ -193,17 +200,10 @@ python3 tests/compose/checks.py ready
 # The image alone, as `docker run` starts it: its own CMD (the embedded default configuration),
 # HEALTHCHECK and STOPSIGNAL, none of them overridden.
 solo=$("$docker" run -d tollgate:local)
-deadline=$((SECONDS + 60))
-until [[ $("$docker" inspect -f '{{.State.Health.Status}}' "$solo") == healthy ]]; do
-  ((SECONDS < deadline)) || { "$docker" logs "$solo" | tail -20; fail "docker run tollgate:local: not healthy within 60 s"; }
-  sleep 0.5
-done
+wait_healthy_id "$solo" "docker run tollgate:local" 60
 "$docker" stop -t 35 "$solo" >/dev/null
-code=$("$docker" inspect -f '{{.State.ExitCode}}' "$solo")
-log=$("$docker" logs "$solo" 2>&1)
+drained "$solo" "docker run tollgate:local"
 "$docker" rm "$solo" >/dev/null
-[[ "$code" == 0 ]] || fail "docker run tollgate:local exited $code on docker stop"
-grep -q 'tollgate: drained' <<<"$log" || fail "docker run tollgate:local: no drain in its log"
 say "ok: docker run tollgate:local: healthy on its own HEALTHCHECK, docker stop drains it, exit 0"
 
 "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1
