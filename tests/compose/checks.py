@@ -92,8 +92,8 @@ def metric(name, series):
 
 
 def check_ready():
-    for name, (_, admin_port) in GATEWAYS.items():
-        status, body, _ = http("GET", admin_port, "/readyz")
+    for name in GATEWAYS:
+        status, body, _ = admin(name, "GET", "/readyz")
         if status != 200:
             fail(f"{name} /readyz: {status} {body[:200]!r}")
         source = json.loads(body).get("config_source", {})
@@ -102,8 +102,9 @@ def check_ready():
         rules = admin_json(name, "/admin/rules")
         if not rules["source"].startswith("mysql") or not rules["rules"]:
             fail(f"{name} serves {len(rules['rules'])} rules from {rules['source']!r}, not MySQL's rows")
-        if metric(name, "tollgate_store_up") != 1:
-            fail(f"{name}: tollgate_store_up is {metric(name, 'tollgate_store_up')}, Redis not reached")
+        store_up = metric(name, "tollgate_store_up")
+        if store_up != 1:
+            fail(f"{name}: tollgate_store_up is {store_up}, Redis not reached")
     ok("/readyz 200 on both gateways, rules from MySQL, Redis up")
 
 
@@ -152,22 +153,23 @@ def check_shared_limit():
     ok(f"one limit across both gateways: {admitted} admitted (bound {bound:.1f}, unshared would be 20)")
 
 
-def check_switch():
-    status, body, _ = admin("gateway-a", "PUT", "/admin/switch", {"enabled": False}, TOKEN)
+def flip_switch(name, enabled):
+    """Turns the switch on or off through one gateway; returns how long until both showed it."""
+    status, body, _ = admin(name, "PUT", "/admin/switch", {"enabled": enabled}, TOKEN)
     if status != 200:
-        fail(f"PUT /admin/switch on gateway-a: {status} {body[:200]!r}")
-    took = wait_all("the switch turned off on gateway-a",
-                    lambda g: not admin_json(g, "/admin/switch")["enabled"], FLEET_BOUND_S)
+        fail(f"PUT /admin/switch on {name}: {status} {body[:200]!r}")
+    return wait_all(f"the switch turned {'on' if enabled else 'off'} on {name}",
+                    lambda g: admin_json(g, "/admin/switch")["enabled"] == enabled, FLEET_BOUND_S)
+
+
+def check_switch():
+    took = flip_switch("gateway-a", False)
     ok(f"switch off on gateway-a, seen on both after {took:.2f} s")
     statuses = [http("GET", GATEWAYS["gateway-b"][0], "/shopping/search")[0] for _ in range(30)]
     if set(statuses) != {200}:
         fail(f"limiting off, but gateway-b answered {sorted(set(statuses))}")
     ok("limiting off: 30 requests past an empty bucket on gateway-b, all 200")
-    status, body, _ = admin("gateway-b", "PUT", "/admin/switch", {"enabled": True}, TOKEN)
-    if status != 200:
-        fail(f"PUT /admin/switch on gateway-b: {status} {body[:200]!r}")
-    took = wait_all("the switch turned on again on gateway-b",
-                    lambda g: admin_json(g, "/admin/switch")["enabled"], FLEET_BOUND_S)
+    took = flip_switch("gateway-b", True)
     ok(f"switch on again from gateway-b, seen on both after {took:.2f} s")
     statuses = [http("GET", GATEWAYS["gateway-a"][0], "/shopping/search")[0] for _ in range(30)]
     if 429 not in statuses:
