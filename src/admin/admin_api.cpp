@@ -108,6 +108,11 @@ SimpleResponse AdminApi::handle(const SimpleRequest& req) {
     if (auto denied = authorize(req)) return *denied;
     return post_reload();
   }
+  if (path == "/admin/tls/reload") {
+    if (req.method != "POST") return error(405, "method_not_allowed", "use POST");
+    if (auto denied = authorize(req)) return *denied;
+    return post_tls_reload();
+  }
   if (path == "/admin/rules") return get ? get_rules() : error(405, "method_not_allowed", "use GET");
   if (path == "/admin/switch") {
     if (get) return get_switch();
@@ -520,8 +525,44 @@ SimpleResponse AdminApi::get_overview() const {
                            {"errors_total", std::move(totals)}});
     }
   }
+  if (deps_.tls) {
+    // Days to expiry, for the console's tint; insecure upstreams stand out.
+    const auto now_s = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    auto days = [now_s](std::int64_t not_after) {
+      return not_after > 0 ? json(static_cast<double>(not_after - now_s) / 86400.0) : json(nullptr);
+    };
+    for (const proxy::TlsProfiles::Status& t : deps_.tls->status()) {
+      json j = {{"verify", t.verify}, {"insecure_skip_verify", t.insecure}, {"min_version", t.min_version}};
+      if (t.upstream.empty()) {
+        j["certificate_days_left"] = days(t.cert_not_after);
+        out["listener_tls"] = std::move(j);
+        continue;
+      }
+      j["server_name"] = t.server_name;
+      j["client_certificate_days_left"] = days(t.cert_not_after);
+      j["peer_certificate_days_left"] = days(t.peer_not_after);
+      bool found = false;
+      for (json& u : upstreams)
+        if (u["upstream"] == t.upstream) {
+          u["tls"] = j;
+          found = true;
+        }
+      if (!found) upstreams.push_back({{"upstream", t.upstream}, {"tls", std::move(j)}});
+    }
+  }
   out["upstreams"] = std::move(upstreams);
   return compact_json(out);
+}
+
+// Re-reads every certificate, key and CA file. A profile whose files do not load keeps its old
+// context (422 naming the file and reason); the others take their new one.
+SimpleResponse AdminApi::post_tls_reload() {
+  if (!deps_.tls || !deps_.tls->any()) return error(409, "no_tls", "no TLS listener or https:// upstream is configured");
+  const proxy::TlsProfiles::ReloadReport r = deps_.tls->reload();
+  for (const auto& e : r.errors) log_line("tollgate: TLS reload refused, keeping the old context: ", e);
+  SimpleResponse res = ok_json({{"reloaded", r.reloaded}, {"errors", r.errors}});
+  if (!r.errors.empty()) res.status = 422;
+  return res;
 }
 
 SimpleResponse AdminApi::get_history(std::string_view query) const {

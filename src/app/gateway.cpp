@@ -9,6 +9,7 @@
 #include <boost/asio/detail/concurrency_hint.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <csignal>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -27,6 +28,7 @@
 #include "tollgate/proxy/client_key.hpp"
 #include "tollgate/admin/admin_server.hpp"
 #include "tollgate/proxy/proxy_server.hpp"
+#include "tollgate/proxy/tls_context.hpp"
 #include "tollgate/store/failure_policy_store.hpp"
 #include "tollgate/store/local_store.hpp"
 #include "tollgate/store/redis_store.hpp"
@@ -44,6 +46,7 @@ struct Gateway::Impl {
   proxy::Metrics metrics;
   std::shared_ptr<config::MysqlSource> mysql;  // set when limits.source is "mysql"
   std::unique_ptr<config::ConfigManager> config_manager;
+  std::unique_ptr<proxy::TlsProfiles> tls;  // loaded with the config: --check sees a bad file
   std::unique_ptr<store::BucketStore> store;
   store::RedisStore* redis = nullptr;  // inside `store` when limits.store is "redis"
   // Request threads: one io_context each. The admin API has its own thread, so a slow MySQL
@@ -94,6 +97,7 @@ struct Gateway::Impl {
 
   explicit Impl(config::GatewayConfig c) : cfg(std::move(c)), switch_state(cfg.limits.switch_mode, "file") {
     (void)proxy::trusted_proxies_from(cfg.proxy.trusted_proxies);  // checked here too, so --check sees it
+    tls = std::make_unique<proxy::TlsProfiles>(cfg, metrics);
     // The file's rules: the configuration itself (file source) or the fallback (MySQL source).
     // Either way they are checked strictly: a bad file stops the start with the reason.
     config::LoadResult from_file = config::FileSource::from_rows(cfg.limits.rows, cfg.limits.switch_mode);
@@ -195,6 +199,9 @@ Gateway::~Gateway() = default;
 
 void Gateway::start() {
   auto& m = *impl_;
+  // OpenSSL writes TLS connections' descriptors itself: a peer gone mid-write must be an error
+  // (EPIPE), not a signal that ends the process.
+  std::signal(SIGPIPE, SIG_IGN);
   unsigned n = m.cfg.threads ? m.cfg.threads : std::max(1u, std::thread::hardware_concurrency());
   std::vector<net::io_context*> raw;
   for (unsigned i = 0; i < n; ++i) {
@@ -208,7 +215,7 @@ void Gateway::start() {
   m.store = m.make_store(raw);
   m.access_log = std::make_unique<proxy::AccessLog>(m.cfg.access_log);
   m.proxy = std::make_unique<proxy::ProxyServer>(
-      raw, proxy::ProxyDeps{m.cfg, m.snapshots, m.switch_state, *m.store, m.metrics, m.access_log.get(), &m.refusals});
+      raw, proxy::ProxyDeps{m.cfg, m.snapshots, m.switch_state, *m.store, m.metrics, m.access_log.get(), &m.refusals, m.tls.get()});
   m.proxy->start();
   m.history = std::make_unique<admin::History>(m.metrics, m.snapshots);
   m.history_timer = std::make_unique<net::steady_timer>(m.admin_ctx);
@@ -228,7 +235,7 @@ void Gateway::start() {
                                                                        });
                                                                      });
                                                                    },
-                                                                   m.history.get(), &m.refusals});
+                                                                   m.history.get(), &m.refusals, m.tls.get()});
   m.admin_server = std::make_unique<admin::AdminServer>(
       m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const admin::SimpleRequest& r) { return api->handle(r); },
       &admin::AdminApi::runs_inline);
@@ -244,7 +251,7 @@ void Gateway::start() {
   std::size_t enabled = 0;
   for (const auto& r : snap->rules) enabled += r.enabled ? 1 : 0;
   std::cout << "tollgate: proxy listening on " << m.cfg.listen.host << ":" << m.proxy->port() << " (" << n
-            << " threads)\n"
+            << " threads" << (m.cfg.tls.enabled() ? ", HTTPS" : "") << ")\n"
             << "tollgate: admin listening on " << m.cfg.admin.listen.host << ":" << m.admin_server->port()
             << (m.cfg.admin.token.empty() ? " (read-only: $" + m.cfg.admin.token_env + " is not set)" : "") << "\n"
             << "tollgate: console at http://" << console_host(m.cfg.admin.listen.host) << ":" << m.admin_server->port()
@@ -286,6 +293,13 @@ int Gateway::run() {
                                                                               int sig) {
     if (ec) return;
     if (sig == SIGHUP) {
+      if (m.tls->any()) {
+        // Certificates, keys and CA files: new handshakes use what loads, a file that does not
+        // load leaves its old context in force.
+        const proxy::TlsProfiles::ReloadReport t = m.tls->reload();
+        for (const auto& e : t.errors) std::cout << "tollgate: SIGHUP: TLS reload refused, keeping the old context: " << e << std::endl;
+        if (!t.reloaded.empty()) std::cout << "tollgate: SIGHUP: TLS files re-read (" << t.reloaded.size() << " contexts)" << std::endl;
+      }
       const config::ReloadResult r = m.config_manager->reload();
       if (r.ok) std::cout << "tollgate: SIGHUP: config v" << r.version << " loaded" << std::endl;
       else std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << ": " << r.error << std::endl;

@@ -1,8 +1,9 @@
-// tollgate --config FILE [--check]
+// tollgate --config FILE [--check [--probe]]
 #include <cstring>
 #include <iostream>
 
 #include "tollgate/app/gateway.hpp"
+#include "tollgate/app/probe.hpp"
 
 // jemalloc (when linked): return freed memory to the system within about a second, from a
 // background thread, so a burst of held requests does not leave the process big afterwards.
@@ -13,15 +14,20 @@ __attribute__((used)) const char* malloc_conf = "background_thread:true,dirty_de
 int main(int argc, char** argv) {
   std::string path = "conf/gateway.json";
   bool check_only = false;
+  bool probe = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--config") && i + 1 < argc) {
       path = argv[++i];
     } else if (!std::strcmp(argv[i], "--check")) {
       check_only = true;
+    } else if (!std::strcmp(argv[i], "--probe")) {
+      probe = true;
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::cout << "usage: tollgate [--config FILE] [--check]\n"
+      std::cout << "usage: tollgate [--config FILE] [--check [--probe]]\n"
                    "  --config FILE  gateway configuration (default conf/gateway.json)\n"
-                   "  --check        validate the configuration and exit\n";
+                   "  --check        validate the configuration (and its TLS files) and exit\n"
+                   "  --probe        with --check: connect to every upstream and report on it (TLS version,\n"
+                   "                 cipher, chain, name, expiry, resumption); exit 1 if any fails\n";
       return 0;
     } else {
       std::cerr << "tollgate: unknown argument '" << argv[i] << "' (try --help)\n";
@@ -29,10 +35,15 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    tollgate::app::Gateway gw(tollgate::config::load_gateway_config(path));
+    if (probe && !check_only) {
+      std::cerr << "tollgate: --probe goes with --check\n";
+      return 2;
+    }
+    const tollgate::config::GatewayConfig cfg = tollgate::config::load_gateway_config(path);
+    tollgate::app::Gateway gw(cfg);
     if (check_only) {
       std::cout << "tollgate: " << path << " is valid\n";
-      return 0;
+      return probe ? tollgate::app::probe_upstreams(cfg, std::cout) : 0;
     }
     gw.start();
     return gw.run();

@@ -71,16 +71,23 @@ std::uint64_t get_uint(const json& obj, const std::string& path, const char* key
 
 void parse_upstream_url(UpstreamConfig& u, const std::string& path) {
   const std::string& url = u.url;
-  const std::string scheme = "http://";
-  if (url.rfind(scheme, 0) != 0) fail(path, "must start with http:// (TLS to upstreams is not supported)");
-  std::string rest = url.substr(scheme.size());
+  std::string rest;
+  if (url.rfind("http://", 0) == 0) {
+    rest = url.substr(7);
+  } else if (url.rfind("https://", 0) == 0) {
+    rest = url.substr(8);
+    u.https = true;
+  } else {
+    fail(path, "must start with http:// or https://");
+  }
   if (rest.ends_with("/")) rest.pop_back();
   if (rest.find('/') != std::string::npos) fail(path, "must be scheme://host[:port] without a path");
   if (rest.empty()) fail(path, "has no host");
+  const std::uint16_t default_port = u.https ? 443 : 80;
   const auto colon = rest.rfind(':');
   if (colon == std::string::npos) {
     u.host = rest;
-    u.port = 80;
+    u.port = default_port;
     return;
   }
   u.host = rest.substr(0, colon);
@@ -90,6 +97,30 @@ void parse_upstream_url(UpstreamConfig& u, const std::string& path) {
   if (port.empty() || *end != '\0' || p < 1 || p > 65535) fail(path, "has an invalid port '" + port + "'");
   if (u.host.empty()) fail(path, "has no host");
   u.port = static_cast<std::uint16_t>(p);
+}
+
+// upstreams.<name>.tls. Only with an https:// url: on a plain one it would be silently ignored.
+void parse_upstream_tls(const json& obj, UpstreamConfig& u, const std::string& path) {
+  if (!obj.contains("tls")) return;
+  const std::string tp = path + ".tls";
+  if (!u.https) fail(tp, "needs an https:// url (" + path + ".url is " + u.url + ")");
+  const json& t = obj["tls"];
+  check_keys(t, tp, {"ca_file", "server_name", "cert_file", "key_file", "min_version", "insecure_skip_verify"});
+  UpstreamTlsConfig& c = u.tls;
+  c.ca_file = get_string(t, tp, "ca_file", "");
+  c.server_name = get_string(t, tp, "server_name", "");
+  c.cert_file = get_string(t, tp, "cert_file", "");
+  c.key_file = get_string(t, tp, "key_file", "");
+  if (c.cert_file.empty() != c.key_file.empty())
+    fail(tp + (c.cert_file.empty() ? ".cert_file" : ".key_file"), "is required with " + tp +
+                                                                        (c.cert_file.empty() ? ".key_file" : ".cert_file"));
+  const std::string v = get_string(t, tp, "min_version", "1.2");
+  if (v == "1.2") c.min_version = TlsVersion::tls1_2;
+  else if (v == "1.3") c.min_version = TlsVersion::tls1_3;
+  else fail(tp + ".min_version", "must be \"1.2\" or \"1.3\" (got \"" + v + "\")");
+  c.insecure_skip_verify = get_bool(t, tp, "insecure_skip_verify", false);
+  if (c.insecure_skip_verify && !c.ca_file.empty())
+    fail(tp + ".insecure_skip_verify", "true with a ca_file: say which one you mean");
 }
 
 template <typename T>
@@ -223,10 +254,18 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   }
   GatewayConfig c;
   c.path = origin;
-  check_keys(doc, "", {"listen", "threads", "access_log", "admin", "upstreams", "routes", "proxy", "limits"});
+  check_keys(doc, "", {"listen", "threads", "access_log", "tls", "admin", "upstreams", "routes", "proxy", "limits"});
   c.access_log = get_string(doc, "", "access_log", "off");
   c.listen = parse_endpoint(get_string(doc, "", "listen", "0.0.0.0:8080"), "listen");
   c.threads = static_cast<unsigned>(get_uint(doc, "", "threads", 0, 0, 256));
+  if (doc.contains("tls")) {
+    const json& t = doc["tls"];
+    check_keys(t, "tls", {"cert_file", "key_file"});
+    c.tls.cert_file = get_string(t, "tls", "cert_file", "");
+    c.tls.key_file = get_string(t, "tls", "key_file", "");
+    if (c.tls.cert_file.empty()) fail("tls.cert_file", "is required");
+    if (c.tls.key_file.empty()) fail("tls.key_file", "is required");
+  }
 
   if (doc.contains("admin")) {
     const json& a = doc["admin"];
@@ -244,12 +283,13 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   if (!ups.is_object() || ups.empty()) fail("upstreams", "must be an object with at least one upstream");
   for (auto it = ups.begin(); it != ups.end(); ++it) {
     const std::string path = "upstreams." + it.key();
-    check_keys(it.value(), path, {"url", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms"});
+    check_keys(it.value(), path, {"url", "tls", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms"});
     UpstreamConfig u;
     u.name = it.key();
     if (!it.value().contains("url")) fail(path + ".url", "is required");
     u.url = get_string(it.value(), path, "url", "");
     parse_upstream_url(u, path + ".url");
+    parse_upstream_tls(it.value(), u, path);
     u.connect_timeout_ms = static_cast<std::uint32_t>(get_uint(it.value(), path, "connect_timeout_ms", 0, 1, 600'000));
     u.response_timeout_ms =
         static_cast<std::uint32_t>(get_uint(it.value(), path, "response_timeout_ms", 0, 1, 3'600'000));

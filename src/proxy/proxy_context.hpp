@@ -13,6 +13,7 @@
 #include "tollgate/proxy/client_key.hpp"
 #include "tollgate/proxy/proxy_server.hpp"
 #include "tollgate/proxy/request_policy.hpp"
+#include "tollgate/proxy/tls_context.hpp"
 
 namespace tollgate::proxy {
 
@@ -22,11 +23,26 @@ struct PooledConn {
   beast::flat_buffer buffer;
   std::unique_ptr<http1::ResponseHead> head = std::make_unique<http1::ResponseHead>();  // views into buffer
   std::chrono::steady_clock::time_point idle_since;
+  std::uint64_t tls_generation = 0;  // the TLS profile it was made with (0: plain)
 };
 
-// Idle keep-alive connections to one upstream.
+// The TLS session to resume with one endpoint of an upstream, on one worker (no locks): replaced
+// by every new session the endpoint issues (TLS 1.3 tickets come after the handshake).
+struct SessionSlot {
+  SessionSlot() = default;
+  SessionSlot(const SessionSlot&) = delete;
+  SessionSlot& operator=(const SessionSlot&) = delete;
+  ~SessionSlot();
+  ssl_session_st* session = nullptr;
+  std::uint64_t generation = 0;  // the profile it was made under: another profile's is dropped
+  // The session to offer now under profile `generation` (null: a full handshake).
+  ssl_session_st* for_generation(std::uint64_t generation);
+};
+
+// Idle keep-alive connections to one upstream, and its TLS sessions by endpoint.
 struct Pool {
   std::vector<std::unique_ptr<PooledConn>> idle;
+  std::unique_ptr<SessionSlot[]> sessions;  // one per endpoint (RouteTable), https upstreams only
 };
 
 struct Worker {

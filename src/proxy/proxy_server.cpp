@@ -42,6 +42,7 @@ struct ProxyServer::Impl {
   ProxyContext px;
   std::vector<Worker> workers;
   std::uint16_t bound_port = 0;
+  bool tls_listener = false;
 
   Impl(std::vector<net::io_context*> ctxs, ProxyDeps d) : px(d) {
     for (auto* c : ctxs) {
@@ -58,10 +59,14 @@ struct ProxyServer::Impl {
 
   void start() {
     px.routes.build(px.deps.config, px.deps.metrics);
+    tls_listener = px.deps.tls && px.deps.tls->listener();
     tcp::endpoint ep = make_endpoint(px.deps.config.listen);
     for (std::size_t i = 0; i < workers.size(); ++i) {
       auto& w = workers[i];
       w.pools.resize(px.routes.upstreams().size());
+      for (std::size_t u = 0; u < w.pools.size(); ++u)
+        if (px.routes.upstreams()[u].conf.https)
+          w.pools[u].sessions = std::make_unique<SessionSlot[]>(px.routes.upstreams()[u].endpoints.size());
       w.acceptor = std::make_unique<tcp::acceptor>(*w.ctx);
       open_acceptor(*w.acceptor, ep, workers.size() > 1);
       if (i == 0) {
@@ -90,7 +95,8 @@ struct ProxyServer::Impl {
       sock.set_option(tcp::no_delay(true), ec);
       if (metrics.connections.Value() >= static_cast<double>(px.limits.max_connections)) {
         metrics.connections_refused.Increment();
-        net::co_spawn(*w.ctx, refuse(std::move(sock)), net::detached);
+        // An HTTPS client would read the canned plain-text 429 as garbage: it is closed instead.
+        if (!tls_listener) net::co_spawn(*w.ctx, refuse(std::move(sock)), net::detached);
         continue;
       }
       net::co_spawn(*w.ctx, run_session(px, w, std::move(sock)), net::detached);
@@ -107,7 +113,7 @@ struct ProxyServer::Impl {
     for (int i = 0; i < 64; ++i) {
       const int fd = ::accept4(w.acceptor->native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) break;
-      (void)!::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (!tls_listener) (void)!::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       ::close(fd);
       px.deps.metrics.connections_refused.Increment();
     }

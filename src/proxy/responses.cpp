@@ -1,7 +1,5 @@
 #include "responses.hpp"
 
-#include <array>
-
 #include "tollgate/proxy/throttle.hpp"
 
 namespace tollgate::proxy {
@@ -26,11 +24,7 @@ net::awaitable<bool> send_answer(TimedSocket& stream, unsigned version, bool kee
   if (version != 10 && !keep) append_field(head, "Connection", "close");
   append_field(head, "Content-Length", std::to_string(a.body.size()));
   head.append("\r\n", 2);
-  const std::array<net::const_buffer, 2> out{net::buffer(head), net::buffer(a.body)};
-  beast::error_code ec;
-  stream.start(deadline_after(timeout));
-  co_await net::async_write(stream, out, with(ec));
-  stream.end(ec);
+  const beast::error_code ec = co_await write_all(stream, deadline_after(timeout), net::buffer(head), net::buffer(a.body));
   co_return !ec && keep;
 }
 

@@ -13,6 +13,7 @@
 namespace tollgate::proxy {
 
 struct Upstream {
+  std::size_t index = 0;  // in config.upstreams (and so in TlsProfiles)
   config::UpstreamConfig conf;
   std::vector<tcp::endpoint> endpoints;
   std::string host_header;

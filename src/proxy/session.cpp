@@ -3,6 +3,7 @@
 #include <boost/beast/core/string.hpp>
 #include <optional>
 #include <random>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 
 #include "outcomes.hpp"
@@ -14,6 +15,7 @@
 #include "tollgate/proxy/throttle.hpp"
 #include "tollgate/limiter/clock.hpp"
 #include "tollgate/log_line.hpp"
+#include "tls_io.hpp"
 #include "upstream.hpp"
 
 namespace tollgate::proxy {
@@ -84,6 +86,8 @@ class Session {
   net::awaitable<beast::error_code> read_more(Deadline deadline) {
     return proxy::read_more(*stream_, buffer_, deadline);
   }
+  // The listener serves HTTPS: the handshake, within proxy.header_timeout_ms. False: no session.
+  net::awaitable<bool> accept_tls(const TlsServerProfile& profile);
   net::awaitable<void> refuse(int status, std::string_view code, std::string_view detail);
   net::awaitable<void> refuse_body_too_large();  // 413 naming proxy.max_body_bytes
   net::awaitable<void> answer_read_error(beast::error_code ec);
@@ -135,20 +139,21 @@ net::awaitable<void> Session::run(tcp::socket sock) {
   }
   stream_.emplace(std::move(sock), w_.timeouts);
   TimedSocket& stream = *stream_;
+  std::shared_ptr<const TlsServerProfile> tls = px_.deps.tls ? px_.deps.tls->listener() : nullptr;
+  if (tls && !co_await accept_tls(*tls)) {
+    metrics.connections.Decrement();
+    co_return;
+  }
   for (;;) {
     if (buffer_.size() == 0) {
       if (w_.draining) break;  // shutting down: no new request on this connection
       // Keep-alive idle: wait for the first byte of the next request. 1 KiB, as nginx's
       // client_header_buffer_size: most requests fit, and an idle or held connection keeps
       // no more than that (larger requests continue in bigger reads).
-      beast::error_code ec;
-      stream.start(deadline_after(milliseconds(limits_.idle_timeout_ms)));
       w_.idle.insert(&stream);
-      const std::size_t n = co_await stream.async_read_some(buffer_.prepare(1024), with(ec));
+      const beast::error_code ec = co_await proxy::read_more(stream, buffer_, deadline_after(milliseconds(limits_.idle_timeout_ms)), 1024);
       w_.idle.erase(&stream);
-      stream.end(ec);
       if (ec) break;
-      buffer_.commit(n);
     }
     std::string_view body;
     const std::size_t used = co_await read_request(body);
@@ -158,6 +163,7 @@ net::awaitable<void> Session::run(tcp::socket sock) {
     if (!keep) break;
   }
   beast::error_code ignored;
+  if (SSL* ssl = stream.tls()) tls_close(ssl);
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   if (linger_) {
     // After a refusal the client may still be sending (the rest of a refused body): closing with
@@ -209,11 +215,8 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
   const Deadline body_deadline = deadline_after(milliseconds(limits_.body_timeout_ms));
   if (h.expect_continue && buffer_.size() == h.head_bytes) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    beast::error_code ec;
-    stream_->start(deadline_after(write_timeout()));
-    co_await net::async_write(*stream_, net::buffer(kContinue.data(), kContinue.size()), with(ec));
-    stream_->end(ec);
-    if (ec) co_return 0;
+    if (co_await write_all(*stream_, deadline_after(write_timeout()), net::buffer(kContinue.data(), kContinue.size())))
+      co_return 0;
   }
   std::size_t used = 0;
   if (framing.kind == http1::BodyKind::length) {
@@ -257,6 +260,55 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
     http1::parse_request_head(view(buffer_), limits_.max_header_bytes, h, again);
   }
   co_return used;
+}
+
+net::awaitable<bool> Session::accept_tls(const TlsServerProfile& profile) {
+  TimedSocket& stream = *stream_;
+  const Deadline until = deadline_after(milliseconds(limits_.header_timeout_ms));
+  const int fd = stream.socket().native_handle();
+  // A TLS client speaks first with a handshake record (0x16). Anything else is answered in
+  // plain text when it looks like an HTTP request (the client's mistake deserves words, as nginx
+  // gives them) and closed otherwise.
+  for (;;) {
+    unsigned char first = 0;
+    const ssize_t n = ::recv(fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 1 && first == 0x16) break;
+    if (n == 1) {
+      px_.deps.tls->count_listener("plain_http");
+      if (first >= 'A' && first <= 'Z') {
+        linger_ = true;
+        px_.deps.metrics.bad_requests.Increment();
+        const OwnAnswer answer = error_answer(400, "plain_http_to_https_port", "this port serves HTTPS: use https://");
+        co_await send_answer(stream, 11, false, answer, write_timeout());
+        beast::error_code ignored;
+        stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      }
+      co_return false;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) co_return false;
+    beast::error_code ec;
+    stream.start(until);
+    co_await stream.socket().async_wait(tcp::socket::wait_read, with(ec));
+    stream.end(ec);
+    if (ec) {
+      px_.deps.tls->count_listener(ec == beast::error::timeout ? "timeout" : "failed");
+      co_return false;
+    }
+  }
+  beast::error_code ec;
+  stream.socket().non_blocking(true, ec);
+  SSL* ssl = profile.new_connection(fd);
+  if (ssl == nullptr) co_return false;
+  stream.set_tls(ssl);
+  stream.start(until);
+  ec = co_await tls_handshake(stream);
+  stream.end(ec);
+  if (ec) {
+    px_.deps.tls->count_listener(ec == beast::error::timeout ? "timeout" : "failed");
+    co_return false;
+  }
+  px_.deps.tls->count_listener(SSL_session_reused(ssl) == 1 ? "resumed" : "full");
+  co_return true;
 }
 
 net::awaitable<void> Session::refuse(int status, std::string_view code, std::string_view detail) {
@@ -399,7 +451,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   if (plan.step != Step::decide) {
     count.planned(plan);
     const UpstreamRequest out{h, upstream_target, body, {}, client_ip_, sent_budget, deadline, latency,
-                              plan.rule ? &signal : nullptr};
+                              plan.rule ? &signal : nullptr, stream.tls() != nullptr};
     const RateLimitFields none{};
     const bool open = co_await forward(px_, w_, stream, out, upstream, none, access.rec);
     if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
@@ -477,7 +529,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   // X-Tollgate-Shadow: only the gateway says that (a client's is never forwarded).
   const RateLimitFields fields{verdict.policy_header, verdict.limit_header};
   const UpstreamRequest out{h, upstream_target, body, verdict.shadow_header, client_ip_, sent_budget, deadline, latency,
-                            &signal};
+                            &signal, stream.tls() != nullptr};
   const bool open = co_await forward(px_, w_, stream, out, upstream, fields, access.rec);
   if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
   co_return open;

@@ -1,24 +1,60 @@
 #include "timed_socket.hpp"
 
+#include <array>
+#include <openssl/ssl.h>
+
+#include "tls_io.hpp"
+
 namespace tollgate::proxy {
 
 TimedSocket::TimedSocket(tcp::socket s, Timeouts& t) : sock_(std::move(s)), timeouts_(&t) { t.add(this); }
 TimedSocket::TimedSocket(const net::any_io_executor& ex, Timeouts& t) : sock_(ex), timeouts_(&t) { t.add(this); }
 TimedSocket::~TimedSocket() {
   if (timeouts_) timeouts_->remove(this);
+  if (tls_) {
+    // Freed without a close_notify exchange, OpenSSL would mark the session unresumable; the
+    // next connection to the same upstream could then not resume it. A session a fatal alert
+    // ended was already dropped when the alert went.
+    SSL_set_shutdown(tls_, SSL_get_shutdown(tls_) | SSL_SENT_SHUTDOWN);
+    SSL_free(tls_);
+  }
+}
+
+void TimedSocket::set_tls(ssl_st* ssl) {
+  if (tls_) SSL_free(tls_);
+  tls_ = ssl;
 }
 
 Timeouts::~Timeouts() {
   for (TimedSocket* s = head_; s != nullptr; s = s->next_) s->timeouts_ = nullptr;
 }
 
-net::awaitable<beast::error_code> read_more(TimedSocket& stream, beast::flat_buffer& buffer, Clock::time_point deadline) {
+net::awaitable<beast::error_code> read_more(TimedSocket& stream, beast::flat_buffer& buffer, Clock::time_point deadline,
+                                           std::size_t chunk) {
   beast::error_code ec;
   if (stream.timed_out()) co_return beast::error_code(beast::error::timeout);
   stream.start(deadline);
-  const std::size_t n = co_await stream.async_read_some(buffer.prepare(kReadChunk), with(ec));
+  std::size_t n = 0;
+  if (stream.tls()) ec = co_await tls_read(stream, buffer.prepare(chunk), n);
+  else n = co_await stream.async_read_some(buffer.prepare(chunk), with(ec));
   stream.end(ec);
   if (!ec) buffer.commit(n);
+  co_return ec;
+}
+
+net::awaitable<beast::error_code> write_all(TimedSocket& stream, Clock::time_point deadline, net::const_buffer first,
+                                           net::const_buffer second, std::size_t* written) {
+  beast::error_code ec;
+  std::size_t n = 0;
+  stream.start(deadline);
+  if (stream.tls()) {
+    ec = co_await tls_write(stream, first, second, n);
+  } else {
+    const std::array<net::const_buffer, 2> buffers{first, second};
+    n = co_await net::async_write(stream.socket(), buffers, with(ec));
+  }
+  stream.end(ec);
+  if (written) *written = n;
   co_return ec;
 }
 

@@ -10,6 +10,8 @@
 
 #include "http_io.hpp"
 
+struct ssl_st;
+
 namespace tollgate::proxy {
 
 using Clock = std::chrono::steady_clock;
@@ -28,6 +30,11 @@ class TimedSocket {
 
   tcp::socket& socket() { return sock_; }
   net::any_io_executor get_executor() { return sock_.get_executor(); }
+
+  // TLS on this connection (proxy/tls_io): the SSL it owns from then on, reading and writing the
+  // socket's descriptor itself. Null: plain TCP.
+  ssl_st* tls() const { return tls_; }
+  void set_tls(ssl_st* ssl);
 
   // Around one operation (or a group of them): the deadline is in force between start and end.
   void start(Clock::time_point deadline) { deadline_ = deadline; }
@@ -53,6 +60,7 @@ class TimedSocket {
  private:
   friend class Timeouts;
   tcp::socket sock_;
+  ssl_st* tls_ = nullptr;
   Timeouts* timeouts_;  // null once the worker's list is gone
   Clock::time_point deadline_ = kNoDeadline;
   bool timed_out_ = false;
@@ -60,9 +68,18 @@ class TimedSocket {
   TimedSocket* next_ = nullptr;
 };
 
-// Reads what has arrived (up to kReadChunk) into `buffer` under `deadline`: the one read of the
-// client session and the upstream side. A connection that timed out before is not read again.
-net::awaitable<beast::error_code> read_more(TimedSocket& stream, beast::flat_buffer& buffer, Clock::time_point deadline);
+// Reads what has arrived (up to `chunk` bytes) into `buffer` under `deadline`: the one read of the
+// client session and the upstream side, plain or TLS. A connection that timed out before is not
+// read again. A TLS peer's close_notify reads as eof, a close without it as
+// net::ssl::error::stream_truncated.
+net::awaitable<beast::error_code> read_more(TimedSocket& stream, beast::flat_buffer& buffer, Clock::time_point deadline,
+                                           std::size_t chunk = kReadChunk);
+
+// Writes `first` then `second` under `deadline`; `written` says how many bytes went (0: nothing
+// reached the peer). Over TLS, two that fit one record go as one (Asio writes no scatter/gather
+// there).
+net::awaitable<beast::error_code> write_all(TimedSocket& stream, Clock::time_point deadline, net::const_buffer first,
+                                           net::const_buffer second = {}, std::size_t* written = nullptr);
 
 // The connections of one worker (one thread) and the tick that enforces their deadlines.
 class Timeouts {

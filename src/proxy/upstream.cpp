@@ -1,11 +1,16 @@
 #include "upstream.hpp"
 
 #include <array>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/string.hpp>
 #include <cstdio>
+#include <optional>
 #include <sys/socket.h>
 
+#include <openssl/ssl.h>
+
 #include "responses.hpp"
+#include "tls_io.hpp"
 #include "tollgate/proxy/upstream_signal.hpp"
 
 namespace tollgate::proxy {
@@ -24,11 +29,17 @@ constexpr int kMaxInterimResponses = 8;
 // close or error (the upstream's keep-alive timeout). Such bytes answer no request, so the
 // connection is closed instead of reused: reading them as the next request's response would hand
 // one client another's answer. One non-blocking peek, only when a connection is taken for reuse.
-bool quiet(tcp::socket& s) {
+// Over TLS the records that arrived are processed first: a TLS 1.3 session ticket is no
+// response, but a close_notify or application data is.
+bool quiet(TimedSocket& s) {
+  if (SSL* ssl = s.tls()) return tls_quiet(ssl);
   char c;
-  const ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  const ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
+
+// A close with close_notify (eof) or without it (a TLS truncation) end a stream alike here.
+bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec == net::ssl::error::stream_truncated; }
 
 // The request head for the upstream hop: the client's fields in their order without the
 // hop-by-hop ones (and those its Connection names), the framing ones (the body goes with a
@@ -70,7 +81,7 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
   }
   if (xff.empty()) append_field(out, "X-Forwarded-For", r.client_ip);
   else append_field(out, "X-Forwarded-For", xff.append(", ", 2).append(r.client_ip));
-  append_field(out, "X-Forwarded-Proto", "http");
+  append_field(out, "X-Forwarded-Proto", r.client_tls ? "https" : "http");
   if (!original_host.empty()) append_field(out, "X-Forwarded-Host", original_host);
   append_field(out, "Host", host_header);
   // As Beast's prepare_payload did: a length for any body, and for POST, PUT and OPTIONS always.
@@ -155,6 +166,18 @@ void upstream_error(ProxyContext& px, Upstream& up, UpstreamError e) {
   up.metrics->count(e);
 }
 
+// A TLS handshake or verification with the upstream failed: 502 naming the cause, counted by
+// reason; never retried to the same endpoint within the request (it would fail the same way).
+net::awaitable<bool> tls_failed(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
+                                const TlsFailure& f, AccessRecord& rec) {
+  upstream_error(px, up, UpstreamError::connect);
+  px.deps.tls->count_failure(up.index, f.reason);
+  rec.status = 502;
+  const std::string detail = "upstream '" + up.conf.name + "': TLS: " + f.words;
+  const OwnAnswer answer = error_answer(502, "upstream_tls_failed", detail);
+  co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
+}
+
 // Before any of the response went out: 504 for a deadline, 502 for anything else, counted.
 net::awaitable<bool> upstream_failed(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
                                      beast::error_code ec, UpstreamError kind, AccessRecord& rec,
@@ -170,16 +193,53 @@ net::awaitable<bool> upstream_failed(ProxyContext& px, TimedSocket& client, unsi
   co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
 }
 
-// An idle connection is reused only if it is young enough and nothing arrived on it while idle.
-std::unique_ptr<PooledConn> take_idle(ProxyContext& px, Pool& pool, const Upstream& up) {
+// An idle connection is reused only if it is young enough, nothing arrived on it while idle, and
+// (TLS) it was made with the upstream's current profile: SNI, trust and client certificate are
+// part of what a pooled connection is.
+std::unique_ptr<PooledConn> take_idle(ProxyContext& px, Pool& pool, const Upstream& up, std::uint64_t tls_generation) {
   const auto now = std::chrono::steady_clock::now();
   while (!pool.idle.empty()) {
     auto c = std::move(pool.idle.back());
     pool.idle.pop_back();
-    if (now - c->idle_since < up.idle_timeout && c->stream.socket().is_open() && quiet(c->stream.socket())) return c;
+    if (now - c->idle_since < up.idle_timeout && c->tls_generation == tls_generation && c->stream.socket().is_open() &&
+        quiet(c->stream))
+      return c;
     px.deps.metrics.upstream_conns_discarded.Increment();
   }
   return nullptr;
+}
+
+// TLS on a connection just made to endpoint `ep`: the profile's SSL, resuming the worker's last
+// session with that endpoint, and the handshake under `deadline`. Counts the handshake (resumed or
+// not) and notes the upstream's certificate expiry after a full one. Null `failure`: it worked.
+net::awaitable<beast::error_code> start_tls(ProxyContext& px, Pool& pool, const Upstream& up, const TlsClientProfile& profile,
+                                           PooledConn& conn, const tcp::endpoint& ep, Deadline deadline,
+                                           std::optional<TlsFailure>& failure) {
+  std::size_t e = 0;
+  while (e + 1 < up.endpoints.size() && up.endpoints[e] != ep) ++e;
+  SessionSlot& slot = pool.sessions[e];
+  beast::error_code ec;
+  conn.stream.socket().non_blocking(true, ec);
+  SSL* ssl = profile.new_connection(conn.stream.socket().native_handle(), slot.for_generation(profile.generation()),
+                                    &slot.session);
+  if (ssl == nullptr) {
+    failure = TlsFailure{"handshake", "cannot make a TLS connection (out of memory)"};
+    co_return beast::error_code(net::error::no_memory);
+  }
+  conn.stream.set_tls(ssl);
+  conn.tls_generation = profile.generation();
+  conn.stream.start(deadline);
+  ec = co_await tls_handshake(conn.stream);
+  conn.stream.end(ec);
+  if (ec) {
+    if (ec != beast::error::timeout)
+      failure = describe_tls_failure(ssl, is_tls_error(ec) ? static_cast<unsigned long>(ec.value()) : 0);
+    co_return ec;
+  }
+  const bool resumed = SSL_session_reused(ssl) == 1;
+  px.deps.tls->count_handshake(up.index, resumed);
+  if (!resumed) px.deps.tls->saw_peer_certificate(up.index, certificate_not_after(SSL_get0_peer_certificate(ssl)));
+  co_return ec;
 }
 
 // Called only when a response ended exactly at its message boundary; a byte already read past it
@@ -207,7 +267,7 @@ net::awaitable<beast::error_code> read_final_head(PooledConn& conn, http1::Respo
     while ((e = http1::parse_response_head(view(conn.buffer), kMaxResponseHead, head, scanned)) == http1::Error::need_more) {
       got_some = got_some || conn.buffer.size() > 0;
       beast::error_code ec = co_await read_more(conn.stream, conn.buffer, deadline);
-      if (ec == net::error::eof && conn.buffer.size() > 0) {
+      if (closed(ec) && conn.buffer.size() > 0) {
         why = "partial message";
         ec = net::error::invalid_argument;
       }
@@ -283,23 +343,18 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
     conn->buffer.consume(used);
     if (done && chunked_out) out.append("0\r\n\r\n", 5);
     if (!out.empty()) {
-      beast::error_code ec;
-      client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
-      co_await net::async_write(client, net::buffer(out), with(ec));
-      client.end(ec);
-      if (ec) co_return false;
+      if (co_await write_all(client, deadline_after(milliseconds(px.limits.body_timeout_ms)), net::buffer(out)))
+        co_return false;
       out.clear();
     }
     if (done || !upstream_ok) break;
     beast::error_code ec = co_await read_more(conn->stream, conn->buffer, deadline_after(up.response_timeout));
-    if (ec == net::error::eof && framing.kind == http1::BodyKind::until_close) {
+    if (closed(ec) && framing.kind == http1::BodyKind::until_close) {
       done = true;  // the end of a body delimited by the close
       if (chunked_out) {
         out.assign("0\r\n\r\n", 5);
-        client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
-        co_await net::async_write(client, net::buffer(out), with(ec));
-        client.end(ec);
-        if (ec) co_return false;
+        if (co_await write_all(client, deadline_after(milliseconds(px.limits.body_timeout_ms)), net::buffer(out)))
+          co_return false;
       }
       break;
     }
@@ -316,6 +371,19 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
 
 }  // namespace
 
+SessionSlot::~SessionSlot() {
+  if (session) SSL_SESSION_free(session);
+}
+
+ssl_session_st* SessionSlot::for_generation(std::uint64_t g) {
+  if (generation != g) {
+    if (session) SSL_SESSION_free(session);
+    session = nullptr;
+    generation = g;
+  }
+  return session;
+}
+
 net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, const UpstreamRequest& req,
                              std::size_t upstream, const RateLimitFields& fields, AccessRecord& rec) {
   Upstream& up = px.routes.upstreams()[upstream];
@@ -326,31 +394,42 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
   const bool head_request = rh.method == http1::Method::head;
 
   const std::string head = request_head(req, up.host_header);
-  const std::array<net::const_buffer, 2> out{net::buffer(head), net::buffer(req.body.data(), req.body.size())};
+  const net::const_buffer head_buf = net::buffer(head), body_buf = net::buffer(req.body.data(), req.body.size());
+  // The profile current now (https only): new connections use it, pooled ones made under another
+  // are not reused.
+  const std::shared_ptr<const TlsClientProfile> tls = up.conf.https ? px.deps.tls->upstream(up.index) : nullptr;
+  const std::uint64_t tls_generation = tls ? tls->generation() : 0;
   std::unique_ptr<PooledConn> conn;
   std::chrono::steady_clock::time_point sent_at;
   for (int attempt = 0;; ++attempt) {
     beast::error_code ec;
-    conn = take_idle(px, pool, up);
+    conn = take_idle(px, pool, up, tls_generation);
     const bool reused = conn != nullptr;
     if (!reused) {
       conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
       auto connect_by = deadline_after(up.connect_timeout);
       if (req.budget && req.deadline < connect_by) connect_by = req.deadline;  // the caller's deadline first
       conn->stream.start(connect_by);
-      co_await net::async_connect(conn->stream.socket(), up.endpoints, with(ec));
+      const tcp::endpoint ep = co_await net::async_connect(conn->stream.socket(), up.endpoints, with(ec));
       conn->stream.end(ec);
       if (ec) co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec);
       conn->stream.socket().set_option(tcp::no_delay(true), ec);
       ec = {};
+      if (tls) {
+        // The handshake shares the connect deadline: a supplier that accepts but never
+        // completes a handshake is a connect failure, not a response timeout.
+        std::optional<TlsFailure> failure;
+        ec = co_await start_tls(px, pool, up, *tls, *conn, ep, connect_by, failure);
+        if (failure) co_return co_await tls_failed(px, client, version, keep, up, *failure, rec);
+        if (ec) co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec);
+      }
     }
     sent_at = std::chrono::steady_clock::now();
     // The response head is awaited up to the upstream's timeout, or the caller's deadline if sooner.
     auto head_by = sent_at + up.response_timeout;
     if (req.budget && req.deadline < head_by) head_by = req.deadline;
-    conn->stream.start(head_by);
-    const std::size_t written = co_await net::async_write(conn->stream, out, with(ec));
-    conn->stream.end(ec);
+    std::size_t written = 0;
+    ec = co_await write_all(conn->stream, head_by, head_buf, body_buf, &written);
     bool retry = false;
     std::string_view why;
     if (!ec) {
@@ -370,6 +449,11 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
       px.deps.metrics.upstream_retries.Increment();
       continue;
     }
+    // A fresh TLS connection refused on its first read: in TLS 1.3 the server checks the client
+    // certificate after the client's handshake is done, so its alert arrives here.
+    if (!reused && tls && is_tls_error(ec))
+      co_return co_await tls_failed(px, client, version, keep, up,
+                                    describe_tls_failure(conn->stream.tls(), static_cast<unsigned long>(ec.value())), rec);
     if (req.latency && req.budget && ec == beast::error::timeout && head_by == req.deadline) {
       // Cut off at the caller's deadline: the upstream takes at least this long, and the
       // estimate must learn it, or it would keep admitting requests that cannot make it.
@@ -416,11 +500,8 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
     // wait for bytes that never come.
     const std::string rhead = response_head(res, version, keep, status == 204 ? Reframe::drop_length : Reframe::none, fields);
     const std::string_view body = view(conn->buffer).substr(res.head_bytes, static_cast<std::size_t>(length));
-    const std::array<net::const_buffer, 2> rout{net::buffer(rhead), net::buffer(body.data(), body.size())};
-    beast::error_code ec;
-    client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
-    co_await net::async_write(client, rout, with(ec));
-    client.end(ec);
+    const beast::error_code ec = co_await write_all(client, deadline_after(milliseconds(px.limits.body_timeout_ms)),
+                                                    net::buffer(rhead), net::buffer(body.data(), body.size()));
     conn->buffer.consume(res.head_bytes + static_cast<std::size_t>(length));
     if (res.keep_alive) give_back(px, pool, std::move(conn));
     co_return !ec && keep;

@@ -25,6 +25,7 @@ struct UpstreamRequest {
   std::chrono::steady_clock::time_point deadline{};
   LatencyEstimate* latency = nullptr;  // the rule's estimate, fed with this response's latency
   ThrottleSignal* signal = nullptr;    // set when the response is a throttle signal (proxy/upstream_signal)
+  bool client_tls = false;             // came in over TLS: X-Forwarded-Proto https
 };
 
 // The fields a forwarded request's response gains (empty policy_header: none).

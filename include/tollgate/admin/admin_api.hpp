@@ -14,6 +14,7 @@
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/proxy/metrics.hpp"
 #include "tollgate/proxy/refusals.hpp"
+#include "tollgate/proxy/tls_context.hpp"
 #include "tollgate/store/bucket_store.hpp"
 
 namespace tollgate::admin {
@@ -32,6 +33,7 @@ struct AdminDeps {
   std::function<void(std::int64_t after_ms, std::function<void()> revert)> schedule = nullptr;
   const History* history = nullptr;             // the console's per-second history (null: none kept)
   const proxy::RefusalLog* refusals = nullptr;  // recent 429s and 503s (null: none kept)
+  proxy::TlsProfiles* tls = nullptr;            // reload and expiry of TLS files (null: no TLS anywhere)
 };
 
 // Constant-time comparison (the time taken does not depend on where the strings differ).
@@ -57,6 +59,7 @@ class AdminApi {
   SimpleResponse get_switch() const;
   SimpleResponse put_switch(const SimpleRequest& req);
   SimpleResponse post_reload();
+  SimpleResponse post_tls_reload();
   SimpleResponse get_bucket(std::string_view name) const;
   SimpleResponse readyz() const;
   // The console's reads (DESIGN.md, README "Operator console").

@@ -22,11 +22,34 @@ struct Endpoint {
   std::string to_string() const { return host + ":" + std::to_string(port); }
 };
 
+enum class TlsVersion : std::uint8_t { tls1_2, tls1_3 };  // "1.2", "1.3"
+
+// upstreams.<name>.tls: how an https:// upstream is verified and what the gateway presents to it.
+// Files are paths; they are read when the gateway starts and again on SIGHUP or
+// POST /admin/tls/reload (proxy/tls_context), never per connection.
+struct UpstreamTlsConfig {
+  std::string ca_file;      // PEM bundle to trust; "": the system store
+  std::string server_name;  // SNI and the name checked; "": the URL's host
+  std::string cert_file;    // client certificate (mTLS), with key_file; "": none
+  std::string key_file;
+  TlsVersion min_version = TlsVersion::tls1_2;
+  bool insecure_skip_verify = false;  // true only when written so; warned at every start
+};
+
+// The top-level "tls": the proxy listener serves HTTPS with this certificate and key.
+struct ListenerTlsConfig {
+  std::string cert_file;
+  std::string key_file;
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 struct UpstreamConfig {
   std::string name;
   std::string url;             // as written, for messages
-  std::string host;            // resolved at start
+  std::string host;            // resolved at start (an IPv6 literal without its brackets)
   std::uint16_t port = 80;
+  bool https = false;          // https:// (port 443 unless given): TLS, verified per `tls`
+  UpstreamTlsConfig tls;
   std::uint32_t connect_timeout_ms = 0;   // 0: proxy default
   std::uint32_t response_timeout_ms = 0;  // 0: proxy default
   std::uint32_t idle_timeout_ms = 0;      // 0: proxy default (upstream_idle_timeout_ms)
@@ -128,6 +151,7 @@ struct GatewayConfig {
   Endpoint listen{"0.0.0.0", 8080};
   unsigned threads = 0;  // 0: one per core
   std::string access_log = "off";  // "off", "stdout" or a file path: one JSON line per request
+  ListenerTlsConfig tls;           // "tls": the proxy listener serves HTTPS
   AdminConfig admin;
   std::vector<UpstreamConfig> upstreams;
   std::vector<RouteConfig> routes;

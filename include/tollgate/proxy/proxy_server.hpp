@@ -20,6 +20,7 @@ namespace tollgate::proxy {
 
 class AccessLog;
 class RefusalLog;
+class TlsProfiles;
 
 struct ProxyDeps {
   const config::GatewayConfig& config;  // listen, upstreams, routes, limits
@@ -29,6 +30,7 @@ struct ProxyDeps {
   Metrics& metrics;
   AccessLog* access_log = nullptr;      // null or disabled: no access log
   RefusalLog* refusals = nullptr;       // null: refusals are only counted
+  TlsProfiles* tls = nullptr;           // the listener's and the https upstreams' contexts (null: none)
 };
 
 class ProxyServer {

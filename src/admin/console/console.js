@@ -231,12 +231,27 @@ function renderStore(o) {
   dl('config', cpairs);
 }
 
+// An upstream's TLS in words: verified or not, and the days left on the certificates that will
+// expire first; tinted under 14 days (warn) and when expired or not verified (bad).
+function tlsCell(t) {
+  if (!t) return el('td', { class: 'tls' }, 'plain HTTP');
+  const days = [t.peer_certificate_days_left, t.client_certificate_days_left].filter((d) => d !== null && d !== undefined);
+  const least = days.length ? Math.min(...days) : null;
+  let text = t.insecure_skip_verify ? 'NOT VERIFIED' : `verified (${t.server_name})`;
+  if (least !== null) text += least < 0 ? ', certificate expired' : `, expires in ${Math.floor(least)} d`;
+  const tint = t.insecure_skip_verify || (least !== null && least < 0) ? 'bad' : least !== null && least < 14 ? 'warn' : '';
+  return el('td', { class: `tls ${tint}`, 'data-days': least === null ? '' : String(Math.floor(least)) }, text);
+}
+
 function renderUpstreams(o) {
-  $('upstreams').tBodies[0].replaceChildren(...o.upstreams.map((u) => el('tr', { 'data-upstream': u.upstream },
-    el('td', {}, u.upstream), el('td', { class: 'num' }, fmt(u.responses_last_minute, 0)),
-    el('td', { class: 'num' }, fmt(u.latency_p50_ms, 1)), el('td', { class: 'num' }, fmt(u.latency_p99_ms, 1)),
-    el('td', { class: 'num' }, fmt(u.errors_last_minute.connect, 0)), el('td', { class: 'num' }, fmt(u.errors_last_minute.reset, 0)),
-    el('td', { class: 'num' }, fmt(u.errors_last_minute.timeout, 0)))));
+  $('upstreams').tBodies[0].replaceChildren(...o.upstreams.map((u) => {
+    const e = u.errors_last_minute ?? {};
+    return el('tr', { 'data-upstream': u.upstream },
+      el('td', {}, u.upstream), el('td', { class: 'num' }, fmt(u.responses_last_minute, 0)),
+      el('td', { class: 'num' }, fmt(u.latency_p50_ms, 1)), el('td', { class: 'num' }, fmt(u.latency_p99_ms, 1)),
+      el('td', { class: 'num' }, fmt(e.connect, 0)), el('td', { class: 'num' }, fmt(e.reset, 0)),
+      el('td', { class: 'num' }, fmt(e.timeout, 0)), tlsCell(u.tls));
+  }));
 }
 
 function renderPolicies(o) {

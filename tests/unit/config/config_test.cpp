@@ -49,8 +49,8 @@ TEST(GatewayConfig, ErrorsNameTheFieldPath) {
             "limits.rules[0].interfaceUrl: must not be empty (configId 1)");
   EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":3}])")),
             "limits.rules[0].status: must be 0 or 1 (configId 1)");
-  EXPECT_EQ(error_of(R"({"upstreams":{"ibe":{"url":"https://x"}},"routes":[{"prefix":"/","upstream":"ibe"}]})"),
-            "upstreams.ibe.url: must start with http:// (TLS to upstreams is not supported)");
+  EXPECT_EQ(error_of(R"({"upstreams":{"ibe":{"url":"ftp://x"}},"routes":[{"prefix":"/","upstream":"ibe"}]})"),
+            "upstreams.ibe.url: must start with http:// or https://");
   EXPECT_EQ(error_of(R"({"upstreams":{"ibe":{"url":"http://x:1"}},"routes":[{"prefix":"/","upstream":"nope"}]})"),
             "routes[0].upstream: names no upstream: 'nope'");
   EXPECT_EQ(error_of(R"({"listn":"0.0.0.0:1"})"), "listn: unknown field");

@@ -1,0 +1,157 @@
+// TLS profiles: one OpenSSL context per use (the listener, each https:// upstream), built off the
+// request path from the configured files and swapped whole on reload. A connection takes the
+// profile current when it opens and keeps it (an SSL_CTX is reference-counted), so a reload
+// never disturbs live connections. Verification is on unless an upstream's file says
+// "insecure_skip_verify": true, which is logged at every start and shown by the admin API.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tollgate/config/gateway_config.hpp"
+
+struct ssl_ctx_st;
+struct ssl_st;
+struct ssl_session_st;
+struct x509_st;
+namespace prometheus {
+class Counter;
+}
+
+namespace tollgate::proxy {
+
+class Metrics;
+
+// Why a TLS connection failed: `reason` is the metric label (expired, hostname_mismatch,
+// unknown_ca, not_yet_valid, verify_failed, protocol_version, client_certificate, handshake),
+// `words` what the 502 answer and the log say ("certificate has expired").
+struct TlsFailure {
+  std::string reason;
+  std::string words;
+};
+
+// A certificate verification error (X509_V_ERR_*) and the names of the certificate it was
+// found on, as words. Pure: unit-tested without a handshake.
+TlsFailure describe_verify_error(long verify_error, const std::vector<std::string>& cert_names);
+// A failed handshake or read: the verification error recorded on `ssl` if there is one, else the
+// OpenSSL error `err` (ERR_get_error) of the failure, else a closed connection.
+TlsFailure describe_tls_failure(ssl_st* ssl, unsigned long err);
+
+// The certificate's DNS and IP subjectAltNames, or its CN when it has none.
+std::vector<std::string> certificate_names(x509_st* cert);
+// notAfter as Unix seconds (0 if unreadable).
+std::int64_t certificate_not_after(x509_st* cert);
+
+// Thrown when a profile's file cannot be used: names the file and the reason.
+struct TlsLoadError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One https:// upstream's profile: its context (trust store, client certificate, minimum
+// version, verification) and the name it sends (SNI) and checks.
+class TlsClientProfile {
+ public:
+  // Reads the upstream's files; throws TlsLoadError naming the file.
+  static std::shared_ptr<const TlsClientProfile> load(const config::UpstreamConfig& u);
+  ~TlsClientProfile();
+  TlsClientProfile(const TlsClientProfile&) = delete;
+  TlsClientProfile& operator=(const TlsClientProfile&) = delete;
+
+  ssl_ctx_st* ctx() const { return ctx_; }
+  const std::string& server_name() const { return server_name_; }
+  bool name_is_ip() const { return name_is_ip_; }
+  bool insecure() const { return insecure_; }
+  bool has_client_cert() const { return client_not_after_ != 0; }
+  std::int64_t client_cert_not_after() const { return client_not_after_; }
+  std::uint64_t generation() const { return generation_; }  // unique per load
+
+  // A new client connection's SSL on `fd` (non-blocking): SNI, the name to verify, a session to
+  // resume (may be null) and where a new session is to be kept (`slot`, may be null). The
+  // caller owns the result (SSL_free).
+  ssl_st* new_connection(int fd, ssl_session_st* resume, ssl_session_st** slot) const;
+
+ private:
+  TlsClientProfile() = default;
+  ssl_ctx_st* ctx_ = nullptr;
+  std::string server_name_;
+  bool name_is_ip_ = false;
+  bool insecure_ = false;
+  std::int64_t client_not_after_ = 0;
+  std::uint64_t generation_ = 0;
+};
+
+// The proxy listener's profile: its certificate and key, HTTP/1.1 by ALPN.
+class TlsServerProfile {
+ public:
+  static std::shared_ptr<const TlsServerProfile> load(const config::ListenerTlsConfig& c);
+  ~TlsServerProfile();
+  TlsServerProfile(const TlsServerProfile&) = delete;
+  TlsServerProfile& operator=(const TlsServerProfile&) = delete;
+
+  ssl_ctx_st* ctx() const { return ctx_; }
+  std::int64_t not_after() const { return not_after_; }
+  ssl_st* new_connection(int fd) const;
+
+ private:
+  TlsServerProfile() = default;
+  ssl_ctx_st* ctx_ = nullptr;
+  std::int64_t not_after_ = 0;
+};
+
+// Every TLS profile of the gateway, by upstream index (the order of config.upstreams). Reads are
+// lock-free (one atomic load per new connection); reload() swaps what loads and keeps the rest.
+class TlsProfiles {
+ public:
+  // Loads every profile; throws TlsLoadError at the first that fails (the start is refused).
+  // Warns on stderr for every upstream with insecure_skip_verify.
+  TlsProfiles(const config::GatewayConfig& cfg, Metrics& metrics);
+  ~TlsProfiles();
+
+  std::shared_ptr<const TlsClientProfile> upstream(std::size_t i) const;
+  std::shared_ptr<const TlsServerProfile> listener() const { return listener_.load(); }
+  bool any() const;
+
+  struct ReloadReport {
+    std::vector<std::string> reloaded;  // "listener", "upstream ibe"
+    std::vector<std::string> errors;    // "upstream ibe: /etc/x.pem: no such file" (the old one stays)
+  };
+  ReloadReport reload();
+
+  // After a full handshake with upstream `i`: its certificate's expiry, for the metric and the
+  // admin API.
+  void saw_peer_certificate(std::size_t i, std::int64_t not_after);
+  // Handshakes and failures, counted per upstream (names: config.upstreams[i].name).
+  void count_handshake(std::size_t i, bool resumed);
+  void count_failure(std::size_t i, const std::string& reason);
+  // The listener's handshakes by result: "full", "resumed", "failed", "timeout" (stalled past
+  // proxy.header_timeout_ms) or "plain_http" (an HTTP request sent to the HTTPS port).
+  void count_listener(std::string_view result);
+
+  struct Status {
+    std::string upstream;  // "" for the listener
+    bool verify = true;
+    bool insecure = false;
+    std::string server_name;
+    std::string min_version;
+    std::int64_t cert_not_after = 0;    // listener: its own; upstream: its client certificate (0 none)
+    std::int64_t peer_not_after = 0;    // upstream: the last certificate it presented (0: none seen yet)
+  };
+  std::vector<Status> status() const;
+
+ private:
+  struct Slot;
+  void publish_expiry(const std::string& use, const std::string& name, std::int64_t not_after);
+  const config::GatewayConfig& cfg_;
+  Metrics& metrics_;
+  std::unique_ptr<Slot[]> slots_;
+  std::atomic<std::shared_ptr<const TlsServerProfile>> listener_;
+  std::vector<std::pair<std::string_view, prometheus::Counter*>> listener_results_;
+  std::mutex reload_mu_;
+};
+
+}  // namespace tollgate::proxy

@@ -1,0 +1,447 @@
+#include "tollgate/proxy/tls_context.hpp"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <sys/stat.h>
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+
+#include "tollgate/proxy/metrics.hpp"
+
+namespace tollgate::proxy {
+
+namespace {
+
+std::atomic<std::uint64_t> g_generation{0};
+
+// The first verification error of a handshake and the names on the certificate it was found on,
+// kept on the SSL by the verify callback: after a failed handshake OpenSSL no longer says which
+// certificate failed.
+struct VerifyNote {
+  long error = X509_V_OK;
+  std::vector<std::string> names;
+};
+
+int note_index() {
+  static const int idx = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, [](void*, void* p, CRYPTO_EX_DATA*, int, long, void*) {
+    delete static_cast<VerifyNote*>(p);
+  });
+  return idx;
+}
+
+// Where a connection's new session goes (the worker's per-endpoint slot).
+int slot_index() {
+  static const int idx = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return idx;
+}
+
+int verify_callback(int ok, X509_STORE_CTX* store) {
+  if (ok) return 1;
+  auto* ssl = static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  if (ssl == nullptr) return 0;
+  auto* note = static_cast<VerifyNote*>(SSL_get_ex_data(ssl, note_index()));
+  if (note == nullptr) {
+    note = new VerifyNote;
+    SSL_set_ex_data(ssl, note_index(), note);
+  }
+  if (note->error == X509_V_OK) {
+    note->error = X509_STORE_CTX_get_error(store);
+    note->names = certificate_names(X509_STORE_CTX_get_current_cert(store));
+  }
+  return 0;
+}
+
+// TLS 1.3 tickets arrive after the handshake, while the connection is read: each new session
+// replaces the one in the worker's slot for that endpoint. Returns 1: the slot keeps the reference.
+int new_session(SSL* ssl, SSL_SESSION* session) {
+  auto* slot = static_cast<SSL_SESSION**>(SSL_get_ex_data(ssl, slot_index()));
+  if (slot == nullptr) return 0;
+  if (*slot) SSL_SESSION_free(*slot);
+  *slot = session;
+  return 1;
+}
+
+std::string openssl_reason() {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "unknown error";
+  const char* r = ERR_reason_error_string(e);
+  return r ? r : "error " + std::to_string(e);
+}
+
+// A private key another user can read is a key anyone on the host may have: refused, naming it.
+void check_key_mode(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) throw TlsLoadError(path + ": " + std::strerror(errno));
+  if (st.st_mode & S_IROTH)
+    throw TlsLoadError(path + ": private key is readable by every user (mode " +
+                       std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
+                       std::to_string(st.st_mode & 7) + "); chmod o-r it (e.g. 600)");
+}
+
+// The certificate and key of `ctx`, checked to belong together; returns the certificate's expiry.
+std::int64_t use_certificate(SSL_CTX* ctx, const std::string& cert, const std::string& key) {
+  check_key_mode(key);
+  ERR_clear_error();
+  if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) throw TlsLoadError(cert + ": " + openssl_reason());
+  if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1) throw TlsLoadError(key + ": " + openssl_reason());
+  if (SSL_CTX_check_private_key(ctx) != 1) throw TlsLoadError(key + ": does not match " + cert);
+  return certificate_not_after(SSL_CTX_get0_certificate(ctx));
+}
+
+bool is_ip_literal(const std::string& host) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+// ALPN on the listener: HTTP/1.1 when the client offers it; a client that offers only other
+// protocols gets no ALPN answer (and its HTTP/1.1 request, if it sends one, is served).
+int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned inlen, void*) {
+  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  unsigned char* selected = nullptr;
+  if (SSL_select_next_proto(&selected, outlen, kHttp11, sizeof kHttp11, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+    return SSL_TLSEXT_ERR_NOACK;
+  *out = selected;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "no name" : out;
+}
+
+}  // namespace
+
+std::vector<std::string> certificate_names(X509* cert) {
+  std::vector<std::string> out;
+  if (cert == nullptr) return out;
+  auto* sans = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  if (sans) {
+    for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
+      const GENERAL_NAME* n = sk_GENERAL_NAME_value(sans, i);
+      if (n->type == GEN_DNS) {
+        const ASN1_STRING* s = n->d.dNSName;
+        out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)), static_cast<std::size_t>(ASN1_STRING_length(s)));
+      } else if (n->type == GEN_IPADD) {
+        const ASN1_OCTET_STRING* s = n->d.iPAddress;
+        char text[INET6_ADDRSTRLEN] = {};
+        const int len = ASN1_STRING_length(s);
+        if (len == 4 || len == 16) inet_ntop(len == 4 ? AF_INET : AF_INET6, ASN1_STRING_get0_data(s), text, sizeof text);
+        out.emplace_back(text);
+      }
+    }
+    GENERAL_NAMES_free(sans);
+  }
+  if (out.empty()) {
+    char cn[256] = {};
+    if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn) > 0) out.emplace_back(cn);
+  }
+  return out;
+}
+
+std::int64_t certificate_not_after(X509* cert) {
+  if (cert == nullptr) return 0;
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1) return 0;
+  return static_cast<std::int64_t>(timegm(&tm));
+}
+
+TlsFailure describe_verify_error(long e, const std::vector<std::string>& names) {
+  switch (e) {
+    case X509_V_ERR_CERT_HAS_EXPIRED:
+      return {"expired", "certificate has expired"};
+    case X509_V_ERR_CERT_NOT_YET_VALID:
+      return {"not_yet_valid", "certificate is not yet valid"};
+    case X509_V_ERR_HOSTNAME_MISMATCH:
+    case X509_V_ERR_IP_ADDRESS_MISMATCH:
+      return {"hostname_mismatch", "hostname mismatch: certificate is for " + joined(names)};
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+    case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+    case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+      return {"unknown_ca", "unknown certificate authority"};
+    default:
+      return {"verify_failed", std::string("certificate verify failed: ") + X509_verify_cert_error_string(e)};
+  }
+}
+
+TlsFailure describe_tls_failure(SSL* ssl, unsigned long err) {
+  if (ssl) {
+    if (const auto* note = static_cast<const VerifyNote*>(SSL_get_ex_data(ssl, note_index())); note && note->error != X509_V_OK)
+      return describe_verify_error(note->error, note->names);
+  }
+  if (err == 0) return {"handshake", "handshake failure: connection closed by peer"};
+  switch (ERR_GET_REASON(err)) {
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_TLSV1_ALERT_PROTOCOL_VERSION:
+    case SSL_R_NO_PROTOCOLS_AVAILABLE:
+    case SSL_R_WRONG_VERSION_NUMBER:
+      return {"protocol_version", "handshake failure: protocol version"};
+    case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+      return {"client_certificate", "handshake failure: the upstream requires a client certificate"};
+    case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+    case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+      return {"client_certificate", "handshake failure: the upstream refused the client certificate"};
+    default: {
+      const char* r = ERR_reason_error_string(err);
+      return {"handshake", std::string("handshake failure: ") + (r ? r : "error " + std::to_string(err))};
+    }
+  }
+}
+
+// ---- client profiles -------------------------------------------------------------------------
+
+std::shared_ptr<const TlsClientProfile> TlsClientProfile::load(const config::UpstreamConfig& u) {
+  std::shared_ptr<TlsClientProfile> p(new TlsClientProfile);
+  const config::UpstreamTlsConfig& t = u.tls;
+  p->ctx_ = SSL_CTX_new(TLS_client_method());
+  if (p->ctx_ == nullptr) throw TlsLoadError("upstream " + u.name + ": cannot make a TLS context: " + openssl_reason());
+  SSL_CTX* ctx = p->ctx_;
+  SSL_CTX_set_min_proto_version(ctx, t.min_version == config::TlsVersion::tls1_3 ? TLS1_3_VERSION : TLS1_2_VERSION);
+  // Partial writes and moving buffers: a write resumed after EAGAIN may pass the rest; idle
+  // connections give their read and write buffers back.
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+  // Sessions are kept by the workers per endpoint (new_session), never in a shared cache.
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_sess_set_new_cb(ctx, new_session);
+  ERR_clear_error();
+  if (!t.insecure_skip_verify) {
+    // The trust store is read once per load (the system bundle as one file), not per connection.
+    if (!t.ca_file.empty()) {
+      if (SSL_CTX_load_verify_locations(ctx, t.ca_file.c_str(), nullptr) != 1)
+        throw TlsLoadError("upstream " + u.name + ": " + t.ca_file + ": " + openssl_reason());
+    } else if (SSL_CTX_set_default_verify_file(ctx) != 1) {
+      throw TlsLoadError("upstream " + u.name + ": the system trust store (" + X509_get_default_cert_file() +
+                         "): " + openssl_reason() + "; install ca-certificates or set tls.ca_file");
+    }
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_callback);
+  } else {
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+  }
+  if (!t.cert_file.empty()) {
+    try {
+      p->client_not_after_ = use_certificate(ctx, t.cert_file, t.key_file);
+    } catch (const TlsLoadError& e) {
+      throw TlsLoadError("upstream " + u.name + ": " + e.what());
+    }
+  }
+  p->server_name_ = t.server_name.empty() ? u.host : t.server_name;
+  p->name_is_ip_ = is_ip_literal(p->server_name_);
+  p->insecure_ = t.insecure_skip_verify;
+  p->generation_ = ++g_generation;
+  return p;
+}
+
+TlsClientProfile::~TlsClientProfile() {
+  if (ctx_) SSL_CTX_free(ctx_);
+}
+
+SSL* TlsClientProfile::new_connection(int fd, SSL_SESSION* resume, SSL_SESSION** slot) const {
+  SSL* ssl = SSL_new(ctx_);
+  if (ssl == nullptr) return nullptr;
+  SSL_set_fd(ssl, fd);
+  if (!name_is_ip_) SSL_set_tlsext_host_name(ssl, server_name_.c_str());  // an IP literal sends no SNI
+  if (!insecure_) {
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    if (name_is_ip_) {
+      X509_VERIFY_PARAM_set1_ip_asc(param, server_name_.c_str());
+    } else {
+      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+      SSL_set1_host(ssl, server_name_.c_str());
+    }
+  }
+  if (slot) SSL_set_ex_data(ssl, slot_index(), slot);
+  if (resume) SSL_set_session(ssl, resume);
+  SSL_set_connect_state(ssl);
+  return ssl;
+}
+
+// ---- the listener's profile ------------------------------------------------------------------
+
+std::shared_ptr<const TlsServerProfile> TlsServerProfile::load(const config::ListenerTlsConfig& c) {
+  std::shared_ptr<TlsServerProfile> p(new TlsServerProfile);
+  p->ctx_ = SSL_CTX_new(TLS_server_method());
+  if (p->ctx_ == nullptr) throw TlsLoadError("tls: cannot make a TLS context: " + openssl_reason());
+  SSL_CTX_set_min_proto_version(p->ctx_, TLS1_2_VERSION);
+  SSL_CTX_set_mode(p->ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+  SSL_CTX_set_alpn_select_cb(p->ctx_, select_alpn, nullptr);
+  // No renegotiation: a client could make the gateway do handshakes for free.
+  SSL_CTX_set_options(p->ctx_, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+  try {
+    p->not_after_ = use_certificate(p->ctx_, c.cert_file, c.key_file);
+  } catch (const TlsLoadError& e) {
+    throw TlsLoadError(std::string("tls: ") + e.what());
+  }
+  return p;
+}
+
+TlsServerProfile::~TlsServerProfile() {
+  if (ctx_) SSL_CTX_free(ctx_);
+}
+
+SSL* TlsServerProfile::new_connection(int fd) const {
+  SSL* ssl = SSL_new(ctx_);
+  if (ssl == nullptr) return nullptr;
+  SSL_set_fd(ssl, fd);
+  SSL_set_accept_state(ssl);
+  return ssl;
+}
+
+// ---- every profile ---------------------------------------------------------------------------
+
+struct TlsProfiles::Slot {
+  std::atomic<std::shared_ptr<const TlsClientProfile>> client;
+  std::atomic<std::int64_t> peer_not_after{0};
+  prometheus::Counter* handshakes[2] = {nullptr, nullptr};  // resumed false, true
+  prometheus::Gauge* peer_expiry = nullptr;                 // made on the first handshake
+  std::once_flag peer_once;
+};
+
+namespace {
+prometheus::Family<prometheus::Gauge>& expiry_family(prometheus::Registry& r) {
+  return prometheus::BuildGauge()
+      .Name("tollgate_tls_certificate_expiry_seconds")
+      .Help("When a certificate expires (Unix seconds): the listener's own, the client certificate "
+            "presented to an upstream, and the last certificate each upstream presented.")
+      .Register(r);
+}
+}  // namespace
+
+TlsProfiles::TlsProfiles(const config::GatewayConfig& cfg, Metrics& metrics)
+    : cfg_(cfg), metrics_(metrics), slots_(new Slot[cfg.upstreams.size()]) {
+  auto& handshakes = prometheus::BuildCounter()
+                         .Name("tollgate_upstream_tls_handshakes_total")
+                         .Help("TLS handshakes with upstreams, by whether the session was resumed.")
+                         .Register(metrics.registry);
+  for (std::size_t i = 0; i < cfg.upstreams.size(); ++i) {
+    const config::UpstreamConfig& u = cfg.upstreams[i];
+    if (!u.https) continue;
+    auto p = TlsClientProfile::load(u);
+    if (p->insecure())
+      std::cerr << "tollgate: warn: upstream '" << u.name << "' (" << u.url
+                << "): tls.insecure_skip_verify is true: its certificate and host name are NOT verified; anyone on "
+                   "the path can impersonate it"
+                << std::endl;
+    if (p->has_client_cert()) publish_expiry("client", u.name, p->client_cert_not_after());
+    slots_[i].client.store(std::move(p));
+    slots_[i].handshakes[0] = &handshakes.Add({{"upstream", u.name}, {"resumed", "false"}});
+    slots_[i].handshakes[1] = &handshakes.Add({{"upstream", u.name}, {"resumed", "true"}});
+  }
+  if (cfg.tls.enabled()) {
+    auto l = TlsServerProfile::load(cfg.tls);
+    publish_expiry("listener", "listener", l->not_after());
+    listener_.store(std::move(l));
+    auto& results = prometheus::BuildCounter()
+                        .Name("tollgate_listener_tls_handshakes_total")
+                        .Help("TLS handshakes on the proxy listener, by result (full, resumed, failed, timeout, plain_http).")
+                        .Register(metrics.registry);
+    for (std::string_view r : {"full", "resumed", "failed", "timeout", "plain_http"})
+      listener_results_.emplace_back(r, &results.Add({{"result", std::string(r)}}));
+  }
+}
+
+void TlsProfiles::count_listener(std::string_view result) {
+  for (auto& [name, counter] : listener_results_)
+    if (name == result) counter->Increment();
+}
+
+TlsProfiles::~TlsProfiles() = default;
+
+std::shared_ptr<const TlsClientProfile> TlsProfiles::upstream(std::size_t i) const { return slots_[i].client.load(); }
+
+bool TlsProfiles::any() const {
+  if (listener_.load()) return true;
+  for (const auto& u : cfg_.upstreams)
+    if (u.https) return true;
+  return false;
+}
+
+void TlsProfiles::publish_expiry(const std::string& use, const std::string& name, std::int64_t not_after) {
+  expiry_family(metrics_.registry).Add({{"use", use}, {"name", name}}).Set(static_cast<double>(not_after));
+}
+
+TlsProfiles::ReloadReport TlsProfiles::reload() {
+  std::lock_guard lock(reload_mu_);
+  ReloadReport r;
+  for (std::size_t i = 0; i < cfg_.upstreams.size(); ++i) {
+    const config::UpstreamConfig& u = cfg_.upstreams[i];
+    if (!u.https) continue;
+    try {
+      auto p = TlsClientProfile::load(u);
+      if (p->has_client_cert()) publish_expiry("client", u.name, p->client_cert_not_after());
+      slots_[i].client.store(std::move(p));
+      r.reloaded.push_back("upstream " + u.name);
+    } catch (const TlsLoadError& e) {
+      r.errors.emplace_back(e.what());
+    }
+  }
+  if (cfg_.tls.enabled()) {
+    try {
+      auto l = TlsServerProfile::load(cfg_.tls);
+      publish_expiry("listener", "listener", l->not_after());
+      listener_.store(std::move(l));
+      r.reloaded.emplace_back("listener");
+    } catch (const TlsLoadError& e) {
+      r.errors.emplace_back(e.what());
+    }
+  }
+  return r;
+}
+
+void TlsProfiles::saw_peer_certificate(std::size_t i, std::int64_t not_after) {
+  Slot& s = slots_[i];
+  s.peer_not_after.store(not_after, std::memory_order_relaxed);
+  std::call_once(s.peer_once, [&] { s.peer_expiry = &expiry_family(metrics_.registry).Add({{"use", "upstream"}, {"name", cfg_.upstreams[i].name}}); });
+  s.peer_expiry->Set(static_cast<double>(not_after));
+}
+
+void TlsProfiles::count_handshake(std::size_t i, bool resumed) {
+  if (auto* c = slots_[i].handshakes[resumed ? 1 : 0]) c->Increment();
+}
+
+void TlsProfiles::count_failure(std::size_t i, const std::string& reason) {
+  // Rare, so the series is looked up here (Family::Add returns the existing one).
+  prometheus::BuildCounter()
+      .Name("tollgate_upstream_tls_failures_total")
+      .Help("TLS handshakes and verifications with upstreams that failed, by reason.")
+      .Register(metrics_.registry)
+      .Add({{"upstream", cfg_.upstreams[i].name}, {"reason", reason}})
+      .Increment();
+}
+
+std::vector<TlsProfiles::Status> TlsProfiles::status() const {
+  std::vector<Status> out;
+  if (auto l = listener_.load()) {
+    Status s;
+    s.cert_not_after = l->not_after();
+    s.min_version = "1.2";
+    out.push_back(std::move(s));
+  }
+  for (std::size_t i = 0; i < cfg_.upstreams.size(); ++i) {
+    const config::UpstreamConfig& u = cfg_.upstreams[i];
+    auto p = slots_[i].client.load();
+    if (!p) continue;
+    Status s;
+    s.upstream = u.name;
+    s.verify = !p->insecure();
+    s.insecure = p->insecure();
+    s.server_name = p->server_name();
+    s.min_version = u.tls.min_version == config::TlsVersion::tls1_3 ? "1.3" : "1.2";
+    s.cert_not_after = p->client_cert_not_after();
+    s.peer_not_after = slots_[i].peer_not_after.load(std::memory_order_relaxed);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace tollgate::proxy
