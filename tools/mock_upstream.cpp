@@ -1,4 +1,5 @@
 // tollgate-mock-upstream --port P [--host H] [--latency-ms N] [--limit SUFFIX=RATE ...]
+//                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
 // A small airline-style upstream for demos, tests and benchmarks. Every path answers with small
 // JSON; the query can ask for special behaviour:
 //   ?status=N      answer with status N          ?delay_ms=N  answer after N ms (a timer)
@@ -15,22 +16,35 @@
 // answers every 429 with Retry-After N instead. GET /__limits shows them (with the permits each
 // holds now, "tokens"); /__stats counts each
 // path's "throttled" answers beside its "count" of arrivals, and their times ("throttled_us").
+//
+// An HTTPS upstream: --tls-cert FILE --tls-key FILE (PEM; the certificate file may hold the chain)
+// serve TLS 1.2 and 1.3 only on the port, with the same answers, stats and keep-alive as plain
+// HTTP. --tls-client-ca FILE also requires a client certificate signed by a CA in FILE (a
+// handshake without one fails). Server-side session resumption (cache and tickets) is on, as
+// OpenSSL has it by default. The listening line then ends in " (https)".
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
 
+#include <openssl/ssl.h>
+
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 using nlohmann::json;
 
@@ -170,8 +184,30 @@ json airline_body(std::string_view path) {
   return {{"ok", true}};
 }
 
-net::awaitable<void> session(tcp::socket sock) {
-  beast::tcp_stream stream(std::move(sock));
+// The stream a session reads and writes: plain TCP, or TLS over it.
+template <class Stream>
+Stream make_stream(tcp::socket sock, ssl::context* tls) {
+  if constexpr (std::is_same_v<Stream, beast::tcp_stream>) return Stream(std::move(sock));
+  else return Stream(std::move(sock), *tls);
+}
+
+// One connection: answers requests until the client closes it or asks to. `Stream` is the plain
+// beast::tcp_stream or TLS over it, so both modes answer alike. The coroutine takes the socket and
+// makes its stream inside: with the stream itself as the parameter, g++ 12 warns
+// (-Wmismatched-new-delete, a false alarm on Asio's frame allocator) about the coroutine's start.
+template <class Stream>
+net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
+  constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+  Stream stream = make_stream<Stream>(std::move(sock), tls);
+  beast::tcp_stream& tcp_layer = beast::get_lowest_layer(stream);
+  if constexpr (kTls) {
+    beast::error_code ec;
+    // A client that connects and never says hello would otherwise hold its coroutine for good.
+    tcp_layer.expires_after(std::chrono::seconds(10));
+    co_await stream.async_handshake(ssl::stream_base::server, net::redirect_error(net::use_awaitable, ec));
+    tcp_layer.expires_never();
+    if (ec) co_return;  // closes the socket
+  }
   beast::flat_buffer buffer;
   for (;;) {
     beast::error_code ec;
@@ -252,18 +288,59 @@ net::awaitable<void> session(tcp::socket sock) {
     co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
     if (ec || !res.keep_alive()) break;
   }
+  if constexpr (kTls) {
+    // close_notify, so that a client tells a finished answer from a cut connection; bounded,
+    // since a client that already went away never answers it.
+    beast::error_code ec;
+    tcp_layer.expires_after(std::chrono::seconds(2));
+    co_await stream.async_shutdown(net::redirect_error(net::use_awaitable, ec));
+  }
   beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  tcp_layer.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-net::awaitable<void> listen(tcp::acceptor& acc) {
+// tls: null for plain HTTP.
+net::awaitable<void> listen(tcp::acceptor& acc, ssl::context* tls) {
   for (;;) {
     beast::error_code ec;
     tcp::socket sock = co_await acc.async_accept(net::redirect_error(net::use_awaitable, ec));
     if (ec) continue;
     sock.set_option(tcp::no_delay(true), ec);
-    net::co_spawn(acc.get_executor(), session(std::move(sock)), net::detached);
+    if (tls)
+      net::co_spawn(acc.get_executor(), session<ssl::stream<beast::tcp_stream>>(std::move(sock), tls), net::detached);
+    else
+      net::co_spawn(acc.get_executor(), session<beast::tcp_stream>(std::move(sock), nullptr), net::detached);
   }
+}
+
+// A server context for --tls-cert/--tls-key (and --tls-client-ca); throws on unreadable files.
+std::unique_ptr<ssl::context> make_tls(const std::string& cert, const std::string& key, const std::string& client_ca) {
+  auto tls = std::make_unique<ssl::context>(ssl::context::tls_server);
+  tls->set_options(ssl::context::default_workarounds);
+  SSL_CTX_set_min_proto_version(tls->native_handle(), TLS1_2_VERSION);
+  // Asio's own message ("asio.ssl error") names neither the flag nor the file.
+  auto load = [](const char* flag, const std::string& file, auto&& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string(flag) + " " + file + ": cannot load (" + e.what() + ")");
+    }
+  };
+  load("--tls-cert", cert, [&] { tls->use_certificate_chain_file(cert); });
+  load("--tls-key", key, [&] { tls->use_private_key_file(key, ssl::context::pem); });
+  // OpenSSL refuses to resume a session whose id context is unset once peers are verified; set
+  // it in both modes so that resumption behaves the same with and without client certificates.
+  static const unsigned char kSessionContext[] = "tollgate-mock-upstream";
+  SSL_CTX_set_session_id_context(tls->native_handle(), kSessionContext, sizeof kSessionContext - 1);
+  if (!client_ca.empty()) {
+    load("--tls-client-ca", client_ca, [&] { tls->load_verify_file(client_ca); });
+    // Names the accepted CAs in the CertificateRequest, so that a client holding several
+    // certificates can pick the right one.
+    if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(client_ca.c_str()))
+      SSL_CTX_set_client_CA_list(tls->native_handle(), names);
+    tls->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  }
+  return tls;
 }
 
 }  // namespace
@@ -271,9 +348,13 @@ net::awaitable<void> listen(tcp::acceptor& acc) {
 int main(int argc, char** argv) {
   std::string host = "127.0.0.1";
   int port = 9000;
+  std::string tls_cert, tls_key, tls_client_ca;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--port" && i + 1 < argc) port = std::atoi(argv[++i]);
+    else if (a == "--tls-cert" && i + 1 < argc) tls_cert = argv[++i];
+    else if (a == "--tls-key" && i + 1 < argc) tls_key = argv[++i];
+    else if (a == "--tls-client-ca" && i + 1 < argc) tls_client_ca = argv[++i];
     else if (a == "--host" && i + 1 < argc) host = argv[++i];
     else if (a == "--latency-ms" && i + 1 < argc) g_latency_ms = std::atoi(argv[++i]);
     else if (a == "--limit" && i + 1 < argc) {
@@ -296,11 +377,18 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::cerr << "usage: tollgate-mock-upstream [--host H] [--port P] [--latency-ms N] [--limit SUFFIX=RATE ...]\n";
+      std::cerr << "usage: tollgate-mock-upstream [--host H] [--port P] [--latency-ms N] [--limit SUFFIX=RATE ...]\n"
+                   "                              [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n";
       return 2;
     }
   }
+  if (tls_cert.empty() != tls_key.empty() || (!tls_client_ca.empty() && tls_cert.empty())) {
+    std::cerr << "mock-upstream: --tls-cert and --tls-key go together, and --tls-client-ca needs them\n";
+    return 2;
+  }
   try {
+    std::unique_ptr<ssl::context> tls;
+    if (!tls_cert.empty()) tls = make_tls(tls_cert, tls_key, tls_client_ca);
     net::io_context ctx(1);
     tcp::acceptor acc(ctx);
     tcp::endpoint ep(net::ip::make_address(host), static_cast<unsigned short>(port));
@@ -308,10 +396,11 @@ int main(int argc, char** argv) {
     acc.set_option(net::socket_base::reuse_address(true));
     acc.bind(ep);
     acc.listen(net::socket_base::max_listen_connections);
-    std::cout << "mock-upstream: listening on " << host << ":" << acc.local_endpoint().port() << std::endl;
+    std::cout << "mock-upstream: listening on " << host << ":" << acc.local_endpoint().port()
+              << (tls ? " (https)" : "") << std::endl;
     net::signal_set signals(ctx, SIGINT, SIGTERM);
     signals.async_wait([&](auto, int) { ctx.stop(); });
-    net::co_spawn(ctx, listen(acc), net::detached);
+    net::co_spawn(ctx, listen(acc, tls.get()), net::detached);
     ctx.run();
   } catch (const std::exception& e) {
     std::cerr << "mock-upstream: " << e.what() << "\n";

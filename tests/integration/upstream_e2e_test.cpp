@@ -30,8 +30,9 @@ using namespace std::chrono_literals;
 // A gateway in front of the hostile upstream. Two pool sizes matter: the default (many idle
 // connections per thread) and a pool of one on one thread, where a connection that should have
 // been closed is certain to be the one the next request gets.
-json hostile_config(int port, bool pool_of_one = false, int response_timeout_ms = 5000) {
-  json c = base_config(port);
+json hostile_config(const HostileUpstream& up, bool pool_of_one = false, int response_timeout_ms = 5000) {
+  json c = base_config(up.port);
+  up.into(c);
   c["proxy"]["response_timeout_ms"] = response_timeout_ms;
   if (pool_of_one) {
     c["threads"] = 1;
@@ -86,10 +87,11 @@ const std::vector<std::string> kMix = {"",          "extra-glued",    "hints",  
 TEST(HostileUpstream, ManyClientsEachGetTheirOwnAnswer) {
   HostileUpstream up;
   ASSERT_GT(up.port, 0);
-  json c = hostile_config(up.port);
+  json c = hostile_config(up);
   // A second upstream entry for the same server: its own pools, used only by the paced client
   // below, so that no other request can pick up one of its connections at a racy moment.
   c["upstreams"]["quiet"] = {{"url", "http://127.0.0.1:" + std::to_string(up.port)}};
+  up.into(c, "quiet");
   c["routes"] = json::array({{{"prefix", "/paced/"}, {"upstream", "quiet"}}, {{"prefix", "/"}, {"upstream", "ibe"}}});
   GatewayProcess gw(c);
   ASSERT_GT(gw.port, 0) << gw.proc->output();
@@ -160,7 +162,7 @@ TEST(HostileUpstream, ManyClientsEachGetTheirOwnAnswer) {
 
 TEST(HostileUpstream, UnsolicitedResponseWhileIdleIsNeverDelivered) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient a(gw.port), b(gw.port);
   for (int i = 0; i < 10; ++i) {
@@ -178,7 +180,7 @@ TEST(HostileUpstream, UnsolicitedResponseWhileIdleIsNeverDelivered) {
 
 TEST(HostileUpstream, InterimResponsesAreConsumed) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   for (const std::string kind : {"hints", "continue-glued", "continue-later"}) {
     for (int i = 0; i < 3; ++i) {
@@ -196,7 +198,7 @@ TEST(HostileUpstream, InterimResponsesAreConsumed) {
 
 TEST(HostileUpstream, SurplusBytesNeverReachAnotherClient) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient a(gw.port), b(gw.port);
   for (const std::string kind : {"extra-glued", "long-body"}) {
@@ -213,7 +215,7 @@ TEST(HostileUpstream, SurplusBytesNeverReachAnotherClient) {
 
 TEST(HostileUpstream, HeadAnsweredWithABodyHasNoBodyAndLeavesNoBytes) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient a(gw.port), b(gw.port);
   for (int i = 0; i < 5; ++i) {
@@ -235,7 +237,7 @@ TEST(HostileUpstream, HeadAnsweredWithABodyHasNoBodyAndLeavesNoBytes) {
 // that before writing, not answer 502, and not send the request twice.
 TEST(HostileUpstream, ClosedIdleConnectionIsNoticedBeforeReuse) {
   HostileUpstream up({"--idle-close-ms", "200"});
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient cl(gw.port);
   for (int i = 0; i < 20; ++i) {
@@ -257,7 +259,7 @@ TEST(HostileUpstream, ClosedIdleConnectionIsNoticedBeforeReuse) {
 // long before the end, and the whole body at the end.
 TEST(HostileUpstream, DrippingBodyIsRelayedAsItArrives) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, false, /*response_timeout_ms=*/1500));
+  GatewayProcess gw(hostile_config(up, false, /*response_timeout_ms=*/1500));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient cl(gw.port);
   const auto t0 = std::chrono::steady_clock::now();
@@ -279,7 +281,7 @@ TEST(HostileUpstream, DrippingBodyIsRelayedAsItArrives) {
 // the timeout (between reads) never fires and the client gets all of it.
 TEST(HostileUpstream, SlowChunkedStreamOutlivesTheResponseTimeout) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, false, /*response_timeout_ms=*/500));
+  GatewayProcess gw(hostile_config(up, false, /*response_timeout_ms=*/500));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient cl(gw.port);
   const Reply r = cl.exchange("GET", "/x?do=slow-chunked&every=200&for=1500", "slow-1", {}, "", 10s);
@@ -294,7 +296,7 @@ TEST(HostileUpstream, SlowChunkedStreamOutlivesTheResponseTimeout) {
 
 TEST(HostileUpstream, ChunkedRequestTrailersDoNotBecomeHeaders) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port));
+  GatewayProcess gw(hostile_config(up));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient cl(gw.port);
   ASSERT_TRUE(cl.send("POST /x?do=echo HTTP/1.1\r\nHost: gateway.test\r\nX-Request-Id: trailers-1\r\n"
@@ -321,7 +323,7 @@ TEST(HostileUpstream, ChunkedRequestTrailersDoNotBecomeHeaders) {
 
 TEST(HostileUpstream, NoContentWithContentLengthIsRelayedWithout) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient a(gw.port), b(gw.port);
   for (int i = 0; i < 3; ++i) {
@@ -340,7 +342,7 @@ TEST(HostileUpstream, NoContentWithContentLengthIsRelayedWithout) {
 
 TEST(HostileUpstream, HeadAndNotModifiedCarryNoBody) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient cl(gw.port);
   const Reply head = cl.exchange("HEAD", "/x", "head-1");
@@ -357,7 +359,7 @@ TEST(HostileUpstream, HeadAndNotModifiedCarryNoBody) {
 
 TEST(HostileUpstream, Status000AndUnrequested101Are502) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient a(gw.port), b(gw.port);
   for (const std::string kind : {"status000", "switch"}) {
@@ -372,7 +374,7 @@ TEST(HostileUpstream, Status000AndUnrequested101Are502) {
 
 TEST(HostileUpstream, PipelinedRequestsAreAnsweredInOrder) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port));
+  GatewayProcess gw(hostile_config(up));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient cl(gw.port);
   // Four requests in one write; the first answer is the slowest (a 1xx, then a pause).
@@ -388,7 +390,7 @@ TEST(HostileUpstream, PipelinedRequestsAreAnsweredInOrder) {
 
 TEST(HostileUpstream, ConnectionCloseFromEitherSide) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   {  // The client asks to close: answered, marked, and the gateway closes after the answer.
     RawClient cl(gw.port);
@@ -412,7 +414,7 @@ TEST(HostileUpstream, ConnectionCloseFromEitherSide) {
 
 TEST(HostileUpstream, RequestBodyTheUpstreamDoesNotRead) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient a(gw.port), b(gw.port);
   const std::string big(512 * 1024, 'b');
@@ -437,7 +439,7 @@ TEST(HostileUpstream, RequestBodyTheUpstreamDoesNotRead) {
 // is never repeated: 502.
 TEST(HostileUpstream, DroppedRequestRetriedOnlyWhenIdempotent) {
   HostileUpstream up;
-  GatewayProcess gw(hostile_config(up.port, /*pool_of_one=*/true));
+  GatewayProcess gw(hostile_config(up, /*pool_of_one=*/true));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   RawClient cl(gw.port);
   ASSERT_TRUE(is_own_answer(cl.exchange("GET", "/x", "drop-warm-1"), "drop-warm-1"));  // one pooled connection
@@ -534,6 +536,7 @@ void drain_at_scale(bool second_signal) {
   ASSERT_GT(up.port, 0);
   const std::string dir = temp_dir();
   json c = base_config(up.port);
+  up.into(c);
   c["limits"]["rules"] = json::array(
       {{{"configId", 1}, {"interfaceUrl", "/held"}, {"rateLimit", 20}, {"cache", 60}, {"burst", 1}, {"status", 1}}});
   c["proxy"]["drain_timeout_ms"] = second_signal ? 30000 : 500;

@@ -18,21 +18,39 @@
 
 #include "support/http_client.hpp"
 #include "support/process.hpp"
+#include "support/tls.hpp"
 
 namespace tollgate::testing {
+
+// TOLLGATE_HOSTILE_TLS=1 (a ctest entry of its own): the hostile upstream speaks TLS and the
+// gateway reaches it over https://, verified against the test CA; the same tests then prove the
+// same guarantees over TLS.
+inline bool hostile_over_tls() {
+  const char* v = std::getenv("TOLLGATE_HOSTILE_TLS");
+  return v != nullptr && std::string(v) == "1";
+}
 
 struct HostileUpstream {
   std::unique_ptr<Process> proc;
   int port = -1;
   explicit HostileUpstream(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv{TOLLGATE_HOSTILE_BIN, "--port", "0"};
+    if (hostile_over_tls()) argv.insert(argv.end(), {"--tls-cert", test_pki().server_cert, "--tls-key", test_pki().server_key});
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc = std::make_unique<Process>(argv);
     if (auto line = proc->wait_for_line("listening on", std::chrono::seconds(10))) port = port_from_line(*line);
   }
-  nlohmann::json stats() const { return nlohmann::json::parse(http_get(port, "/__stats").body); }
-  nlohmann::json about(const std::string& id) const {
-    return nlohmann::json::parse(http_get(port, "/__count?id=" + id).body);
+  // Its control endpoints, over TLS when it speaks TLS.
+  HttpResponse control(const std::string& target) const {
+    return hostile_over_tls() ? https_get(port, target) : http_get(port, target);
+  }
+  nlohmann::json stats() const { return nlohmann::json::parse(control("/__stats").body); }
+  nlohmann::json about(const std::string& id) const { return nlohmann::json::parse(control("/__count?id=" + id).body); }
+  // Points the config's upstream `name` at it (https:// and the test CA over TLS).
+  void into(nlohmann::json& config, const std::string& name = "ibe") const {
+    if (!hostile_over_tls()) return;
+    config["upstreams"][name]["url"] = "https://localhost:" + std::to_string(port);
+    config["upstreams"][name]["tls"] = {{"ca_file", test_pki().ca}};
   }
   // How many times a request with this X-Request-Id reached the upstream.
   int count(const std::string& id) const { return about(id)["count"].get<int>(); }

@@ -1,4 +1,4 @@
-// tollgate-hostile-upstream --port P [--host H] [--idle-close-ms N]
+// tollgate-hostile-upstream --port P [--host H] [--idle-close-ms N] [--tls-cert F --tls-key F]
 // An upstream that misbehaves on request, for end-to-end tests of the gateway's upstream side.
 // Plain POSIX sockets, one thread per connection, a small hand-written HTTP/1.1 parser (request
 // heads, Content-Length and chunked bodies with trailers): no Beast, so it builds in seconds.
@@ -40,9 +40,12 @@
 // often a request with that id arrived; what extra-idle did after it), GET /__stats ->
 // {"total":N,"connections":N,"idle_closed":N,"unsolicited":N}.
 // --idle-close-ms N closes any keep-alive connection idle for N ms (an upstream keep-alive timeout).
+// --tls-cert F --tls-key F: the same misbehaviour over TLS (OpenSSL on the same sockets: what is
+// glued in one write here goes in one record; a close is a close without close_notify).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -65,6 +68,7 @@
 namespace {
 
 int g_idle_close_ms = 0;
+SSL_CTX* g_tls = nullptr;  // --tls-cert: every connection is TLS
 
 struct Stats {
   std::mutex mu;
@@ -164,16 +168,18 @@ struct Conn {
   int fd;
   std::string in;
 
+  SSL* ssl = nullptr;  // TLS (blocking) on fd
+
   // Waits up to `timeout_ms` (-1: forever) for bytes or the peer's close; true if any arrived.
   bool readable(int timeout_ms) const {
-    if (!in.empty()) return true;
+    if (!in.empty() || (ssl && SSL_pending(ssl) > 0)) return true;
     pollfd p{fd, POLLIN, 0};
     return ::poll(&p, 1, timeout_ms) > 0;
   }
   // Reads what is there (waiting for it); false on close or error.
   bool fill() {
     char buf[16384];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    const ssize_t n = ssl ? SSL_read(ssl, buf, sizeof buf) : ::recv(fd, buf, sizeof buf, 0);
     if (n <= 0) return false;
     in.append(buf, static_cast<std::size_t>(n));
     return true;
@@ -181,7 +187,8 @@ struct Conn {
   bool send_all(const std::string& bytes) const {
     std::size_t sent = 0;
     while (sent < bytes.size()) {
-      const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      const ssize_t n = ssl ? SSL_write(ssl, bytes.data() + sent, static_cast<int>(bytes.size() - sent))
+                            : ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
       if (n <= 0) return false;
       sent += static_cast<std::size_t>(n);
     }
@@ -413,7 +420,16 @@ bool answer(Conn& c, Request& r) {
 }
 
 void serve(int fd) {
-  Conn c{fd, {}};
+  Conn c{fd, {}, nullptr};
+  if (g_tls) {
+    c.ssl = SSL_new(g_tls);
+    SSL_set_fd(c.ssl, fd);
+    if (SSL_accept(c.ssl) != 1) {
+      SSL_free(c.ssl);
+      ::close(fd);
+      return;
+    }
+  }
   for (;;) {
     if (g_idle_close_ms > 0 && !c.readable(g_idle_close_ms)) {
       std::lock_guard lock(g_stats.mu);
@@ -450,23 +466,37 @@ void serve(int fd) {
     if (!read_body(c, *r)) break;
     if (!answer(c, *r)) break;
   }
+  if (c.ssl) SSL_free(c.ssl);
   ::close(fd);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1", cert, key;
   int port = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--port" && i + 1 < argc) port = std::atoi(argv[++i]);
     else if (a == "--host" && i + 1 < argc) host = argv[++i];
     else if (a == "--idle-close-ms" && i + 1 < argc) g_idle_close_ms = std::atoi(argv[++i]);
+    else if (a == "--tls-cert" && i + 1 < argc) cert = argv[++i];
+    else if (a == "--tls-key" && i + 1 < argc) key = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tollgate-hostile-upstream [--host H] [--port P] [--idle-close-ms N]\n");
+      std::fprintf(stderr, "usage: tollgate-hostile-upstream [--host H] [--port P] [--idle-close-ms N] "
+                           "[--tls-cert F --tls-key F]\n");
       return 2;
     }
+  }
+  if (!cert.empty()) {
+    g_tls = SSL_CTX_new(TLS_server_method());
+    if (SSL_CTX_use_certificate_chain_file(g_tls, cert.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(g_tls, key.c_str(), SSL_FILETYPE_PEM) != 1) {
+      std::fprintf(stderr, "hostile-upstream: cannot load %s / %s\n", cert.c_str(), key.c_str());
+      return 1;
+    }
+    // Writes as the plain mode does them: a partial write is finished by send_all.
+    SSL_CTX_set_mode(g_tls, SSL_MODE_ENABLE_PARTIAL_WRITE);
   }
   ::signal(SIGPIPE, SIG_IGN);
   const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

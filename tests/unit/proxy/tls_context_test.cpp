@@ -1,0 +1,133 @@
+// TLS profiles without a handshake: failure reasons in words, and files refused with their path
+// and reason (a missing CA file, a world-readable key, a certificate that is no certificate).
+#include <gtest/gtest.h>
+#include <openssl/x509_vfy.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "tollgate/proxy/metrics.hpp"
+#include "tollgate/proxy/tls_context.hpp"
+
+namespace tollgate::proxy {
+namespace {
+
+TEST(TlsFailure, VerifyErrorsInWords) {
+  EXPECT_EQ(describe_verify_error(X509_V_ERR_CERT_HAS_EXPIRED, {}).words, "certificate has expired");
+  EXPECT_EQ(describe_verify_error(X509_V_ERR_CERT_HAS_EXPIRED, {}).reason, "expired");
+  const TlsFailure mismatch = describe_verify_error(X509_V_ERR_HOSTNAME_MISMATCH, {"evil.example", "10.1.2.3"});
+  EXPECT_EQ(mismatch.words, "hostname mismatch: certificate is for evil.example, 10.1.2.3");
+  EXPECT_EQ(mismatch.reason, "hostname_mismatch");
+  EXPECT_EQ(describe_verify_error(X509_V_ERR_IP_ADDRESS_MISMATCH, {"127.0.0.2"}).reason, "hostname_mismatch");
+  for (long e : {X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY, X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT,
+                 X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN, X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE}) {
+    EXPECT_EQ(describe_verify_error(e, {}).words, "unknown certificate authority") << e;
+    EXPECT_EQ(describe_verify_error(e, {}).reason, "unknown_ca") << e;
+  }
+  EXPECT_EQ(describe_verify_error(X509_V_ERR_CERT_NOT_YET_VALID, {}).reason, "not_yet_valid");
+  const TlsFailure other = describe_verify_error(X509_V_ERR_CERT_REVOKED, {});
+  EXPECT_EQ(other.reason, "verify_failed");
+  EXPECT_EQ(other.words, "certificate verify failed: certificate revoked");
+}
+
+TEST(TlsFailure, NoErrorAtAllIsAClosedConnection) {
+  EXPECT_EQ(describe_tls_failure(nullptr, 0).words, "handshake failure: connection closed by peer");
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/tollgate-tls-unit-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf " + path).c_str()); }
+  std::string file(const std::string& name, const std::string& text, mode_t mode = 0600) const {
+    const std::string p = path + "/" + name;
+    std::ofstream(p) << text;
+    ::chmod(p.c_str(), mode);
+    return p;
+  }
+};
+
+config::UpstreamConfig https_upstream() {
+  return config::UpstreamConfig{.name = "s", .url = "https://localhost", .host = "localhost", .port = 443, .https = true,
+                                .tls = {}, .connect_timeout_ms = 0, .response_timeout_ms = 0, .idle_timeout_ms = 0};
+}
+
+std::string load_error(const config::UpstreamConfig& u) {
+  try {
+    TlsClientProfile::load(u);
+  } catch (const TlsLoadError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TlsClientProfile, SystemStoreByDefaultVerifyOn) {
+  const auto p = TlsClientProfile::load(https_upstream());
+  EXPECT_FALSE(p->insecure());
+  EXPECT_EQ(p->server_name(), "localhost");
+  EXPECT_FALSE(p->name_is_ip());
+  EXPECT_FALSE(p->has_client_cert());
+  auto ip = https_upstream();
+  ip.host = "127.0.0.1";
+  EXPECT_TRUE(TlsClientProfile::load(ip)->name_is_ip());
+  ip.tls.server_name = "api.example";
+  EXPECT_EQ(TlsClientProfile::load(ip)->server_name(), "api.example");
+  EXPECT_FALSE(TlsClientProfile::load(ip)->name_is_ip());
+  // Every load is a new profile: pooled connections of the old one are not reused.
+  EXPECT_NE(TlsClientProfile::load(ip)->generation(), TlsClientProfile::load(ip)->generation());
+}
+
+TEST(TlsClientProfile, FilesRefusedWithPathAndReason) {
+  TempDir d;
+  auto u = https_upstream();
+  u.tls.ca_file = d.path + "/missing.pem";
+  const std::string missing = load_error(u);
+  EXPECT_NE(missing.find("upstream s: " + u.tls.ca_file), std::string::npos) << missing;
+  u.tls.ca_file = d.file("garbage.pem", "not a certificate\n");
+  EXPECT_NE(load_error(u).find(u.tls.ca_file), std::string::npos) << load_error(u);
+  u.tls.ca_file.clear();
+  u.tls.cert_file = d.file("c.pem", "not a certificate\n");
+  u.tls.key_file = d.file("c.key", "not a key\n", 0644);
+  const std::string readable = load_error(u);
+  EXPECT_NE(readable.find(u.tls.key_file + ": private key is readable by every user (mode 644)"), std::string::npos)
+      << readable;
+  ::chmod(u.tls.key_file.c_str(), 0600);
+  EXPECT_NE(load_error(u).find(u.tls.cert_file), std::string::npos) << load_error(u);
+}
+
+TEST(TlsProfiles, AGatewayWithoutTlsHasNone) {
+  config::GatewayConfig cfg;
+  config::UpstreamConfig plain;
+  plain.name = "p";
+  cfg.upstreams.push_back(plain);
+  Metrics metrics;
+  TlsProfiles profiles(cfg, metrics);
+  EXPECT_FALSE(profiles.any());
+  EXPECT_EQ(profiles.upstream(0), nullptr);
+  EXPECT_EQ(profiles.listener(), nullptr);
+  EXPECT_TRUE(profiles.reload().reloaded.empty());
+}
+
+TEST(TlsProfiles, ListenerKeyMustNotBeWorldReadable) {
+  TempDir d;
+  config::GatewayConfig cfg;
+  cfg.upstreams.push_back(https_upstream());
+  cfg.tls.cert_file = d.file("l.pem", "x");
+  cfg.tls.key_file = d.file("l.key", "x", 0604);
+  Metrics metrics;
+  try {
+    TlsProfiles profiles(cfg, metrics);
+    FAIL() << "a world-readable listener key was accepted";
+  } catch (const TlsLoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("tls: " + cfg.tls.key_file + ": private key is readable by every user"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tollgate::proxy
