@@ -1,0 +1,332 @@
+-- doc: acquire.lua, the general acquire script's body: one request's checks, all-or-nothing (up
+-- to two buckets, window quotas, maxShare). Any request the lean script (acquire_lean.lua) does
+-- not take comes here. Not loadable alone: the store sends adaptive_lib.lua in front of it, so
+-- concatenate them (in src/store/lua) to load it by hand:
+--   cat adaptive_lib.lua acquire.lua > /tmp/acquire.lua
+--
+-- KEYS: [bucket] [parent] quota1..quotaN [share]  (which are present: ARGV[5..8])
+-- ARGV[1] permits, ARGV[2] timeout_us, ARGV[3] mode (0 pay_now, 1 pay_later),
+-- ARGV[4] now_us ('' = Redis TIME: the only clock in production; a value only for replays/tests),
+-- ARGV[5] has bucket (0/1), ARGV[6] has parent (0/1), ARGV[7] number of quotas, ARGV[8] max held (0: no share),
+-- ARGV[9] adaptive (0 off, 1 on, 2 shadow: then KEYS has the bucket's adaptive hash right after the bucket),
+-- then 7 numbers per present bucket: interval, max_permits, cool_down, warm (0/1), threshold, cold_interval, slope,
+-- and after the bucket's, when adaptive, its configured rate and burst ('' unset),
+-- then 3 per quota: period_us, limit, algorithm (0 fixed, 1 sliding).
+-- Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound (0 bucket, 1 parent, 2 share, 3 quota),
+--          bound_quota (rejected) or the maxShare grant's release (granted), release1, cost1, spent1, release2, cost2, spent2,
+--          then per quota: admitted, used, remaining, retry_after_us, reset_us,
+--          then when adaptive: effective rate, pause left (us)} (doubles as strings).
+--
+-- Examples (add -h/-p; "dbg:" is a scratch key prefix, the gateway's keys are
+-- <key_prefix>{<bucket>}..., see include/tollgate/store/key_schema.hpp). One permit, waiting up to
+-- 250 ms, from a bucket of 10/s with a burst of 10 (interval 100000 us, max 10, cool_down 100000):
+--   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' , 1 250000 0 '' 1 0 0 0 0 100000 10 100000 0 0 0 0
+-- The same bucket adaptive (on), its configured rate 10 and no burst, with its adaptive hash:
+--   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , \
+--     1 250000 0 '' 1 0 0 0 1 100000 10 100000 0 0 0 0 10 ''
+-- The same bucket with a fixed window quota of 100 a minute:
+--   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}q:7:' , \
+--     1 250000 0 '' 1 0 1 0 0 100000 10 100000 0 0 0 0 60000000 100 0
+--
+-- The bucket arithmetic is src/limiter/token_bucket.cpp's, the same operations in the same order,
+-- and the quotas' src/limiter/window.cpp's, so that both stores compute the same doubles and
+-- truncate them the same way (tests/integration/redis_store_test.cpp replays one sequence against
+-- both). Numbers come in as %.17g strings or as the shortest text of the same double, which
+-- tonumber reads back exactly; Redis writes a Lua number handed to redis.call as %.17g.
+--
+-- (This header, every line down to the first that is not a "--" comment, is not sent to Redis:
+-- the build drops it, cmake/embed_lua.cmake. The rest of the file is sent byte for byte, and
+-- editing it changes the script's SHA1.)
+
+local SAT = 9007199254740992 -- 2^53: the largest whole number a Lua double holds exactly
+local function trunc(x)
+  if x ~= x then return 0 end
+  if x >= SAT then return SAT end
+  if x >= 0 then return math.floor(x) end
+  return math.ceil(x)
+end
+local function sat_add(a, b)
+  local r = a + b
+  if r > SAT then return SAT end
+  return r
+end
+local function fmt(x) return string.format('%.17g', x) end
+
+local now
+if ARGV[4] ~= '' then
+  now = tonumber(ARGV[4])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local permits = tonumber(ARGV[1])
+local timeout = tonumber(ARGV[2])
+local pay_later = ARGV[3] == '1'
+local has_a, has_b = ARGV[5] == '1', ARGV[6] == '1'
+local nq, max_held = tonumber(ARGV[7]), tonumber(ARGV[8])
+local adaptive = tonumber(ARGV[9])
+
+local function shape(base)
+  return {interval = tonumber(ARGV[base]), max = tonumber(ARGV[base + 1]), cool = tonumber(ARGV[base + 2]),
+          warm = ARGV[base + 3] == '1', threshold = tonumber(ARGV[base + 4]),
+          cold = tonumber(ARGV[base + 5]), slope = tonumber(ARGV[base + 6])}
+end
+
+local function resync(st, max, cool)
+  if now > st.next then
+    st.stored = math.min(max, st.stored + (now - st.next) / cool)
+    st.next = now
+  end
+end
+
+local function load(key, sh)
+  local h = redis.call('HMGET', key, 's', 'n', 'm', 'c')
+  if not h[1] then return {stored = sh.max, next = now} end -- missing: a full, rested bucket
+  local st = {stored = tonumber(h[1]), next = tonumber(h[2])}
+  local old_max, old_cool = tonumber(h[3]), tonumber(h[4])
+  if old_max ~= sh.max or old_cool ~= sh.cool then
+    st.rescaled = true -- kept even if this request is rejected, as the in-process store does
+    -- The rule changed: resync with the old shape, rescale to the new maximum (Guava's setRate).
+    resync(st, old_max, old_cool)
+    if old_max > 0 and st.stored >= old_max then
+      st.stored = sh.max -- full stays full (as a missing hash would be), not a rounding below it
+    elseif old_max > 0 then
+      st.stored = st.stored * sh.max / old_max
+    elseif sh.warm then
+      st.stored = sh.max
+    else
+      st.stored = 0
+    end
+    st.stored = math.min(st.stored, sh.max)
+  end
+  return st
+end
+
+local function stored_cost(sh, stored, spend)
+  if not sh.warm then return 0 end
+  local micros = 0
+  local above = stored - sh.threshold
+  if above > 0 then
+    local take = math.min(above, spend)
+    local length = (sh.interval + above * sh.slope) + (sh.interval + (above - take) * sh.slope)
+    micros = trunc(take * length / 2.0)
+    spend = spend - take
+  end
+  return sat_add(micros, trunc(sh.interval * spend))
+end
+
+-- Decides on a copy: {granted, wait, retry, remaining, next, stored, cost, spent, synced}
+local function decide(st0, sh)
+  local st = {stored = st0.stored, next = st0.next}
+  resync(st, sh.max, sh.cool)
+  local spend = math.min(permits, st.stored)
+  local fresh = permits - spend
+  local cost = sat_add(stored_cost(sh, st.stored, spend), trunc(fresh * sh.interval))
+  local release = sat_add(st.next, cost)
+  local ready = release
+  if pay_later then ready = st.next end
+  local wait = math.max(0, ready - now)
+  if wait > timeout then
+    return {granted = false, wait = 0, retry = ready - timeout - now, remaining = st.stored, next = st0.next,
+            stored = st0.stored, cost = 0, spent = 0, synced = st.stored}
+  end
+  return {granted = true, wait = wait, retry = 0, remaining = st.stored - spend, next = release,
+          stored = st.stored - spend, cost = cost, spent = spend, synced = st.stored}
+end
+
+local function save(key, r, sh)
+  redis.call('HSET', key, 's', fmt(r.stored), 'n', fmt(r.next), 'm', fmt(sh.max), 'c', fmt(sh.cool))
+  -- Expire when the bucket would be full anyway: a missing key then means the same thing.
+  local ttl_us = (r.next - now) + (sh.max - r.stored) * sh.cool
+  redis.call('PEXPIRE', key, math.floor(ttl_us / 1000) + 1000)
+end
+
+-- Window quotas: src/limiter/window.cpp, same operations in the same order.
+local function window_index(period)
+  local idx = math.floor(now / period)
+  if idx * period > now then idx = idx - 1 end
+  if (idx + 1) * period <= now then idx = idx + 1 end
+  return idx
+end
+local function estimate(prev, cur, period, elapsed) return prev * ((period - elapsed) / period) + cur end
+local function sliding_fit(prev, cur, q, n)
+  local need = q.limit - n - cur
+  if need < 0 then return q.period end
+  if prev <= need then return 0 end
+  local e = math.ceil(q.period - need * q.period / prev)
+  if e < 0 then e = 0 elseif e > q.period then e = q.period end
+  while e < q.period and estimate(prev, cur, q.period, e) + n > q.limit do e = e + 1 end
+  return e
+end
+local function wcheck(st, q, n)
+  local start = st.w * q.period
+  local elapsed = now - start
+  local d = {admitted = false, used = 0, retry = 0, reset = start + q.period - now}
+  if q.sliding then d.used = estimate(st.p, st.c, q.period, elapsed) else d.used = st.c end
+  if n > q.limit then
+    d.retry = SAT
+  elseif not q.sliding then
+    d.admitted = st.c + n <= q.limit
+    if not d.admitted then d.retry = d.reset end
+  else
+    d.admitted = d.used + n <= q.limit
+    if not d.admitted then
+      local e = sliding_fit(st.p, st.c, q, n)
+      if e < q.period and e > elapsed then d.retry = e - elapsed
+      else d.retry = d.reset + sliding_fit(st.c, 0, q, n) end
+    end
+  end
+  local remaining = q.limit - d.used
+  if d.admitted then remaining = remaining - n end
+  d.remaining = math.max(0, remaining)
+  return d
+end
+
+local function num(i) return tonumber(ARGV[i]) end
+local ki, base = 1, 10
+local ka, kb, sa, sb
+if has_a then ka, sa, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
+-- Adaptive: the arrival counts as demand, and with `on` the bucket decides at the effective rate
+-- (its shape made here from that rate, as limiter::effective_params and shape_of make it).
+local A, ad, kad, eff, pause_left = nil, nil, nil, 0, 0
+if has_a and adaptive > 0 then
+  kad = KEYS[ki]
+  local conf, burst = tonumber(ARGV[base]), ARGV[base + 1]
+  ki, base = ki + 1, base + 2
+  A = adaptive_lib()
+  ad = A.load(kad)
+  A.note(ad, now, permits)
+  eff = A.effective(ad, conf, now)
+  if adaptive == 1 then
+    local mx = eff
+    if burst ~= '' then mx = tonumber(burst) * eff / conf end
+    local interval = 1e6 / eff
+    sa = {interval = interval, max = mx, cool = interval, warm = false, threshold = 0, cold = 0, slope = 0}
+    if ad.pause > now then pause_left = ad.pause - now end
+  end
+end
+if has_b then kb, sb, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
+
+local a0, b0, a, b
+local bd = {granted = true, wait = 0, retry = 0, remaining = 0}
+local bound, bound_quota, mx = 0, 0, 0
+local r1, r2 = {0, 0, 0}, {0, 0, 0}
+if has_a then a0 = load(ka, sa); a = decide(a0, sa) end
+if has_b then b0 = load(kb, sb); b = decide(b0, sb) end
+if a and b then
+  if a.granted and b.granted then
+    bd = {granted = true, wait = a.wait, retry = 0, remaining = math.min(a.remaining, b.remaining)}
+    mx = sa.max
+    if b.wait > a.wait then bd.wait, bound, mx = b.wait, 1, sb.max end
+    r1, r2 = {a.next, a.cost, a.spent}, {b.next, b.cost, b.spent}
+  else
+    local ra, rb = 0, 0
+    if not a.granted then ra = a.retry end
+    if not b.granted then rb = b.retry end
+    bd = {granted = false, wait = 0, retry = ra, remaining = math.min(a.remaining, b.remaining)}
+    mx = sa.max
+    if rb > ra then bd.retry, bound, mx = rb, 1, sb.max end
+  end
+elseif a or b then
+  local x, sx = a, sa
+  if b then x, sx, bound = b, sb, 1 end
+  bd = {granted = x.granted, wait = x.wait, retry = x.retry, remaining = x.remaining}
+  mx = sx.max
+  if x.granted then
+    if a then r1 = {x.next, x.cost, x.spent} else r2 = {x.next, x.cost, x.spent} end
+  end
+end
+local all = bd.granted
+local retry = bd.retry
+if not bd.granted then retry = bd.retry else retry = 0 end
+
+local n = math.ceil(permits)
+local quotas, qout = {}, {}
+for i = 1, nq do
+  local q = {period = num(base), limit = num(base + 1), sliding = ARGV[base + 2] == '1', algo = ARGV[base + 2]}
+  base = base + 3
+  local key = KEYS[ki]
+  ki = ki + 1
+  local h = redis.call('HMGET', key, 'w', 'c', 'p', 'P', 'L', 'A')
+  local st
+  if h[1] and tonumber(h[4]) == q.period and tonumber(h[5]) == q.limit and h[6] == q.algo then
+    st = {w = tonumber(h[1]), c = tonumber(h[2]), p = tonumber(h[3])}
+  else
+    st = {w = window_index(q.period), c = 0, p = 0} -- new, or the quota was edited: start over
+  end
+  local idx = window_index(q.period)
+  if st.w ~= idx then
+    if st.w == idx - 1 then st.p = st.c else st.p = 0 end
+    st.c = 0
+    st.w = idx
+  end
+  local d = wcheck(st, q, n)
+  if not d.admitted then
+    if all or d.retry > retry then bound, bound_quota, retry = 3, i - 1, d.retry end
+    all = false
+  end
+  quotas[i] = {key = key, st = st, q = q}
+  local adm = 0
+  if d.admitted then adm = 1 end
+  table.insert(qout, adm)
+  table.insert(qout, fmt(d.used))
+  table.insert(qout, fmt(d.remaining))
+  table.insert(qout, d.retry)
+  table.insert(qout, d.reset)
+end
+
+local share_key
+if max_held > 0 and bd.granted and bd.wait > 0 then
+  share_key = KEYS[ki]
+  redis.call('ZREMRANGEBYSCORE', share_key, '-inf', now)
+  if redis.call('ZCARD', share_key) >= max_held then
+    local first = redis.call('ZRANGE', share_key, 0, 0, 'WITHSCORES')
+    local free_at = tonumber(first[2]) - now
+    if all or free_at > retry then bound, retry = 2, free_at end
+    all = false
+  end
+end
+
+if not all then
+  if a0 and a0.rescaled then save(ka, a0, sa) end
+  if b0 and b0.rescaled then save(kb, b0, sb) end
+  local remaining = bd.remaining
+  if bd.granted then
+    remaining = 0
+    if a and b then remaining = math.min(a.synced, b.synced) elseif a then remaining = a.synced
+    elseif b then remaining = b.synced end
+  end
+  local out = {0, 0, retry, fmt(remaining), fmt(mx), bound, bound_quota, 0, 0, '0', 0, 0, '0'}
+  for _, v in ipairs(qout) do table.insert(out, v) end
+  if ad then
+    A.save(kad, ad)
+    table.insert(out, fmt(eff))
+    table.insert(out, pause_left)
+  end
+  return out
+end
+if a then save(ka, a, sa) end
+if b then save(kb, b, sb) end
+for i = 1, nq do
+  local x = quotas[i]
+  x.st.c = x.st.c + n
+  redis.call('HSET', x.key, 'w', x.st.w, 'c', x.st.c, 'p', x.st.p, 'P', fmt(x.q.period), 'L', fmt(x.q.limit), 'A', x.q.algo)
+  local ends = (x.st.w + 1) * x.q.period
+  if x.q.sliding then ends = ends + x.q.period end
+  redis.call('PEXPIRE', x.key, math.floor((ends - now) / 1000) + 1)
+end
+local share_release = 0
+if share_key then
+  share_release = now + bd.wait
+  redis.call('ZADD', share_key, share_release, fmt(share_release))
+  redis.call('PEXPIRE', share_key, math.floor(bd.wait / 1000) + 1)
+end
+local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, share_release, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
+for _, v in ipairs(qout) do table.insert(out, v) end
+if ad then
+  A.grant(ad, now, permits)
+  A.save(kad, ad)
+  table.insert(out, fmt(eff))
+  table.insert(out, pause_left)
+end
+return out

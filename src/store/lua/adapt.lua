@@ -1,0 +1,81 @@
+-- doc: adapt.lua, a throttle signal for an adaptive bucket's body: limiter::on_throttle on the
+-- hash acquire.lua keeps, at Redis time, so that every gateway of the fleet cuts and pauses the
+-- same bucket once per episode. Not loadable alone: the store sends adaptive_lib.lua in front of
+-- it, so concatenate them (in src/store/lua) to load it by hand:
+--   cat adaptive_lib.lua adapt.lua > /tmp/adapt.lua
+--
+-- KEYS[1] the bucket, KEYS[2] its adaptive hash. ARGV[1] now_us ('' = Redis TIME), ARGV[2] 1 on,
+-- 2 shadow, ARGV[3] the configured rate, ARGV[4] its burst ('' unset), ARGV[5] pause_us, ARGV[6] jitter_us.
+-- Returns {cut (0/1), from, to, paused (0/1), pause_until, pause left, effective rate}.
+--
+-- Example (add -h/-p; "dbg:" is a scratch key prefix, see acquire.lua): a throttle signal with a
+-- pause of 2 s for a bucket of 10/s, adaptive on, no burst:
+--   redis-cli --eval /tmp/adapt.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , '' 1 10 '' 2000000 0
+--
+-- With "on", a pause also empties the bucket until it ends (as LocalStore::adapt), and is kept in
+-- its hash ('f') so that a refund cannot bring a slot back inside it (refund.lua).
+--
+-- (This header, every line down to the first that is not a "--" comment, is not sent to Redis:
+-- the build drops it, cmake/embed_lua.cmake. The rest of the file is sent byte for byte, and
+-- editing it changes the script's SHA1.)
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local on, conf, burst = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
+local pause_us, jitter_us = tonumber(ARGV[5]), tonumber(ARGV[6])
+local fmt = function(x) return string.format('%.17g', x) end
+local A = adaptive_lib()
+local st = A.load(KEYS[2])
+local eff = A.effective(st, conf, now)
+local cut, from, to, paused = 0, 0, 0, 0
+if not (now - st.signal < A.DEBOUNCE) then
+  st.signal = now
+  local sent = eff
+  local d = A.demand(st, now)
+  if d < sent then sent = d end
+  local measured = A.sent(st, now)
+  if measured < sent then
+    if measured > A.BETA * sent then sent = measured else sent = A.BETA * sent end
+  end
+  local fl = A.floor(conf)
+  if sent < fl then sent = fl end
+  if pause_us > 0 then
+    if pause_us > A.MAX_PAUSE then pause_us = A.MAX_PAUSE end
+    if jitter_us < 0 then jitter_us = 0 end
+    local untl = now + pause_us + jitter_us
+    if untl > st.pause then
+      st.pause = untl
+      paused = 1
+    end
+  end
+  st.wmax = sent
+  if st.pause > now then st.epoch = st.pause else st.epoch = now end
+  st.last = now
+  cut, from = 1, sent
+  to = A.effective(st, conf, now)
+  eff = to
+  if on and paused == 1 then
+    local h = redis.call('HMGET', KEYS[1], 's', 'n', 'm', 'c')
+    local n, mx, cool = st.pause, nil, nil
+    if h[1] then
+      if tonumber(h[2]) > n then n = tonumber(h[2]) end
+      mx, cool = h[3], h[4]
+    else
+      local interval = 1e6 / conf
+      local m = conf
+      if burst ~= '' then m = tonumber(burst) end
+      mx, cool = fmt(m), fmt(interval)
+    end
+    redis.call('HSET', KEYS[1], 's', '0', 'n', fmt(n), 'm', mx, 'c', cool, 'f', st.pause)
+    redis.call('PEXPIRE', KEYS[1], math.floor(((n - now) + tonumber(mx) * tonumber(cool)) / 1000) + 1000)
+  end
+end
+A.save(KEYS[2], st)
+local left = 0
+if st.pause > now then left = st.pause - now end
+return {cut, fmt(from), fmt(to), paused, st.pause, left, fmt(eff)}
