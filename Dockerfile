@@ -3,8 +3,15 @@
 #   docker build -t tollgate:local .      (docker-compose.yml builds it once for every service)
 # Tested by tests/compose/run.sh (the last stage of scripts/test.sh).
 
+# The version (CMakeLists.txt's project version; a unit test keeps the two equal) and the commit
+# the image is built from (there is no .git in the build context):
+#   docker build --build-arg TOLLGATE_COMMIT=$(git rev-parse --short=12 HEAD) -t tollgate:local .
+ARG TOLLGATE_VERSION=0.9.0
+ARG TOLLGATE_COMMIT=unknown
+
 # --- build: the compiler and the -dev packages, never shipped -----------------------------------
 FROM debian:12 AS build
+ARG TOLLGATE_COMMIT
 RUN apt-get -o Acquire::Retries=3 update \
     && DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 install -y --no-install-recommends \
        cmake g++ make pkg-config libboost-dev nlohmann-json3-dev libmysqlcppconn-dev libhiredis-dev \
@@ -17,13 +24,21 @@ COPY cmake cmake
 COPY include include
 COPY src src
 COPY tools tools
-RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DTOLLGATE_BUILD_TESTS=OFF \
+RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DTOLLGATE_BUILD_TESTS=OFF -DTOLLGATE_COMMIT="${TOLLGATE_COMMIT}" \
     && cmake --build /build -j"$(nproc)" --target tollgate tollgate-mock-upstream tollgate-sim \
     && install -d /out \
     && install -s /build/tollgate /build/tollgate-mock-upstream /build/tollgate-sim /out/
 
 # --- runtime ----------------------------------------------------------------------------------
 FROM debian:12
+ARG TOLLGATE_VERSION
+ARG TOLLGATE_COMMIT
+# What `tollgate --version` says, on the image (OCI annotations).
+LABEL org.opencontainers.image.title="tollgate" \
+      org.opencontainers.image.description="A throttling HTTP gateway in front of rate-limited upstream APIs" \
+      org.opencontainers.image.version="${TOLLGATE_VERSION}" \
+      org.opencontainers.image.revision="${TOLLGATE_COMMIT}" \
+      org.opencontainers.image.base.name="debian:12"
 # The shared libraries the binaries link (ldd build/tollgate), and the system's trust store that
 # https:// upstreams are verified against when their tls.ca_file is not set.
 RUN apt-get -o Acquire::Retries=3 update \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17's figures: a 50/s rule in front of a supplier that allows 20/s, then 35/s, then 50/s
+# The adaptive rate's figures: a 50/s rule in front of a supplier that allows 20/s, then 35/s, then 50/s
 # (12 s each), 60 requests a second offered. Runs the end-to-end tests of
 # tests/integration/adaptive_e2e_test.cpp (one gateway with adaptive, the same traffic without it,
 # shadow, a fleet of three on one Redis) with TOLLGATE_ADAPTIVE_OUT set, so that each run leaves its

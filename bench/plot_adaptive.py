@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-phase figures and an SVG plot of issue 17's runs (bench/adaptive.sh).
+"""Per-phase figures and an SVG plot of the adaptive rate's runs (bench/adaptive.sh).
 
 Reads <dir>/<run>.csv (second, allowance, received, throttled, gateway_429, effective_rate,
 supplier_tokens_end: the permits the supplier's bucket held at the end of the second) for the

@@ -5,7 +5,7 @@
 #       (`tollgate-sim --redis-lean-script`)
 #   RF  the same with a bucket of 1e12 + 0.5 permits, so that what remains is a fraction (as in
 #       most real buckets) and goes back as %.17g text rather than as an integer
-#   RA  the general script for an adaptive bucket (issue 17), never throttled: the same decision
+#   RA  the general script for an adaptive bucket, never throttled: the same decision
 #       plus its adapted-rate hash (HMGET, HSET, PEXPIRE)
 #   RM  a minimal token bucket (TIME, HMGET, HSET, PEXPIRE on one key), for reference
 #   RP  PING: the fixed cost of one call

@@ -1,23 +1,58 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds from scratch in build-test/, starts the servers the integration
-# tests use (a private MariaDB and a private Redis, on free loopback ports, in a temporary folder),
-# runs every test through ctest, and stops the servers again; then the sanitizer, fuzzing and
-# compose (Docker image and fleet, tests/compose/run.sh) stages.
+# The whole test suite, as CI runs it (.ci/run): installs what is missing, builds from scratch in
+# build-test/, starts the servers the integration tests use (a private MariaDB and a private Redis,
+# on free loopback ports, in a temporary folder), runs every test through ctest, stops the servers;
+# then the sanitizer, fuzzing and compose (Docker image and fleet, tests/compose/run.sh) stages.
+# Ends with one line per stage and its time (docs/testing.md).
+#
+#   scripts/test.sh           everything (CI)
+#   scripts/test.sh --quick   the contributors' loop: an incremental build in build-test/, the unit
+#                             and end-to-end tests (MariaDB and Redis included), without the browser,
+#                             Redis Cluster, sanitizer, fuzzing and compose stages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-scripts/deps.sh test
+quick=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
 
-rm -rf build-test
+# Each stage's outcome and time, printed at the end (and where a stage failed, what ran before).
+summary=()
+stage_started=0
+stage_name=""
+begin() { stage_name=$1; stage_started=$SECONDS; echo "test: $1"; }
+passed() { summary+=("$(printf '%-34s passed  %4d s' "$stage_name" $((SECONDS - stage_started)))"); }
+print_summary() {
+  echo "test: stages"
+  for line in "${summary[@]}"; do echo "test:   $line"; done
+}
+
+begin "dependencies (scripts/deps.sh test)"
+scripts/deps.sh test
+passed
+
+begin "build (build-test, Release)"
+((quick)) || rm -rf build-test
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DTOLLGATE_BUILD_TESTS=ON >/dev/null
 cmake --build build-test -j"$(nproc)"
+passed
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 servers=$(mktemp -d /tmp/tollgate-servers-XXXXXX)
 cleanup() {
+  local rc=$?
   "$root/scripts/mysql-server.sh" stop "$servers/mysql" || true
   "$root/scripts/redis-server.sh" stop "$servers/redis" || true
   rm -rf "$servers"
+  if ((rc != 0)); then
+    summary+=("$(printf '%-34s FAILED  %4d s' "$stage_name" $((SECONDS - stage_started)))")
+    print_summary
+  fi
 }
 trap cleanup EXIT
 
@@ -30,28 +65,45 @@ export TOLLGATE_TEST_REDIS_PORT=$(free_port)
 scripts/redis-server.sh start "$TOLLGATE_TEST_REDIS_DIR" "$TOLLGATE_TEST_REDIS_PORT"
 echo "test: Redis on 127.0.0.1:$TOLLGATE_TEST_REDIS_PORT ($TOLLGATE_TEST_REDIS_DIR)"
 
+if ((quick)); then
+  begin "ctest (unit, end-to-end, MySQL, Redis)"
+  (cd build-test && ctest --output-on-failure -j2 --timeout 300 -LE 'cluster|browser')
+  passed
+  print_summary
+  echo "test: quick loop passed (not run: browser, Redis Cluster, sanitizers, fuzzing, compose)"
+  exit 0
+fi
+
 # The browser test must run here, not skip: its packages were installed above.
+begin "ctest (every test, browser included)"
 (cd build-test && TOLLGATE_REQUIRE_BROWSER=1 ctest --output-on-failure -j2 --timeout 300)
+passed
 
 # Sanitizers: the unit and end-to-end tests again, built with ASan + UBSan (g++; no jemalloc, which
 # would hide allocations from ASan). Leak checking stays on for the unit tests; the gateway
 # processes exit with coroutines still suspended on purpose (SIGTERM), so not for them.
-echo "test: ASan + UBSan build"
+begin "ASan + UBSan build"
 rm -rf build-asan
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOLLGATE_JEMALLOC=OFF -DTOLLGATE_SERVER_TESTS=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -Wno-maybe-uninitialized" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
-cmake --build build-asan -j"$(nproc)" --target unit_tests e2e_tests redis_cluster_tests tollgate tollgate-mock-upstream tollgate-sim
+cmake --build build-asan -j"$(nproc)" --target unit_tests e2e_tests redis_cluster_tests tollgate tollgate-mock-upstream tollgate-sim \
+  tollgate-hostile-upstream
+passed
+begin "ASan + UBSan tests"
 (cd build-asan && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ./tests/unit_tests --gtest_brief=1)
 (cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j2 --timeout 300 -LE 'cluster|browser')
+passed
 # The Redis Cluster and Sentinel tests (their own servers), alone: slot moves, failovers and
 # re-routing under the sanitizers, with the machine's two cores to themselves.
+begin "ASan + UBSan: Redis Cluster, Sentinel"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure --timeout 300 -L cluster)
+passed
 
-# Fuzzing: a short run of each libFuzzer target on its seeded corpus (clang; longer runs: README).
-echo "test: fuzzing"
+# Fuzzing: a short run of each libFuzzer target on its seeded corpus (clang; longer runs: docs/testing.md).
+begin "fuzzing"
 rm -rf build-fuzz
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DTOLLGATE_FUZZ=ON -DTOLLGATE_BUILD_TESTS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -63,8 +115,11 @@ for target in config request rules http1; do
     "$work" tests/fuzz/corpus/$target 2>"$work.log" || { tail -40 "$work.log"; exit 1; }
   tail -1 "$work.log"
 done
+passed
 # The image and the compose fleet, as users run them (a private Docker engine; skips, saying why,
 # where none can run).
-echo "test: compose"
+begin "compose (image and fleet)"
 tests/compose/run.sh
+passed
+print_summary
 echo "test: all stages passed"

@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS t_ratelimite_conf (
   PRIMARY KEY (configId)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
--- Window quotas of a rule (issue 7): "limitCount requests per periodSeconds", per keyBy. A request
+-- Window quotas of a rule: "limitCount requests per periodSeconds", per keyBy. A request
 -- must pass its rule's token bucket (if rateLimit is set) and every enabled quota; a quota never
 -- holds a request. Tables created before this one keep working: the gateway reads it if it exists.
 CREATE TABLE IF NOT EXISTS t_ratelimite_quota (

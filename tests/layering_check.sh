@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when a source or header includes a header of an area its own area does not depend on
-# (DESIGN.md's layout; the CMake libraries link in the same order):
+# (docs/design.md's layout; the CMake libraries link in the same order):
 #   limiter <- config, store <- proxy <- admin <- app
 set -euo pipefail
 cd "$(dirname "$0")/.."

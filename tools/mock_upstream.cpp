@@ -8,7 +8,7 @@
 // GET /__stats returns per-path counts and arrival times (CLOCK_MONOTONIC microseconds, the clock
 // the gateway uses); POST /__reset clears them. Port 0 picks a free port; the chosen one is printed.
 //
-// A throttling supplier (issue 17): --limit SUFFIX=RATE (repeatable) or PUT /__limits with
+// A throttling supplier: --limit SUFFIX=RATE (repeatable) or PUT /__limits with
 // {"<suffix>": RATE, ...} (0 or null: no limit; the rates in force are replaced, and can change
 // while it runs) makes every path ending in SUFFIX allow RATE requests a second (a token bucket of
 // one second's burst); past it the answer is 429 with Retry-After (whole seconds until a permit),

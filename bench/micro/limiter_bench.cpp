@@ -1,5 +1,5 @@
 // Google Benchmark: one decision in the in-process store, uncontended and with threads on one
-// bucket; with a per-client key and quotas (issue 7); suffix lookup against 10, 1,000 and 100,000
+// bucket; with a per-client key and quotas; suffix lookup against 10, 1,000 and 100,000
 // rules; memory of idle buckets and of 100,000 client keys under a cap.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
@@ -47,7 +47,7 @@ void BM_LocalStoreDecision(benchmark::State& state) {
 }
 BENCHMARK(BM_LocalStoreDecision)->Threads(1)->Threads(2)->UseRealTime();
 
-// Issue 7: a rule with its bucket, two per-client quotas (1 s and 60 s) and maxShare, for one of
+// A rule with its bucket, two per-client quotas (1 s and 60 s) and maxShare, for one of
 // 10,000 clients in turn: client table lookups, windows, one more lock set.
 void BM_LocalStoreDecisionWithQuotas(benchmark::State& state) {
   static limiter::SteadyClock clock;
@@ -116,7 +116,7 @@ void BM_IdleBucketsMemory(benchmark::State& state) {
 }
 BENCHMARK(BM_IdleBucketsMemory)->Iterations(1)->Unit(benchmark::kMillisecond);
 
-// Issue 7: 100,000 distinct clients, each with a 60 s quota counter, against a cap of 10,000 and
+// 100,000 distinct clients, each with a 60 s quota counter, against a cap of 10,000 and
 // with no cap in the way (100,000): entries kept, RSS, bytes per entry.
 void BM_ClientKeysMemory(benchmark::State& state) {
   const auto cap = static_cast<std::size_t>(state.range(0));

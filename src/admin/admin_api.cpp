@@ -150,7 +150,7 @@ json status_json(const config::SourceStatus& st) {
           {"loads_failed", st.loads_failed},
           {"rejected_rows", st.rejected_rows}};
 }
-// What an adaptive rule's bucket does now (issue 17), as this gateway last heard it from the store:
+// What an adaptive rule's bucket does now (docs/adaptive-and-deadlines.md), as this gateway last heard it from the store:
 // the rate it decides at, the pause still to run, its episodes and the last cut.
 json adaptive_state_json(proxy::BucketMetrics& bm) {
   json out = {{"effective_rate", nullptr}, {"paused_ms", 0}, {"cuts", 0}, {"pauses", 0},

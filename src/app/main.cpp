@@ -1,9 +1,10 @@
-// tollgate --config FILE [--check [--probe]]
+// tollgate [--config FILE] [--check [--probe]] | --version | --help
 #include <cstring>
 #include <iostream>
 
 #include "tollgate/app/gateway.hpp"
 #include "tollgate/app/probe.hpp"
+#include "tollgate/app/version.hpp"
 
 // jemalloc (when linked): return freed memory to the system within about a second, from a
 // background thread, so a burst of held requests does not leave the process big afterwards.
@@ -22,12 +23,25 @@ int main(int argc, char** argv) {
       check_only = true;
     } else if (!std::strcmp(argv[i], "--probe")) {
       probe = true;
+    } else if (!std::strcmp(argv[i], "--version") || !std::strcmp(argv[i], "-V")) {
+      std::cout << tollgate::app::version_text();
+      return 0;
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::cout << "usage: tollgate [--config FILE] [--check [--probe]]\n"
-                   "  --config FILE  gateway configuration (default conf/gateway.json)\n"
-                   "  --check        validate the configuration (and its TLS files) and exit\n"
+      std::cout << "tollgate " << tollgate::app::kVersion
+                << ": a throttling HTTP gateway in front of rate-limited upstream APIs.\n"
+                   "\n"
+                   "usage: tollgate [--config FILE] [--check [--probe]]\n"
+                   "       tollgate --version | --help\n"
+                   "\n"
+                   "  --config FILE  the gateway's configuration (default conf/gateway.json)\n"
+                   "  --check        validate the configuration and its TLS files, then exit (0: valid)\n"
                    "  --probe        with --check: connect to every upstream and report on it (TLS version,\n"
-                   "                 cipher, chain, name, expiry, resumption); exit 1 if any fails\n";
+                   "                 cipher, chain, name, expiry, resumption); exit 1 if any fails\n"
+                   "  --version, -V  the version, the commit and the libraries it was built with\n"
+                   "  --help, -h     this text\n"
+                   "\n"
+                   "Signals: SIGHUP reloads the rules and the TLS files; SIGTERM or SIGINT drains and exits.\n"
+                   "Documentation: README.md and docs/ (configuration.md has every field of FILE).\n";
       return 0;
     } else {
       std::cerr << "tollgate: unknown argument '" << argv[i] << "' (try --help)\n";

@@ -1,5 +1,6 @@
 #include "tollgate/config/gateway_config.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,11 +15,60 @@ namespace {
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) { throw ConfigError(path + ": " + what); }
 
-void check_keys(const json& obj, const std::string& path, std::initializer_list<const char*> allowed) {
+// Every object of the file and the fields it accepts, by its path in the file ("upstreams.<name>",
+// "limits.rules[]"). The parser checks each object's keys against its list here, and
+// config_field_paths() lists every field from it, so docs/configuration.md is checked against
+// exactly what the parser takes.
+struct ObjectFields {
+  std::string_view path;
+  std::vector<std::string_view> fields;
+};
+
+const std::vector<ObjectFields>& schema() {
+  static const std::vector<ObjectFields> s = {
+      {"", {"listen", "threads", "access_log", "tls", "admin", "upstreams", "routes", "proxy", "limits"}},
+      {"tls", {"cert_file", "key_file"}},
+      {"admin", {"listen", "token_env", "token_name"}},
+      {"upstreams.<name>", {"url", "tls", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms"}},
+      {"upstreams.<name>.tls", {"ca_file", "server_name", "cert_file", "key_file", "min_version", "insecure_skip_verify"}},
+      {"routes[]", {"prefix", "upstream"}},
+      {"proxy",
+       {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms", "body_timeout_ms",
+        "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns", "upstream_idle_timeout_ms",
+        "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket", "trusted_proxies", "allow_trace",
+        "deadline_headers", "default_upstream_latency_ms"}},
+      {"limits", {"source", "store", "switch", "rules", "mysql", "redis", "missing_key", "max_client_keys"}},
+      {"limits.mysql",
+       {"host", "port", "user", "database", "password_env", "poll_interval_ms", "connect_timeout_ms", "query_timeout_ms",
+        "switch_name"}},
+      {"limits.redis",
+       {"mode", "host", "port", "nodes", "sentinels", "master_name", "sentinel_password_env", "password_env", "database",
+        "key_prefix", "decision_timeout_ms", "connect_timeout_ms", "failure_policy", "local_divisor", "heartbeat_ms"}},
+      {"limits.rules[]",
+       {"configId", "channelType", "interfaceNo", "interfaceUrl", "rateLimit", "cache", "status", "burst",
+        "warmupSeconds", "scope", "mode", "lastModifyTime", "keyBy", "maxShare", "adaptive", "quotas"}},
+      {"limits.rules[].quotas[]",
+       {"quotaId", "periodSeconds", "limitCount", "algorithm", "keyBy", "status", "configId", "lastModifyTime"}},
+  };
+  return s;
+}
+
+const std::vector<std::string_view>& fields_of(std::string_view object) {
+  for (const ObjectFields& o : schema())
+    if (o.path == object) return o.fields;
+  throw std::logic_error("no schema for " + std::string(object));
+}
+
+bool is_field_of(std::string_view object, std::string_view key) {
+  const auto& f = fields_of(object);
+  return std::find(f.begin(), f.end(), key) != f.end();
+}
+
+// `obj` at `path` (as errors name it) is the schema's `object`: every key must be one of its fields.
+void check_keys(const json& obj, const std::string& path, std::string_view object) {
   if (!obj.is_object()) fail(path, "must be an object");
-  std::set<std::string> ok(allowed.begin(), allowed.end());
   for (auto it = obj.begin(); it != obj.end(); ++it)
-    if (!ok.count(it.key())) fail(path.empty() ? it.key() : path + "." + it.key(), "unknown field");
+    if (!is_field_of(object, it.key())) fail(path.empty() ? it.key() : path + "." + it.key(), "unknown field");
 }
 
 std::string join(const std::string& path, const char* key) { return path.empty() ? key : path + "." + key; }
@@ -105,7 +155,7 @@ void parse_upstream_tls(const json& obj, UpstreamConfig& u, const std::string& p
   const std::string tp = path + ".tls";
   if (!u.https) fail(tp, "needs an https:// url (" + path + ".url is " + u.url + ")");
   const json& t = obj["tls"];
-  check_keys(t, tp, {"ca_file", "server_name", "cert_file", "key_file", "min_version", "insecure_skip_verify"});
+  check_keys(t, tp, "upstreams.<name>.tls");
   UpstreamTlsConfig& c = u.tls;
   c.ca_file = get_string(t, tp, "ca_file", "");
   c.server_name = get_string(t, tp, "server_name", "");
@@ -154,10 +204,8 @@ RawQuota to_raw_quota(const json& q, const std::string& origin, const RawRow& ru
     out.type_errors.push_back("quota: must be an object");
     return out;
   }
-  static const std::set<std::string> known = {"quotaId", "periodSeconds", "limitCount", "algorithm", "keyBy", "status",
-                                              "configId", "lastModifyTime"};
   for (auto it = q.begin(); it != q.end(); ++it)
-    if (!known.count(it.key())) out.type_errors.push_back(it.key() + ": unknown field");
+    if (!is_field_of("limits.rules[].quotas[]", it.key())) out.type_errors.push_back(it.key() + ": unknown field");
   // Read with the row helpers; their type errors land in a scratch row and move here.
   RawRow scratch;
   out.quota_id = row_number<std::int64_t>(q, "quotaId", scratch);
@@ -177,11 +225,8 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
     r.type_errors.push_back("row: must be an object");
     return r;
   }
-  static const std::set<std::string> known = {"configId", "channelType", "interfaceNo", "interfaceUrl", "rateLimit",
-                                              "cache", "status", "burst", "warmupSeconds", "scope", "mode", "lastModifyTime",
-                                              "keyBy", "maxShare", "adaptive", "quotas"};
   for (auto it = row.begin(); it != row.end(); ++it)
-    if (!known.count(it.key())) r.type_errors.push_back(it.key() + ": unknown field");
+    if (!is_field_of("limits.rules[]", it.key())) r.type_errors.push_back(it.key() + ": unknown field");
   r.config_id = row_number<std::int64_t>(row, "configId", r);
   r.channel_type = row_string(row, "channelType", r);
   r.interface_no = row_string(row, "interfaceNo", r);
@@ -254,13 +299,13 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   }
   GatewayConfig c;
   c.path = origin;
-  check_keys(doc, "", {"listen", "threads", "access_log", "tls", "admin", "upstreams", "routes", "proxy", "limits"});
+  check_keys(doc, "", "");
   c.access_log = get_string(doc, "", "access_log", "off");
   c.listen = parse_endpoint(get_string(doc, "", "listen", "0.0.0.0:8080"), "listen");
   c.threads = static_cast<unsigned>(get_uint(doc, "", "threads", 0, 0, 256));
   if (doc.contains("tls")) {
     const json& t = doc["tls"];
-    check_keys(t, "tls", {"cert_file", "key_file"});
+    check_keys(t, "tls", "tls");
     c.tls.cert_file = get_string(t, "tls", "cert_file", "");
     c.tls.key_file = get_string(t, "tls", "key_file", "");
     if (c.tls.cert_file.empty()) fail("tls.cert_file", "is required");
@@ -269,7 +314,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
 
   if (doc.contains("admin")) {
     const json& a = doc["admin"];
-    check_keys(a, "admin", {"listen", "token_env", "token_name"});
+    check_keys(a, "admin", "admin");
     c.admin.token_name = get_string(a, "admin", "token_name", "");
     c.admin.listen = parse_endpoint(get_string(a, "admin", "listen", "127.0.0.1:9901"), "admin.listen");
     c.admin.token_env = get_string(a, "admin", "token_env", c.admin.token_env);
@@ -283,7 +328,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   if (!ups.is_object() || ups.empty()) fail("upstreams", "must be an object with at least one upstream");
   for (auto it = ups.begin(); it != ups.end(); ++it) {
     const std::string path = "upstreams." + it.key();
-    check_keys(it.value(), path, {"url", "tls", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms"});
+    check_keys(it.value(), path, "upstreams.<name>");
     UpstreamConfig u;
     u.name = it.key();
     if (!it.value().contains("url")) fail(path + ".url", "is required");
@@ -302,7 +347,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   if (!routes.is_array() || routes.empty()) fail("routes", "must be an array with at least one route");
   for (std::size_t i = 0; i < routes.size(); ++i) {
     const std::string path = "routes[" + std::to_string(i) + "]";
-    check_keys(routes[i], path, {"prefix", "upstream"});
+    check_keys(routes[i], path, "routes[]");
     RouteConfig r;
     r.prefix = get_string(routes[i], path, "prefix", "");
     r.upstream = get_string(routes[i], path, "upstream", "");
@@ -316,10 +361,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   if (doc.contains("proxy")) {
     const json& p = doc["proxy"];
     const std::string path = "proxy";
-    check_keys(p, path, {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms",
-                         "body_timeout_ms", "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns",
-                         "upstream_idle_timeout_ms", "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket", "trusted_proxies",
-                         "allow_trace", "deadline_headers", "default_upstream_latency_ms"});
+    check_keys(p, path, "proxy");
     auto& l = c.proxy;
     l.max_header_bytes = static_cast<std::uint32_t>(get_uint(p, path, "max_header_bytes", l.max_header_bytes, 1024, 1 << 20));
     l.max_body_bytes = get_uint(p, path, "max_body_bytes", l.max_body_bytes, 0, 1ull << 32);
@@ -355,7 +397,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
 
   if (doc.contains("limits")) {
     const json& l = doc["limits"];
-    check_keys(l, "limits", {"source", "store", "switch", "rules", "mysql", "redis", "missing_key", "max_client_keys"});
+    check_keys(l, "limits", "limits");
     c.limits.missing_key = get_enum(l, "limits", "missing_key", c.limits.missing_key,
                                     {{"anonymous", MissingKey::anonymous}, {"reject", MissingKey::reject}});
     c.limits.max_client_keys = get_uint(l, "limits", "max_client_keys", c.limits.max_client_keys, 512, 100'000'000);
@@ -364,8 +406,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     if (l.contains("mysql")) {
       const json& m = l["mysql"];
       const std::string path = "limits.mysql";
-      check_keys(m, path, {"host", "port", "user", "database", "password_env", "poll_interval_ms",
-                           "connect_timeout_ms", "query_timeout_ms", "switch_name"});
+      check_keys(m, path, "limits.mysql");
       auto& my = c.limits.mysql;
       my.host = get_string(m, path, "host", my.host);
       my.port = static_cast<std::uint16_t>(get_uint(m, path, "port", my.port, 1, 65535));
@@ -388,9 +429,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     if (l.contains("redis")) {
       const json& r = l["redis"];
       const std::string path = "limits.redis";
-      check_keys(r, path, {"mode", "host", "port", "nodes", "sentinels", "master_name", "sentinel_password_env",
-                           "password_env", "database", "key_prefix", "decision_timeout_ms", "connect_timeout_ms",
-                           "failure_policy", "local_divisor", "heartbeat_ms"});
+      check_keys(r, path, "limits.redis");
       auto& rc = c.limits.redis;
       rc.mode = get_enum(r, path, "mode", rc.mode,
                          {{"standalone", RedisMode::standalone}, {"cluster", RedisMode::cluster},
@@ -493,6 +532,21 @@ void diff_paths(const json& a, const json& b, const std::string& path, std::vect
   if (a != b) out.push_back(path.empty() ? "(whole file)" : path);
 }
 }  // namespace
+
+std::vector<std::string> config_field_paths() {
+  std::vector<std::string> out;
+  for (const ObjectFields& o : schema()) {
+    for (std::string_view f : o.fields) {
+      std::string p = o.path.empty() ? std::string(f) : std::string(o.path) + "." + std::string(f);
+      // A field that is an object (or a list of them) of its own is listed by its fields.
+      bool container = false;
+      for (const ObjectFields& inner : schema())
+        container = container || inner.path == p || inner.path.starts_with(p + ".") || inner.path.starts_with(p + "[");
+      if (!container) out.push_back(std::move(p));
+    }
+  }
+  return out;
+}
 
 std::vector<std::string> fields_needing_restart(const std::string& running_text, const std::string& new_text) {
   std::vector<std::string> out;

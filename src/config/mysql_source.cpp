@@ -12,13 +12,20 @@
 
 namespace tollgate::config {
 
+std::string connector_version() {
+  sql::Driver* d = sql::mysql::get_mysql_driver_instance();
+  return std::to_string(d->getMajorVersion()) + "." + std::to_string(d->getMinorVersion()) + "." +
+         std::to_string(d->getPatchVersion());
+}
+
+
 namespace {
 
 // Tollgate's own, nullable columns: read only where the table has them, so the original table
 // (without them) keeps working.
 const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode", "keyBy", "maxShare", "adaptive"};
 
-// Quota rows (issue 7), fingerprinted like the rules: any edit changes the CRC sum.
+// Quota rows (window quotas of a rule), fingerprinted like the rules: any edit changes the CRC sum.
 const char* const kQuotaFingerprint =
     "(SELECT CONCAT(COUNT(*), '/', IFNULL(MAX(lastModifyTime), ''), '/', IFNULL(SUM(CRC32(CONCAT_WS('|', quotaId, "
     "IFNULL(configId,''), IFNULL(periodSeconds,''), IFNULL(limitCount,''), IFNULL(algorithm,''), IFNULL(keyBy,''), "

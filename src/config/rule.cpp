@@ -266,7 +266,7 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
         std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(*row.max_share * rate * cache + 1e-9)));
   }
   if (rule.adaptive != limiter::Adaptive::off) {
-    // Issue 17: the adaptive state is one per bucket, kept for an interface's own shared
+    // The adaptive state is one per bucket, kept for an interface's own shared
     // SmoothBursty bucket (effective_params scales rate and burst; a warm-up bucket does not adapt).
     if (rule.channel) return reject("adaptive", "applies to an interface's own bucket, not a channel's");
     if (rule.key_by.kind != KeySpec::Kind::none) return reject("adaptive", "needs the shared bucket: not with keyBy");

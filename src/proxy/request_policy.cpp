@@ -46,7 +46,7 @@ bool needs_client_key(const config::Rule& rule, const config::Rule* channel) {
          (channel && !channel->quotas.empty());
 }
 
-// Per-client parts of a request's checks: keyed bucket, quotas, maxShare (issue 7).
+// Per-client parts of a request's checks: keyed bucket, quotas, maxShare.
 std::optional<std::string> add_client_checks(const RequestFacts& facts, const PolicySettings& settings, Plan& plan) {
   const config::Rule& rule = *plan.rule;
   KeyDeriver keys(facts, settings);

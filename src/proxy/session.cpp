@@ -93,7 +93,7 @@ class Session {
   net::awaitable<void> answer_read_error(beast::error_code ec);
   net::awaitable<bool> handle(std::string_view body);
   net::awaitable<bool> hold(BucketMetrics& bm, std::chrono::microseconds wait);
-  // Issue 17: the upstream throttled a request `plan` governs: counted, and told to the store when
+  // The upstream throttled a request `plan` governs: counted, and told to the store when
   // the rule adapts (cut, pause, logged once per episode).
   net::awaitable<void> report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal);
   // The answer to a refused request (a 429, or the limiter's 503): its verdict's body and

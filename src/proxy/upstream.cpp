@@ -474,7 +474,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
   const int status = res.status;
   rec.status = rec.upstream_status = status;
   if (req.signal && (status == 429 || status == 503 || res.has(Name::ratelimit))) {
-    // A throttle signal? (issue 17: the session reports it to the store after answering)
+    // A throttle signal? (the session reports it to the store after answering)
     std::string limits;
     for (const http1::Field& f : res.all()) {
       if (f.id != Name::ratelimit) continue;

@@ -27,6 +27,11 @@
 
 namespace tollgate::store {
 
+std::string hiredis_version() {
+  return std::to_string(HIREDIS_MAJOR) + "." + std::to_string(HIREDIS_MINOR) + "." + std::to_string(HIREDIS_PATCH);
+}
+
+
 namespace net = boost::asio;
 using std::chrono::milliseconds;
 

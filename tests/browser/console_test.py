@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The operator console in a real browser (issue 16).
+"""The operator console in a real browser.
 
 Starts the real gateway and the mock upstream on free ports, drives traffic at a slow interface,
 opens the console in headless Chromium (Debian's chromium and chromium-driver, through
@@ -127,7 +127,7 @@ def main():
     stop_traffic = threading.Event()
     driver = None
     try:
-        # /supplier throttles its callers itself at 3/s (issue 17): its adaptive rule follows.
+        # /supplier throttles its callers itself at 3/s: its adaptive rule follows.
         mock = Process([args.mock, "--host", "127.0.0.1", "--port", "0", "--latency-ms", "5", "--limit", "/supplier=3"])
         procs.append(mock)
         mock_port = int(mock.wait_for(r"listening on [^:]+:(\d+)").group(1))

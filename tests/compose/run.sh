@@ -127,6 +127,7 @@ say "ok: without TOLLGATE_ADMIN_TOKEN docker-compose refuses: ...$(tail -1 "$wor
 
 started=$SECONDS
 fleet_up=1
+export TOLLGATE_COMMIT=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 "${compose[@]}" build >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; fail "docker-compose build"; }
 # The host ports are picked now, just before `up` binds them (not minutes before, during the build).
 export TOLLGATE_A_PORT=$(free_port) TOLLGATE_B_PORT=$(free_port)
@@ -136,6 +137,15 @@ say "docker-compose build, then up --build: $((SECONDS - started)) s"
 images=$("$docker" images --format '{{.Repository}}:{{.Tag}}' | grep -c '^tollgate:' || true)
 [[ "$images" == 1 ]] || fail "$images Tollgate images, want one: $("$docker" images)"
 say "ok: one Tollgate image for every Tollgate service: tollgate:local, $("$docker" image inspect -f '{{.Size}}' tollgate:local | awk '{printf "%.0f MB", $1 / 1e6}')"
+# The image says what the binary says: its OCI labels and `tollgate --version` name the project's
+# version and the commit it was built from.
+want_version=$(sed -n 's/^project(tollgate VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
+label() { "$docker" image inspect -f "{{index .Config.Labels \"$1\"}}" tollgate:local; }
+[[ $(label org.opencontainers.image.version) == "$want_version" ]] || fail "image version label '$(label org.opencontainers.image.version)', want $want_version"
+[[ $(label org.opencontainers.image.revision) == "$TOLLGATE_COMMIT" ]] || fail "image revision label '$(label org.opencontainers.image.revision)', want $TOLLGATE_COMMIT"
+binary_says=$("$docker" run --rm tollgate:local tollgate --version | head -1)
+[[ $binary_says == "tollgate $want_version (commit $TOLLGATE_COMMIT)" ]] || fail "tollgate --version in the image: '$binary_says'"
+say "ok: labels and tollgate --version agree: $binary_says"
 
 container() { "${compose[@]}" ps -q "$1"; }
 # By container id, with the name a failure reports.

@@ -1,4 +1,4 @@
-// Issue 17, end to end: a gateway (and a fleet of three on Redis) in front of a mock supplier that
+// The adaptive rate end to end: a gateway (and a fleet of three on Redis) in front of a mock supplier that
 // allows less than the rule says, at an allowance that changes while traffic flows. With
 // `adaptive` the gateway follows the supplier: its 429s become the gateway's own, answered at once,
 // and the supplier gets close to what it allows. Without it (the control run) the supplier refuses

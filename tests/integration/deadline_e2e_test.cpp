@@ -1,4 +1,4 @@
-// Deadline-aware admission end to end (issue 17 part 2): the real gateway and mock upstream.
+// Deadline-aware admission end to end: the real gateway and mock upstream.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

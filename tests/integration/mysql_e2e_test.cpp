@@ -111,7 +111,7 @@ TEST_F(MysqlE2E, ABadEditKeepsTheRowsLastValidVersion) {
 }
 
 TEST_F(MysqlE2E, AdaptiveColumnIsReadAndCheckedLikeMode) {
-  // Issue 17: NULL (the seeded rows) is off; a value is read from the column, a bad edit is
+  // NULL (the seeded rows) is off; a value is read from the column, a bad edit is
   // rejected by name and the row's last valid version stays in force.
   db_server().sql(db, "UPDATE t_ratelimite_conf SET adaptive = 'shadow' WHERE configId = 2");
   auto gw = start_gateway();

@@ -1,4 +1,4 @@
-// Issue 7 end to end on the embedded default (in-process store): per-client quotas, keyBy, trusted
+// Per-client limits end to end on the embedded default (in-process store): per-client quotas, keyBy, trusted
 // proxies, maxShare, with the real gateway and mock upstream processes.
 #include <gtest/gtest.h>
 

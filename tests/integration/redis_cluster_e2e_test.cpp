@@ -3,7 +3,7 @@
 // and three sentinels (tests/support/redis_cluster.hpp, on free loopback ports). Each transition
 // (a slot moved, a primary killed) happens under load; every request must get exactly one answer,
 // and the upstream's arrival log is held to burst + rate*T + 1 (plus, across a failover, what
-// asynchronous replication can lose: README, "Redis Cluster and Sentinel").
+// asynchronous replication can lose: docs/redis.md, "Redis Cluster and Sentinel").
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -228,7 +228,7 @@ TEST_F(RedisClusterE2E, KilledPrimaryIsReplacedAndTheGatewaysFollow) {
   }
   expect_incidents_count_every_503(fleet, result);
   // Across the failover: the bound, plus what the replica had not yet received when its primary
-  // died (README: at most the grants of the replication lag; +0.0x measured here).
+  // died (docs/redis.md: at most the grants of the replication lag; +0.0x measured here).
   admissions(upstream, url, 20, 1.0 + kFailoverLoss, "cluster failover");
   // Limiting resumes on the promoted replica: a burst is held to what the bucket has.
   upstream.reset();

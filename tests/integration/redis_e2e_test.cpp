@@ -127,7 +127,7 @@ TEST_F(RedisE2E, DepartedClientGivesItsSlotBack) {
   refund_scenario(*gw, upstream);
 }
 
-// Issue 7 on the fleet: per-client quotas and maxShare decided in Redis hold across instances.
+// Per-client limits on the fleet: per-client quotas and maxShare decided in Redis hold across instances.
 TEST_F(RedisE2E, QuotasHoldFleetWide) {
   json c = redis_config(upstream.port, server().port());
   c["limits"]["rules"] = quota_example_rules();

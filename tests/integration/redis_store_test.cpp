@@ -254,7 +254,7 @@ TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
   }
 }
 
-// Issue 17: adaptive buckets decide the same in both stores. Arrivals at random rates, throttle
+// Adaptive buckets decide the same in both stores. Arrivals at random rates, throttle
 // signals at random moments (some with a pause, some within the debounce of the last), an operator
 // edit now and then: every decision, effective rate, pause and signal outcome is the in-process
 // store's, double for double.
@@ -545,7 +545,7 @@ TEST_F(RedisScript, ReplaysAbandonedSlotsTheSameAsTheLocalStore) {
   }
 }
 
-// Issue 7: the same replay with everything a request can carry: per-client buckets, quota-only
+// The same replay with everything a request can carry: per-client buckets, quota-only
 // rules, fixed and sliding quotas (shared and per client), maxShare, a channel bucket, quota edits.
 TEST_F(RedisScript, ReplaysQuotasSharesAndClientBucketsTheSameAsTheLocalStore) {
   for (const Route rt : kRoutes) {

@@ -1,4 +1,4 @@
-// The mock upstream as a throttling supplier (issue 17 part 3), end to end through the gateway.
+// The mock upstream as a throttling supplier, end to end through the gateway.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -11,7 +11,7 @@ using namespace std::chrono_literals;
 namespace tollgate::testing {
 namespace {
 
-// The mock upstream as a throttling supplier (issue 17 part 3): its own limit per path suffix,
+// The mock upstream as a throttling supplier: its own limit per path suffix,
 // 429 with Retry-After and RateLimit fields past it, changed while it runs.
 TEST(MockSupplier, ThrottlesPerPathAndTakesNewRatesLive) {
   MockUpstream upstream({"--limit", "/fares=2", "--limit", "/slow=1"});
@@ -44,7 +44,7 @@ TEST(MockSupplier, ThrottlesPerPathAndTakesNewRatesLive) {
   EXPECT_EQ(http_request(upstream.port, {"PUT", "/__limits", {}, "[1]"}).status, 400);
 }
 
-// Issue 17: when a rule governs the request, the supplier's RateLimit fields follow the gateway's,
+// When a rule governs the request, the supplier's RateLimit fields follow the gateway's,
 // made at least as restrictive, and the gateway's own 429s say they are the gateway's.
 TEST(MockSupplier, ItsRateLimitFieldsFollowTheGatewaysNeverLooser) {
   MockUpstream upstream({"--limit", "/fares=2"});

@@ -44,7 +44,7 @@ inline nlohmann::json base_config(int upstream_port) {
        "rateLimit": 5, "cache": 0.5, "status": 1}]}})");
 }
 
-// The original designs' per-client example (issue 7) as rules: per client IP 3/s and 20/min for the
+// The original designs' per-client example as rules: per client IP 3/s and 20/min for the
 // whole IBE+ channel, and per client IP + path 2/s and 5/min for /login; /shopping/search keeps a
 // roomy bucket so that only the quotas bind. Sliding windows: a burst never gets more than a
 // quota's limit even when it crosses a window boundary, so counts do not depend on the wall clock.

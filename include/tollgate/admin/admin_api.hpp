@@ -1,4 +1,4 @@
-// The admin API as a pure function from request to response (DESIGN.md section 5). The listener
+// The admin API as a pure function from request to response (docs/operations.md, "Admin API"). The listener
 // is admin_server.hpp; this file knows nothing about sockets.
 #pragma once
 
@@ -62,7 +62,7 @@ class AdminApi {
   SimpleResponse post_tls_reload();
   SimpleResponse get_bucket(std::string_view name) const;
   SimpleResponse readyz() const;
-  // The console's reads (DESIGN.md, README "Operator console").
+  // The console's reads (docs/operations.md, "Operator console").
   SimpleResponse get_overview() const;
   SimpleResponse get_history(std::string_view query) const;
   SimpleResponse get_refusals(std::string_view query) const;

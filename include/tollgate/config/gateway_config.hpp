@@ -168,6 +168,11 @@ std::vector<RawRow> parse_rule_rows(const std::string& json_array_text, const st
 
 Endpoint parse_endpoint(const std::string& text, const std::string& field);
 
+// Every field the file accepts, by its path: "proxy.max_header_bytes", "upstreams.<name>.tls.ca_file",
+// "routes[].prefix", "limits.rules[].rateLimit", "limits.rules[].quotas[].limitCount". The parser
+// accepts exactly these; docs/configuration.md documents each (a unit test holds it to that).
+std::vector<std::string> config_field_paths();
+
 // The fields (JSON paths, e.g. "listen", "proxy.max_body_bytes") that differ between the running
 // file and a new version of it and that a reload does not apply: all but a file source's
 // limits.rules and limits.switch. Empty when either text is not JSON (the reload says why).

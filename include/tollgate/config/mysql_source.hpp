@@ -16,6 +16,9 @@ class Connection;
 
 namespace tollgate::config {
 
+// The MySQL Connector/C++ library in use ("1.1.12"), for tollgate --version.
+std::string connector_version();
+
 class MysqlSource final : public ConfigSource, public SwitchWriter {
  public:
   explicit MysqlSource(MysqlConfig config);

@@ -15,7 +15,7 @@
 
 namespace tollgate::config {
 
-// Whose counter a request uses (issue 7): one shared by all callers, or one per client key.
+// Whose counter a request uses: one shared by all callers, or one per client key.
 //   none | client_ip | client_ip_path | header:<Name>
 struct KeySpec {
   enum class Kind : std::uint8_t { none, client_ip, client_ip_path, header };
@@ -89,7 +89,7 @@ struct Rule {
   std::string share_key_text;       // maxShare's client key: keyBy, or client_ip when keyBy is none
   KeySpec share_key;
   std::int64_t max_held_per_client = 0;  // maxShare * rateLimit * cache, at least 1
-  limiter::Adaptive adaptive = limiter::Adaptive::off;  // issue 17: the bucket's rate follows upstream throttling
+  limiter::Adaptive adaptive = limiter::Adaptive::off;  // the bucket's rate follows upstream throttling
   std::vector<Quota> quotas;  // its enabled, valid quotas
   bool limits_anything() const { return has_bucket || !quotas.empty(); }
   limiter::Micros timeout_us() const { return static_cast<limiter::Micros>(cache_s * 1e6 + 0.5); }

@@ -1,4 +1,4 @@
-// Adaptive rate (issue 17): a bucket's effective rate follows the upstream's throttling. Pure
+// Adaptive rate: a bucket's effective rate follows the upstream's throttling. Pure
 // arithmetic on a state struct, like token_bucket.hpp: no I/O, no clock reads, no locks; times are
 // whole microseconds on the caller's clock (Redis time in the Redis store, which runs the same
 // steps in Lua: src/store/redis_scripts.hpp).

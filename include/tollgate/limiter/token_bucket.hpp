@@ -1,4 +1,4 @@
-// The token bucket of DESIGN.md section 2: pure arithmetic on a state struct.
+// The token bucket (docs/design.md, "The bucket arithmetic"): pure arithmetic on a state struct.
 // No I/O, no clock reads, no locks. Times are whole microseconds on the caller's clock.
 #pragma once
 
@@ -47,7 +47,7 @@ struct BucketState {
   Micros next_free = 0;
 };
 
-// A missing state is a full, rested bucket (DESIGN.md): stored = max, next_free = now.
+// A missing state is a full, rested bucket: stored = max, next_free = now.
 inline BucketState full_state(const Shape& s, Micros now) { return {s.max_permits, now}; }
 inline BucketState empty_state(Micros now) { return {0.0, now}; }
 
@@ -68,7 +68,7 @@ void resync(BucketState& st, const Shape& s, Micros now);
 // Cost in whole microseconds of taking `spend` permits out of `stored` (0 unless warm-up).
 Micros stored_permits_to_wait_time(const Shape& s, double stored, double spend);
 
-// try_acquire of DESIGN.md section 2. On rejection `st` is left unchanged.
+// try_acquire as docs/design.md gives it. On rejection `st` is left unchanged.
 Decision try_acquire(BucketState& st, const Shape& s, Mode mode, double permits, Micros timeout_us,
                      Micros now);
 

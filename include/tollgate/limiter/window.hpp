@@ -1,4 +1,4 @@
-// Window quotas (issue 7): "at most `limit` requests per `period`" counted per window, next to the
+// Window quotas: "at most `limit` requests per `period`" counted per window, next to the
 // token bucket. Pure arithmetic like token_bucket.hpp: state + parameters + now -> decision.
 //
 //   fixed:   one counter per window [k*period, (k+1)*period); a request is admitted while

@@ -1,4 +1,4 @@
-// Who a request is, for per-client limits (issue 7): the client's address, behind trusted proxies,
+// Who a request is, for per-client limits: the client's address, behind trusted proxies,
 // and the client key a keyBy spec derives from a request. Pure functions, no sockets.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Deadline-aware admission (issue 17): a request may say how long its caller will wait for the
+// Deadline-aware admission: a request may say how long its caller will wait for the
 // answer, and the gateway then holds it only if its wait plus the interface's recent upstream
 // latency fits that budget.
 //   grpc-timeout:     gRPC's "<1-8 digits><unit>", unit H, M, S, m (ms), u (µs) or n (ns)

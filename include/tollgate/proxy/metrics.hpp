@@ -57,7 +57,7 @@ class SecondsHistogram {
   prometheus::Histogram* h_;
 };
 
-// What an adaptive bucket (issue 17) did last, for /admin/rules and the console.
+// What an adaptive bucket did last, for /admin/rules and the console.
 struct AdaptiveEvent {
   std::string cause;          // "429", "503", "ratelimit_r0" ("" none yet)
   double from = 0, to = 0;    // the rate being sent, and the rate after the cut
@@ -95,7 +95,7 @@ class BucketMetrics {
   SecondsHistogram wait;                 // time held before forwarding (0 for forwarded)
   LatencyEstimate upstream_latency;      // its requests' upstream latency, last minute (deadlines)
 
-  // Issue 17. Throttle signals from its upstream (429s and the like), adaptive or not: made on the first.
+  // Throttle signals from its upstream (429s and the like), adaptive or not: made on the first.
   prometheus::Counter& upstream_throttled();
   double upstream_throttled_total() const;
   // The adaptive series: made on the first call. `adaptive_seen` says whether that happened.

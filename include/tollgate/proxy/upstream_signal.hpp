@@ -1,4 +1,4 @@
-// Throttle signals in an upstream's response (issue 17): whether the upstream says it is out of
+// Throttle signals in an upstream's response: whether the upstream says it is out of
 // capacity or quota, and for how long, so that the gateway can hold the interface's traffic back
 // instead of passing on requests only to have them refused.
 //   Retry-After:  delay-seconds or an HTTP-date (RFC 9110 10.2.3); a date is read against the

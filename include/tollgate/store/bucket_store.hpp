@@ -53,7 +53,7 @@ class BucketStore {
     if (co_await refund(std::move(req), r)) out.bucket = 1;
     co_return out;
   }
-  // The upstream throttled a request of `req`'s adaptive bucket (issue 17): cut its rate, pause it
+  // The upstream throttled a request of `req`'s adaptive bucket: cut its rate, pause it
   // for `pause_us` (Retry-After, RateLimit t; 0: none) plus `jitter_us`, once per debounce window
   // whoever reports it. With Adaptive::on a pause also empties the bucket until it ends.
   virtual boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) {

@@ -22,7 +22,7 @@ struct BucketRef {
   BucketParams params;
 };
 
-// A window quota of the request (issue 7), counted under `key`: "q:<quotaId>:<client key>", or
+// A window quota of the request, counted under `key`: "q:<quotaId>:<client key>", or
 // "q:<quotaId>:" for one counter shared by every caller.
 struct QuotaRef {
   std::string key;
@@ -49,7 +49,7 @@ struct AcquireRequest {
   bool per_client_bucket = false;   // bucket.name is a client key ("c:<configId>:<client>"): evictable
   std::vector<QuotaRef> quotas{};
   std::optional<ShareRef> share{};
-  // Issue 17: the bucket's rate follows the upstream's throttling (limiter/adaptive_rate). On: the
+  // The bucket's rate follows the upstream's throttling (limiter/adaptive_rate). On: the
   // bucket decides at min(bucket.params.rate, the adapted rate) and waits out a pause; shadow: the
   // adapted state follows the signals and is reported, the bucket decides at its configured rate.
   limiter::Adaptive adaptive = limiter::Adaptive::off;

@@ -1,4 +1,4 @@
-// What the gateway does when the shared store cannot decide (DESIGN.md section 3): a decorator
+// What the gateway does when the shared store cannot decide (docs/redis.md, failure policies): a decorator
 // around that store, composed in app/. The shared store only reports that it could not decide
 // (StoreStatus::unavailable); this store turns each such decision into the configured policy:
 //   fail_open    forward unlimited (StoreStatus::unavailable_open)

@@ -4,7 +4,7 @@
 //   quota counter     "q:<quotaId>:<client key>"    ("q:<quotaId>:" when shared by every caller)
 //   maxShare set      "s:<configId>:<client key>"
 //   abandoned slots   "a:<bucket>"                  (limiter::abandon)
-//   adapted rate      "r:<bucket>"                  (limiter/adaptive_rate, issue 17)
+//   adapted rate      "r:<bucket>"                  (limiter/adaptive_rate)
 // In Redis each is stored as <prefix>{<hash tag>}<name>: the keys of one request share the tag (the
 // channel type, or the rule's bucket), hence one Redis Cluster slot; a name equal to its tag is
 // stored as <prefix>{<name>}.

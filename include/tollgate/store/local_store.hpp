@@ -1,5 +1,5 @@
 // In-process bucket store (the embedded default): sharded maps, a lock held only for the arithmetic,
-// idle buckets evicted. Eviction drops only buckets that are full and rested, which by DESIGN.md is
+// idle buckets evicted. Eviction drops only buckets that are full and rested, which by the bucket's definition (docs/design.md) is
 // the same as having no state, so it never changes a decision.
 // Per-client state (keyed buckets, client quota counters, maxShare trackers) lives apart, in a table
 // capped at `max_client_keys` entries and evicted oldest-idle first (per shard). An evicted key comes

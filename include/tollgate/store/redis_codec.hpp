@@ -25,7 +25,7 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
 std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas,
                                                 bool adaptive = false);
 
-// The adaptive bucket's throttle signal (issue 17); now_override as above.
+// The adaptive bucket's throttle signal; now_override as above.
 std::vector<std::string> adapt_call(const AcquireRequest& req, const std::string& prefix, Micros pause_us,
                                     Micros jitter_us, std::string_view now_override = {});
 // Its reply; `now` is the caller's clock, for the pause's end (the script's is Redis's).

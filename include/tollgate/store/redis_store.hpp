@@ -1,4 +1,4 @@
-// Bucket state shared by the fleet in Redis (DESIGN.md section 3). One EVALSHA per decision (or per
+// Bucket state shared by the fleet in Redis (docs/redis.md, docs/design.md). One EVALSHA per decision (or per
 // batch of coalesced decisions of one bucket): an atomic Lua script does resync, decision and update
 // on the server with Redis TIME as the clock. Each gateway thread has one hiredis async connection
 // per primary (one outside cluster mode), driven by that thread's io_context through a descriptor
@@ -57,6 +57,9 @@ struct RedisStats {
   unsigned live_instances = 1;
   std::string last_error;
 };
+
+// The hiredis library it was built with ("0.14.1"), for tollgate --version.
+std::string hiredis_version();
 
 class RedisStore final : public BucketStore {
  public:

@@ -132,7 +132,7 @@ function bucketRow(b) {
   };
 }
 
-// The rate column: the rule's rate, and for an adaptive rule (issue 17) the rate it decides at now
+// The rate column: the rule's rate, and for an adaptive rule the rate it decides at now
 // when the upstream's throttling has brought it lower, with a pause if one is running.
 function rateCell(b) {
   const a = b.adaptive_state;

@@ -112,7 +112,7 @@ TEST(RuleValidation, RejectsBadExtensions) {
   EXPECT_EQ(validate_rows({r}).rejected.at(0).field, "rateLimit");
 }
 
-// Issue 17: the opt-in per-rule `adaptive` field.
+// The opt-in per-rule `adaptive` field.
 ValidatedRules adaptive_rules(const std::string& json_rows) { return validate_rows(parse_rule_rows(json_rows, "rules")); }
 
 std::string adaptive_row(const std::string& extra) {

@@ -1,4 +1,4 @@
-// Issue 7 configuration: quotas under a rule, keyBy, maxShare, and keeping a row's last valid version.
+// Per-client limits in the configuration: quotas under a rule, keyBy, maxShare, and keeping a row's last valid version.
 #include <gtest/gtest.h>
 
 #include "tollgate/proxy/rate_headers.hpp"

@@ -78,6 +78,19 @@ TEST(ShippedFiles, ComposeBuildsOneImageAndRequiresTheToken) {
   }
 }
 
+// The image says the version the binary says: the Dockerfile's default TOLLGATE_VERSION (its OCI
+// version label) is CMakeLists.txt's project version.
+TEST(ShippedFiles, ImageLabelsCarryTheProjectVersion) {
+  std::smatch m;
+  const std::string cmake = read(kRoot + "/CMakeLists.txt");
+  ASSERT_TRUE(std::regex_search(cmake, m, std::regex(R"(project\(tollgate VERSION ([0-9.]+))")));
+  const std::string version = m[1];
+  const std::string docker = read(kRoot + "/Dockerfile");
+  EXPECT_NE(docker.find("\nARG TOLLGATE_VERSION=" + version + "\n"), std::string::npos) << "Dockerfile: ARG TOLLGATE_VERSION=" << version;
+  EXPECT_NE(docker.find("org.opencontainers.image.version=\"${TOLLGATE_VERSION}\""), std::string::npos);
+  EXPECT_NE(docker.find("org.opencontainers.image.revision=\"${TOLLGATE_COMMIT}\""), std::string::npos);
+}
+
 TEST(ShippedFiles, SqlScriptsAreIdempotentByConstruction) {
   const std::string schema = read(kRoot + "/sql/schema.sql");
   const std::regex create(R"(CREATE TABLE (?!IF NOT EXISTS))");

@@ -1,4 +1,4 @@
-// The bucket arithmetic of DESIGN.md section 2, to the microsecond. Time is a plain variable:
+// The bucket arithmetic (docs/design.md), to the microsecond. Time is a plain variable:
 // these tests never read a clock or sleep.
 #include <gtest/gtest.h>
 
@@ -265,7 +265,7 @@ TEST(TokenBucket, RejectsInvalidParameters) {
   EXPECT_THROW(b.try_acquire(0, 0, 0), std::invalid_argument);
 }
 
-// The guarantee of DESIGN.md: over any interval of length T the permits released number at most
+// The fleet guarantee (docs/design.md): over any interval of length T the permits released number at most
 // maxPermits + rate * T + 1, whatever the arrival pattern and wait window.
 TEST(TokenBucket, NeverReleasesMoreThanBurstPlusRateTimesT) {
   for (int seed = 1; seed <= 5; ++seed) {

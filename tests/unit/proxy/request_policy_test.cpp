@@ -151,7 +151,7 @@ TEST_F(RequestPolicy, AMatchedRuleAsksTheStoreForOnePermitWithinItsWindow) {
   EXPECT_TRUE(p.request.quotas.empty());
 }
 
-// Issue 17: an adaptive rule's request asks the store to decide at the adapted rate (or to track it
+// An adaptive rule's request asks the store to decide at the adapted rate (or to track it
 // in shadow); any other rule's asks for nothing of the kind.
 TEST_F(RequestPolicy, AnAdaptiveRuleAsksForItsAdaptedRate) {
   Plan plain;

@@ -197,7 +197,7 @@ TEST(JsonText, ObjectsAndNumbers) {
 }
 
 TEST(Throttle, RejectionBodyIsTheProblemDetailsItWasBefore) {
-  // The fields and values the nlohmann-built body had (issue 16), now written directly.
+  // The fields and values the nlohmann-built body had, now written directly.
   store::StoreDecision sd;
   sd.decision.retry_after_us = 250'000;
   const auto j = nlohmann::json::parse(rejection_body(rule(), nullptr, sd));

@@ -47,7 +47,7 @@ TEST(LocalStore, ChangedRateRescalesInsteadOfRefilling) {
   EXPECT_EQ(d.decision.wait_us, 100000);
 }
 
-// Issue 17: an adaptive bucket decides at its adapted rate; a pause empties it until it ends, and
+// An adaptive bucket decides at its adapted rate; a pause empties it until it ends, and
 // callers who leave cannot bring a slot back inside the pause.
 TEST(LocalStore, AnAdaptiveBucketPausesAndARefundNeverReopensThePause) {
   ManualClock clock;

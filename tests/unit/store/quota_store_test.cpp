@@ -1,4 +1,4 @@
-// Quotas, per-client buckets and maxShare in the in-process store (issue 7), on a manual clock.
+// Quotas, per-client buckets and maxShare in the in-process store, on a manual clock.
 // The Redis script answers the same sequences the same way: tests/integration/redis_store_test.cpp.
 #include <gtest/gtest.h>
 

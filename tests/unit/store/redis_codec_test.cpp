@@ -110,7 +110,7 @@ TEST(RedisCodec, AcquireCallOfQuotasOnly) {
   EXPECT_EQ(a[11], "60000000");
 }
 
-// Issue 17: an adaptive bucket's call names its adapted-rate hash right after the bucket and sends
+// An adaptive bucket's call names its adapted-rate hash right after the bucket and sends
 // its configured rate and burst after its shape; the reply ends with the rate and the pause.
 TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   AcquireRequest req{{"/a", rate(4)}, {}, {}, 1.0, 250'000};
