@@ -113,15 +113,14 @@ Attempt tls_once(const config::UpstreamConfig& u, const TlsClientProfile& profil
     out << "  FAILED: " << error << "\n";
     return a;
   }
-  SSL_SESSION* slot = nullptr;
-  SSL* ssl = profile.new_connection(fd.fd, resume, &slot);
+  proxy::TlsSessionCache sessions;
+  SSL* ssl = profile.new_connection(fd.fd, resume, &sessions);
   const int r = drive(ssl, fd.fd, timeout_ms, [ssl] { return SSL_connect(ssl); });
   if (r <= 0) {
     const proxy::TlsFailure f = proxy::describe_tls_failure(ssl, ERR_peek_last_error());
     out << "  FAILED: " << where << ": TLS: " << (r == 0 && f.reason == "handshake" ? "handshake timed out" : f.words)
         << " (" << f.reason << ")\n";
     SSL_free(ssl);
-    if (slot) SSL_SESSION_free(slot);
     return a;
   }
   a.ok = true;
@@ -153,8 +152,7 @@ Attempt tls_once(const config::UpstreamConfig& u, const TlsClientProfile& profil
   // sent; the read ends on the timeout).
   char c;
   (void)drive(ssl, fd.fd, 300, [ssl, &c] { return SSL_read(ssl, &c, 1); });
-  a.session = slot ? slot : SSL_get1_session(ssl);
-  if (slot && a.session != slot) SSL_SESSION_free(slot);
+  a.session = sessions.take(profile.generation());
   SSL_shutdown(ssl);
   SSL_free(ssl);
   return a;

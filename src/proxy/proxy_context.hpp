@@ -26,23 +26,13 @@ struct PooledConn {
   std::uint64_t tls_generation = 0;  // the TLS profile it was made with (0: plain)
 };
 
-// The TLS session to resume with one endpoint of an upstream, on one worker (no locks): replaced
-// by every new session the endpoint issues (TLS 1.3 tickets come after the handshake).
-struct SessionSlot {
-  SessionSlot() = default;
-  SessionSlot(const SessionSlot&) = delete;
-  SessionSlot& operator=(const SessionSlot&) = delete;
-  ~SessionSlot();
-  ssl_session_st* session = nullptr;
-  std::uint64_t generation = 0;  // the profile it was made under: another profile's is dropped
-  // The session to offer now under profile `generation` (null: a full handshake).
-  ssl_session_st* for_generation(std::uint64_t generation);
-};
-
-// Idle keep-alive connections to one upstream, and its TLS sessions by endpoint.
+// Idle keep-alive connections to one upstream, and (https) its TLS profile as this worker last
+// read it and its sessions by endpoint.
 struct Pool {
   std::vector<std::unique_ptr<PooledConn>> idle;
-  std::unique_ptr<SessionSlot[]> sessions;  // one per endpoint (RouteTable), https upstreams only
+  std::unique_ptr<TlsSessionCache[]> sessions;  // one per endpoint (RouteTable), https upstreams only
+  std::shared_ptr<const TlsClientProfile> tls;
+  std::uint64_t tls_epoch = 0;  // TlsProfiles::epoch() when `tls` was read
 };
 
 struct Worker {

@@ -66,7 +66,7 @@ struct ProxyServer::Impl {
       w.pools.resize(px.routes.upstreams().size());
       for (std::size_t u = 0; u < w.pools.size(); ++u)
         if (px.routes.upstreams()[u].conf.https)
-          w.pools[u].sessions = std::make_unique<SessionSlot[]>(px.routes.upstreams()[u].endpoints.size());
+          w.pools[u].sessions = std::make_unique<TlsSessionCache[]>(px.routes.upstreams()[u].endpoints.size());
       w.acceptor = std::make_unique<tcp::acceptor>(*w.ctx);
       open_acceptor(*w.acceptor, ep, workers.size() > 1);
       if (i == 0) {

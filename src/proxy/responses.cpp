@@ -24,7 +24,10 @@ net::awaitable<bool> send_answer(TimedSocket& stream, unsigned version, bool kee
   if (version != 10 && !keep) append_field(head, "Connection", "close");
   append_field(head, "Content-Length", std::to_string(a.body.size()));
   head.append("\r\n", 2);
-  const beast::error_code ec = co_await write_all(stream, deadline_after(timeout), net::buffer(head), net::buffer(a.body));
+  beast::error_code ec;
+  stream.start(deadline_after(timeout));
+  co_await write_both(stream, net::buffer(head), net::buffer(a.body), ec);
+  stream.end(ec);
   co_return !ec && keep;
 }
 

@@ -150,10 +150,14 @@ net::awaitable<void> Session::run(tcp::socket sock) {
       // Keep-alive idle: wait for the first byte of the next request. 1 KiB, as nginx's
       // client_header_buffer_size: most requests fit, and an idle or held connection keeps
       // no more than that (larger requests continue in bigger reads).
+      beast::error_code ec;
+      stream.start(deadline_after(milliseconds(limits_.idle_timeout_ms)));
       w_.idle.insert(&stream);
-      const beast::error_code ec = co_await proxy::read_more(stream, buffer_, deadline_after(milliseconds(limits_.idle_timeout_ms)), 1024);
+      const std::size_t n = co_await read_some(stream, buffer_.prepare(1024), ec);
       w_.idle.erase(&stream);
+      stream.end(ec);
       if (ec) break;
+      buffer_.commit(n);
     }
     std::string_view body;
     const std::size_t used = co_await read_request(body);
@@ -215,8 +219,11 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
   const Deadline body_deadline = deadline_after(milliseconds(limits_.body_timeout_ms));
   if (h.expect_continue && buffer_.size() == h.head_bytes) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    if (co_await write_all(*stream_, deadline_after(write_timeout()), net::buffer(kContinue.data(), kContinue.size())))
-      co_return 0;
+    beast::error_code ec;
+    stream_->start(deadline_after(write_timeout()));
+    co_await write_both(*stream_, net::buffer(kContinue.data(), kContinue.size()), {}, ec);
+    stream_->end(ec);
+    if (ec) co_return 0;
   }
   std::size_t used = 0;
   if (framing.kind == http1::BodyKind::length) {

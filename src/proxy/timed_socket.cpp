@@ -29,32 +29,25 @@ Timeouts::~Timeouts() {
   for (TimedSocket* s = head_; s != nullptr; s = s->next_) s->timeouts_ = nullptr;
 }
 
+net::awaitable<std::size_t> read_some(TimedSocket& stream, net::mutable_buffer into, beast::error_code& ec) {
+  if (stream.tls()) return tls_read(stream, into, ec);
+  return stream.socket().async_read_some(into, with(ec));
+}
+
+net::awaitable<std::size_t> write_both(TimedSocket& stream, net::const_buffer first, net::const_buffer second,
+                                      beast::error_code& ec) {
+  if (stream.tls()) return tls_write(stream, first, second, ec);
+  return net::async_write(stream.socket(), std::array<net::const_buffer, 2>{first, second}, with(ec));
+}
+
 net::awaitable<beast::error_code> read_more(TimedSocket& stream, beast::flat_buffer& buffer, Clock::time_point deadline,
                                            std::size_t chunk) {
   beast::error_code ec;
   if (stream.timed_out()) co_return beast::error_code(beast::error::timeout);
   stream.start(deadline);
-  std::size_t n = 0;
-  if (stream.tls()) ec = co_await tls_read(stream, buffer.prepare(chunk), n);
-  else n = co_await stream.async_read_some(buffer.prepare(chunk), with(ec));
+  const std::size_t n = co_await read_some(stream, buffer.prepare(chunk), ec);
   stream.end(ec);
   if (!ec) buffer.commit(n);
-  co_return ec;
-}
-
-net::awaitable<beast::error_code> write_all(TimedSocket& stream, Clock::time_point deadline, net::const_buffer first,
-                                           net::const_buffer second, std::size_t* written) {
-  beast::error_code ec;
-  std::size_t n = 0;
-  stream.start(deadline);
-  if (stream.tls()) {
-    ec = co_await tls_write(stream, first, second, n);
-  } else {
-    const std::array<net::const_buffer, 2> buffers{first, second};
-    n = co_await net::async_write(stream.socket(), buffers, with(ec));
-  }
-  stream.end(ec);
-  if (written) *written = n;
   co_return ec;
 }
 

@@ -68,18 +68,21 @@ class TimedSocket {
   TimedSocket* next_ = nullptr;
 };
 
-// Reads what has arrived (up to `chunk` bytes) into `buffer` under `deadline`: the one read of the
-// client session and the upstream side, plain or TLS. A connection that timed out before is not
-// read again. A TLS peer's close_notify reads as eof, a close without it as
+// One read into `into`, plain or TLS, as an awaitable; `ec` says how it failed. On the plain path
+// it is the socket's own operation, with no coroutine frame of its own (these run a few times per
+// request). A TLS peer's close_notify reads as eof, a close without it as
 // net::ssl::error::stream_truncated.
+net::awaitable<std::size_t> read_some(TimedSocket& stream, net::mutable_buffer into, beast::error_code& ec);
+
+// All of `first` then `second`, likewise; the result is how many bytes went (0: nothing reached
+// the peer). Over TLS, two that fit one record go as one (Asio writes no scatter/gather there).
+net::awaitable<std::size_t> write_both(TimedSocket& stream, net::const_buffer first, net::const_buffer second,
+                                      beast::error_code& ec);
+
+// Reads what has arrived (up to `chunk` bytes) into `buffer` under `deadline`: the one read of the
+// client session and the upstream side. A connection that timed out before is not read again.
 net::awaitable<beast::error_code> read_more(TimedSocket& stream, beast::flat_buffer& buffer, Clock::time_point deadline,
                                            std::size_t chunk = kReadChunk);
-
-// Writes `first` then `second` under `deadline`; `written` says how many bytes went (0: nothing
-// reached the peer). Over TLS, two that fit one record go as one (Asio writes no scatter/gather
-// there).
-net::awaitable<beast::error_code> write_all(TimedSocket& stream, Clock::time_point deadline, net::const_buffer first,
-                                           net::const_buffer second = {}, std::size_t* written = nullptr);
 
 // The connections of one worker (one thread) and the tick that enforces their deadlines.
 class Timeouts {

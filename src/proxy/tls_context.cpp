@@ -59,13 +59,12 @@ int verify_callback(int ok, X509_STORE_CTX* store) {
   return 0;
 }
 
-// TLS 1.3 tickets arrive after the handshake, while the connection is read: each new session
-// replaces the one in the worker's slot for that endpoint. Returns 1: the slot keeps the reference.
+// TLS 1.3 tickets arrive after the handshake, while the connection is read: each new session goes
+// to the worker's cache for that endpoint. Returns 1: the cache keeps the reference.
 int new_session(SSL* ssl, SSL_SESSION* session) {
-  auto* slot = static_cast<SSL_SESSION**>(SSL_get_ex_data(ssl, slot_index()));
-  if (slot == nullptr) return 0;
-  if (*slot) SSL_SESSION_free(*slot);
-  *slot = session;
+  auto* cache = static_cast<TlsSessionCache*>(SSL_get_ex_data(ssl, slot_index()));
+  if (cache == nullptr) return 0;
+  cache->add(session);
   return 1;
 }
 
@@ -211,6 +210,8 @@ std::shared_ptr<const TlsClientProfile> TlsClientProfile::load(const config::Ups
   // Partial writes and moving buffers: a write resumed after EAGAIN may pass the rest; idle
   // connections give their read and write buffers back.
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+  // Read what the socket has in one recv, not a record's header and then its body in two.
+  SSL_CTX_set_read_ahead(ctx, 1);
   // Sessions are kept by the workers per endpoint (new_session), never in a shared cache.
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
   SSL_CTX_sess_set_new_cb(ctx, new_session);
@@ -246,7 +247,7 @@ TlsClientProfile::~TlsClientProfile() {
   if (ctx_) SSL_CTX_free(ctx_);
 }
 
-SSL* TlsClientProfile::new_connection(int fd, SSL_SESSION* resume, SSL_SESSION** slot) const {
+SSL* TlsClientProfile::new_connection(int fd, SSL_SESSION* resume, TlsSessionCache* sessions) const {
   SSL* ssl = SSL_new(ctx_);
   if (ssl == nullptr) return nullptr;
   SSL_set_fd(ssl, fd);
@@ -260,10 +261,55 @@ SSL* TlsClientProfile::new_connection(int fd, SSL_SESSION* resume, SSL_SESSION**
       SSL_set1_host(ssl, server_name_.c_str());
     }
   }
-  if (slot) SSL_set_ex_data(ssl, slot_index(), slot);
+  if (sessions) SSL_set_ex_data(ssl, slot_index(), sessions);
   if (resume) SSL_set_session(ssl, resume);
   SSL_set_connect_state(ssl);
   return ssl;
+}
+
+// ---- a worker's sessions with one endpoint -----------------------------------------------------
+
+TlsSessionCache::~TlsSessionCache() {
+  for (SSL_SESSION* s : sessions_) SSL_SESSION_free(s);
+}
+
+SSL_SESSION* TlsSessionCache::take(std::uint64_t generation) {
+  if (generation != generation_) {
+    if (generation_ != 0) {  // 0: the first use, whatever came before was made under this one
+      for (SSL_SESSION* s : sessions_) SSL_SESSION_free(s);
+      sessions_.clear();
+    }
+    generation_ = generation;
+  }
+  while (!sessions_.empty()) {
+    SSL_SESSION* s = sessions_.back();
+    if (!SSL_SESSION_is_resumable(s)) {  // the server refused it, or it expired
+      sessions_.pop_back();
+      SSL_SESSION_free(s);
+      continue;
+    }
+    if (SSL_SESSION_get_protocol_version(s) == TLS1_3_VERSION) {
+      sessions_.pop_back();  // once: the caller's reference is this one
+      return s;
+    }
+    SSL_SESSION_up_ref(s);
+    return s;
+  }
+  return nullptr;
+}
+
+void TlsSessionCache::add(SSL_SESSION* session) {
+  // A TLS 1.2 session replaces what was kept (one is reused); TLS 1.3 tickets queue up.
+  if (SSL_SESSION_get_protocol_version(session) != TLS1_3_VERSION || sessions_.size() >= kMax) {
+    if (SSL_SESSION_get_protocol_version(session) != TLS1_3_VERSION) {
+      for (SSL_SESSION* s : sessions_) SSL_SESSION_free(s);
+      sessions_.clear();
+    } else {
+      SSL_SESSION_free(sessions_.front());
+      sessions_.erase(sessions_.begin());
+    }
+  }
+  sessions_.push_back(session);
 }
 
 // ---- the listener's profile ------------------------------------------------------------------
@@ -275,6 +321,7 @@ std::shared_ptr<const TlsServerProfile> TlsServerProfile::load(const config::Lis
   SSL_CTX_set_min_proto_version(p->ctx_, TLS1_2_VERSION);
   SSL_CTX_set_mode(p->ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_alpn_select_cb(p->ctx_, select_alpn, nullptr);
+  SSL_CTX_set_read_ahead(p->ctx_, 1);
   // No renegotiation: a client could make the gateway do handshakes for free.
   SSL_CTX_set_options(p->ctx_, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
   try {
@@ -380,6 +427,7 @@ TlsProfiles::ReloadReport TlsProfiles::reload() {
       auto p = TlsClientProfile::load(u);
       if (p->has_client_cert()) publish_expiry("client", u.name, p->client_cert_not_after());
       slots_[i].client.store(std::move(p));
+      epoch_.fetch_add(1, std::memory_order_release);
       r.reloaded.push_back("upstream " + u.name);
     } catch (const TlsLoadError& e) {
       r.errors.emplace_back(e.what());

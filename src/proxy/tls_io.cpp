@@ -3,6 +3,7 @@
 #include <boost/asio/ssl/error.hpp>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 namespace tollgate::proxy {
 
@@ -63,16 +64,29 @@ net::awaitable<beast::error_code> tls_handshake(TimedSocket& s) {
   }
 }
 
-net::awaitable<beast::error_code> tls_read(TimedSocket& s, net::mutable_buffer into, std::size_t& n) {
+// Nothing buffered in OpenSSL and nothing on the socket: a failed SSL_read would only say so, at
+// several times the cost of this peek.
+bool nothing_to_read(SSL* ssl, int fd) {
+  if (SSL_has_pending(ssl)) return false;
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+net::awaitable<std::size_t> tls_read(TimedSocket& s, net::mutable_buffer into, beast::error_code& ec) {
   SSL* ssl = s.tls();
-  n = 0;
+  const int fd = s.socket().native_handle();
   for (;;) {
+    if (nothing_to_read(ssl, fd)) {
+      if ((ec = co_await wait_for(s, true))) co_return 0;
+    }
     ERR_clear_error();
     errno = 0;
-    if (SSL_read_ex(ssl, into.data(), into.size(), &n) == 1) co_return beast::error_code();
+    std::size_t n = 0;
+    if (SSL_read_ex(ssl, into.data(), into.size(), &n) == 1) co_return n;
     bool rd, wr;
-    if (beast::error_code ec = classify(ssl, 0, rd, wr)) co_return ec;
-    if (beast::error_code ec = co_await wait_for(s, rd)) co_return ec;
+    if ((ec = classify(ssl, 0, rd, wr))) co_return 0;
+    if ((ec = co_await wait_for(s, rd))) co_return 0;
   }
 }
 
@@ -96,8 +110,9 @@ net::awaitable<beast::error_code> write_bytes(TimedSocket& s, const char* p, std
   co_return beast::error_code();
 }
 
-net::awaitable<beast::error_code> tls_write(TimedSocket& s, net::const_buffer first, net::const_buffer second, std::size_t& n) {
-  n = 0;
+net::awaitable<std::size_t> tls_write(TimedSocket& s, net::const_buffer first, net::const_buffer second,
+                                      beast::error_code& ec) {
+  std::size_t n = 0;
   // Each SSL_write makes at least one record: two buffers that together fit a record are joined
   // so that a response head and its small body leave as one record, one send.
   if (second.size() > 0 && first.size() + second.size() <= 16 * 1024) {
@@ -106,10 +121,12 @@ net::awaitable<beast::error_code> tls_write(TimedSocket& s, net::const_buffer fi
     joined.reserve(first.size() + second.size());
     joined.append(static_cast<const char*>(first.data()), first.size());
     joined.append(static_cast<const char*>(second.data()), second.size());
-    co_return co_await write_bytes(s, joined.data(), joined.size(), n);
+    ec = co_await write_bytes(s, joined.data(), joined.size(), n);
+    co_return n;
   }
-  if (beast::error_code ec = co_await write_bytes(s, static_cast<const char*>(first.data()), first.size(), n)) co_return ec;
-  co_return co_await write_bytes(s, static_cast<const char*>(second.data()), second.size(), n);
+  if ((ec = co_await write_bytes(s, static_cast<const char*>(first.data()), first.size(), n))) co_return n;
+  ec = co_await write_bytes(s, static_cast<const char*>(second.data()), second.size(), n);
+  co_return n;
 }
 
 bool tls_quiet(SSL* ssl) {

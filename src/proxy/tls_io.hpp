@@ -13,11 +13,12 @@ namespace tollgate::proxy {
 // socket's, or eof when the peer closed during it.
 net::awaitable<beast::error_code> tls_handshake(TimedSocket& s);
 
-// One read of at most `into.size()` bytes; `n` is what came.
-net::awaitable<beast::error_code> tls_read(TimedSocket& s, net::mutable_buffer into, std::size_t& n);
+// One read of at most `into.size()` bytes; returns what came, `ec` how it failed.
+net::awaitable<std::size_t> tls_read(TimedSocket& s, net::mutable_buffer into, beast::error_code& ec);
 
-// Writes all of `first` and `second`; `n` says how much went.
-net::awaitable<beast::error_code> tls_write(TimedSocket& s, net::const_buffer first, net::const_buffer second, std::size_t& n);
+// Writes all of `first` and `second`; returns how much went, `ec` how it failed.
+net::awaitable<std::size_t> tls_write(TimedSocket& s, net::const_buffer first, net::const_buffer second,
+                                      beast::error_code& ec);
 
 // On an idle pooled connection, without blocking: processes what arrived (TLS 1.3 session
 // tickets and the like). True when nothing but such records came; false when application data,

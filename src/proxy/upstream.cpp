@@ -217,11 +217,12 @@ net::awaitable<beast::error_code> start_tls(ProxyContext& px, Pool& pool, const 
                                            std::optional<TlsFailure>& failure) {
   std::size_t e = 0;
   while (e + 1 < up.endpoints.size() && up.endpoints[e] != ep) ++e;
-  SessionSlot& slot = pool.sessions[e];
+  TlsSessionCache& sessions = pool.sessions[e];
   beast::error_code ec;
   conn.stream.socket().non_blocking(true, ec);
-  SSL* ssl = profile.new_connection(conn.stream.socket().native_handle(), slot.for_generation(profile.generation()),
-                                    &slot.session);
+  SSL_SESSION* resume = sessions.take(profile.generation());
+  SSL* ssl = profile.new_connection(conn.stream.socket().native_handle(), resume, &sessions);
+  if (resume) SSL_SESSION_free(resume);
   if (ssl == nullptr) {
     failure = TlsFailure{"handshake", "cannot make a TLS connection (out of memory)"};
     co_return beast::error_code(net::error::no_memory);
@@ -343,8 +344,11 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
     conn->buffer.consume(used);
     if (done && chunked_out) out.append("0\r\n\r\n", 5);
     if (!out.empty()) {
-      if (co_await write_all(client, deadline_after(milliseconds(px.limits.body_timeout_ms)), net::buffer(out)))
-        co_return false;
+      beast::error_code ec;
+      client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
+      co_await write_both(client, net::buffer(out), {}, ec);
+      client.end(ec);
+      if (ec) co_return false;
       out.clear();
     }
     if (done || !upstream_ok) break;
@@ -353,8 +357,10 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
       done = true;  // the end of a body delimited by the close
       if (chunked_out) {
         out.assign("0\r\n\r\n", 5);
-        if (co_await write_all(client, deadline_after(milliseconds(px.limits.body_timeout_ms)), net::buffer(out)))
-          co_return false;
+        client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
+        co_await write_both(client, net::buffer(out), {}, ec);
+        client.end(ec);
+        if (ec) co_return false;
       }
       break;
     }
@@ -371,19 +377,6 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
 
 }  // namespace
 
-SessionSlot::~SessionSlot() {
-  if (session) SSL_SESSION_free(session);
-}
-
-ssl_session_st* SessionSlot::for_generation(std::uint64_t g) {
-  if (generation != g) {
-    if (session) SSL_SESSION_free(session);
-    session = nullptr;
-    generation = g;
-  }
-  return session;
-}
-
 net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, const UpstreamRequest& req,
                              std::size_t upstream, const RateLimitFields& fields, AccessRecord& rec) {
   Upstream& up = px.routes.upstreams()[upstream];
@@ -396,8 +389,12 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
   const std::string head = request_head(req, up.host_header);
   const net::const_buffer head_buf = net::buffer(head), body_buf = net::buffer(req.body.data(), req.body.size());
   // The profile current now (https only): new connections use it, pooled ones made under another
-  // are not reused.
-  const std::shared_ptr<const TlsClientProfile> tls = up.conf.https ? px.deps.tls->upstream(up.index) : nullptr;
+  // are not reused. Read again only after a reload.
+  if (up.conf.https && pool.tls_epoch != px.deps.tls->epoch()) {
+    pool.tls_epoch = px.deps.tls->epoch();
+    pool.tls = px.deps.tls->upstream(up.index);
+  }
+  const TlsClientProfile* const tls = up.conf.https ? pool.tls.get() : nullptr;
   const std::uint64_t tls_generation = tls ? tls->generation() : 0;
   std::unique_ptr<PooledConn> conn;
   std::chrono::steady_clock::time_point sent_at;
@@ -409,6 +406,8 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
       conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
       auto connect_by = deadline_after(up.connect_timeout);
       if (req.budget && req.deadline < connect_by) connect_by = req.deadline;  // the caller's deadline first
+      // (https) The profile is held for the handshake: a reload meanwhile may replace the pool's.
+      const std::shared_ptr<const TlsClientProfile> profile = tls ? pool.tls : nullptr;
       conn->stream.start(connect_by);
       const tcp::endpoint ep = co_await net::async_connect(conn->stream.socket(), up.endpoints, with(ec));
       conn->stream.end(ec);
@@ -419,7 +418,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
         // The handshake shares the connect deadline: a supplier that accepts but never
         // completes a handshake is a connect failure, not a response timeout.
         std::optional<TlsFailure> failure;
-        ec = co_await start_tls(px, pool, up, *tls, *conn, ep, connect_by, failure);
+        ec = co_await start_tls(px, pool, up, *profile, *conn, ep, connect_by, failure);
         if (failure) co_return co_await tls_failed(px, client, version, keep, up, *failure, rec);
         if (ec) co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec);
       }
@@ -428,8 +427,9 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
     // The response head is awaited up to the upstream's timeout, or the caller's deadline if sooner.
     auto head_by = sent_at + up.response_timeout;
     if (req.budget && req.deadline < head_by) head_by = req.deadline;
-    std::size_t written = 0;
-    ec = co_await write_all(conn->stream, head_by, head_buf, body_buf, &written);
+    conn->stream.start(head_by);
+    const std::size_t written = co_await write_both(conn->stream, head_buf, body_buf, ec);
+    conn->stream.end(ec);
     bool retry = false;
     std::string_view why;
     if (!ec) {
@@ -500,8 +500,10 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
     // wait for bytes that never come.
     const std::string rhead = response_head(res, version, keep, status == 204 ? Reframe::drop_length : Reframe::none, fields);
     const std::string_view body = view(conn->buffer).substr(res.head_bytes, static_cast<std::size_t>(length));
-    const beast::error_code ec = co_await write_all(client, deadline_after(milliseconds(px.limits.body_timeout_ms)),
-                                                    net::buffer(rhead), net::buffer(body.data(), body.size()));
+    beast::error_code ec;
+    client.start(deadline_after(milliseconds(px.limits.body_timeout_ms)));
+    co_await write_both(client, net::buffer(rhead), net::buffer(body.data(), body.size()), ec);
+    client.end(ec);
     conn->buffer.consume(res.head_bytes + static_cast<std::size_t>(length));
     if (res.keep_alive) give_back(px, pool, std::move(conn));
     co_return !ec && keep;

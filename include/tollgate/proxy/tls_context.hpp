@@ -47,6 +47,29 @@ std::vector<std::string> certificate_names(x509_st* cert);
 // notAfter as Unix seconds (0 if unreadable).
 std::int64_t certificate_not_after(x509_st* cert);
 
+// The sessions one endpoint issued to one worker (used by that thread only: no locks), newest
+// last. A TLS 1.3 ticket is offered once (RFC 8446 advises against reuse: it links connections,
+// and servers that keep sessions refuse a second use); a TLS 1.2 session stays while the server
+// resumes it. Sessions of another profile generation are dropped.
+class TlsSessionCache {
+ public:
+  TlsSessionCache() = default;
+  TlsSessionCache(const TlsSessionCache&) = delete;
+  TlsSessionCache& operator=(const TlsSessionCache&) = delete;
+  ~TlsSessionCache();
+  static constexpr std::size_t kMax = 8;
+  // A session to offer on a new connection made under profile `generation`, as a reference the
+  // caller frees (SSL_SESSION_free) once it has handed it to new_connection; null: none.
+  ssl_session_st* take(std::uint64_t generation);
+  // A new session from the server (the cache keeps this reference).
+  void add(ssl_session_st* session);
+  std::size_t size() const { return sessions_.size(); }
+
+ private:
+  std::vector<ssl_session_st*> sessions_;
+  std::uint64_t generation_ = 0;
+};
+
 // Thrown when a profile's file cannot be used: names the file and the reason.
 struct TlsLoadError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -71,9 +94,9 @@ class TlsClientProfile {
   std::uint64_t generation() const { return generation_; }  // unique per load
 
   // A new client connection's SSL on `fd` (non-blocking): SNI, the name to verify, a session to
-  // resume (may be null) and where a new session is to be kept (`slot`, may be null). The
-  // caller owns the result (SSL_free).
-  ssl_st* new_connection(int fd, ssl_session_st* resume, ssl_session_st** slot) const;
+  // resume (may be null; the caller keeps its reference) and where the sessions the server issues
+  // go (may be null). The caller owns the result (SSL_free).
+  ssl_st* new_connection(int fd, ssl_session_st* resume, TlsSessionCache* sessions) const;
 
  private:
   TlsClientProfile() = default;
@@ -113,6 +136,9 @@ class TlsProfiles {
   ~TlsProfiles();
 
   std::shared_ptr<const TlsClientProfile> upstream(std::size_t i) const;
+  // Bumped by every reload: a worker re-reads upstream() only when it changed (one relaxed load
+  // per request instead of a shared_ptr's atomic load).
+  std::uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   std::shared_ptr<const TlsServerProfile> listener() const { return listener_.load(); }
   bool any() const;
 
@@ -152,6 +178,7 @@ class TlsProfiles {
   std::atomic<std::shared_ptr<const TlsServerProfile>> listener_;
   std::vector<std::pair<std::string_view, prometheus::Counter*>> listener_results_;
   std::mutex reload_mu_;
+  std::atomic<std::uint64_t> epoch_{1};
 };
 
 }  // namespace tollgate::proxy

@@ -1,6 +1,7 @@
 // TLS profiles without a handshake: failure reasons in words, and files refused with their path
 // and reason (a missing CA file, a world-readable key, a certificate that is no certificate).
 #include <gtest/gtest.h>
+#include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 #include <sys/stat.h>
 
@@ -127,6 +128,65 @@ TEST(TlsProfiles, ListenerKeyMustNotBeWorldReadable) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A resumable session of `version` whose id is `id` (what a server would have issued).
+SSL_SESSION* session(int version, unsigned char id) {
+  SSL_SESSION* s = SSL_SESSION_new();
+  SSL_SESSION_set_protocol_version(s, version);
+  const unsigned char sid[1] = {id};
+  SSL_SESSION_set1_id(s, sid, 1);
+  return s;
+}
+
+unsigned char id_of(SSL_SESSION* s) {
+  unsigned int len = 0;
+  const unsigned char* id = SSL_SESSION_get_id(s, &len);
+  return len ? id[0] : 0;
+}
+
+TEST(TlsSessionCache, Tls13TicketsAreOfferedOnceNewestFirst) {
+  TlsSessionCache c;
+  EXPECT_EQ(c.take(1), nullptr);
+  c.add(session(TLS1_3_VERSION, 1));
+  c.add(session(TLS1_3_VERSION, 2));
+  SSL_SESSION* a = c.take(1);
+  SSL_SESSION* b = c.take(1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(id_of(a), 2);
+  EXPECT_EQ(id_of(b), 1);
+  EXPECT_EQ(c.take(1), nullptr);  // each ticket once
+  SSL_SESSION_free(a);
+  SSL_SESSION_free(b);
+}
+
+TEST(TlsSessionCache, Tls12SessionIsReusedAndReplaced) {
+  TlsSessionCache c;
+  c.add(session(TLS1_2_VERSION, 7));
+  SSL_SESSION* a = c.take(1);
+  SSL_SESSION* b = c.take(1);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a, b);  // the same session for every new connection
+  SSL_SESSION_free(a);
+  SSL_SESSION_free(b);
+  c.add(session(TLS1_2_VERSION, 8));
+  EXPECT_EQ(c.size(), 1u);
+  SSL_SESSION* d = c.take(1);
+  EXPECT_EQ(id_of(d), 8);
+  SSL_SESSION_free(d);
+}
+
+TEST(TlsSessionCache, BoundedAndDroppedWhenTheProfileChanges) {
+  TlsSessionCache c;
+  EXPECT_EQ(c.take(5), nullptr);
+  for (unsigned char i = 1; i <= 12; ++i) c.add(session(TLS1_3_VERSION, i));
+  EXPECT_EQ(c.size(), TlsSessionCache::kMax);  // the oldest went
+  SSL_SESSION* newest = c.take(5);
+  EXPECT_EQ(id_of(newest), 12);
+  SSL_SESSION_free(newest);
+  EXPECT_EQ(c.take(6), nullptr);  // a reload: another profile's sessions are not offered
+  EXPECT_EQ(c.size(), 0u);
 }
 
 }  // namespace
