@@ -288,10 +288,12 @@ SSL_SESSION* TlsSessionCache::take(std::uint64_t generation) {
       SSL_SESSION_free(s);
       continue;
     }
-    if (SSL_SESSION_get_protocol_version(s) == TLS1_3_VERSION) {
+    if (SSL_SESSION_get_protocol_version(s) == TLS1_3_VERSION && sessions_.size() > 1) {
       sessions_.pop_back();  // once: the caller's reference is this one
       return s;
     }
+    // A TLS 1.2 session, or the last ticket: offered again rather than a full handshake (more new
+    // connections at once than tickets in hand; the next answers bring new ones).
     SSL_SESSION_up_ref(s);
     return s;
   }

@@ -9,6 +9,13 @@ namespace tollgate::proxy {
 
 namespace {
 
+// OpenSSL's error queue must be empty before an SSL call whose failure is then read with
+// SSL_get_error. Emptying an empty queue is not free (ERR_clear_error frees every slot, and with
+// jemalloc free(NULL) costs ~45 instructions, ~2k per call): only when something is there.
+inline void clear_errors() {
+  if (ERR_peek_error() != 0) ERR_clear_error();
+}
+
 // What an SSL call that returned `ret` <= 0 means: an error, or which way to wait (want_read /
 // want_write set). eof for a close_notify, stream_truncated for a close without one.
 beast::error_code classify(SSL* ssl, int ret, bool& want_read, bool& want_write) {
@@ -52,7 +59,7 @@ bool is_tls_error(const beast::error_code& ec) { return ec.category() == net::er
 net::awaitable<beast::error_code> tls_handshake(TimedSocket& s) {
   SSL* ssl = s.tls();
   for (;;) {
-    ERR_clear_error();
+    clear_errors();
     errno = 0;
     const int r = SSL_do_handshake(ssl);
     if (r == 1) co_return beast::error_code();
@@ -80,7 +87,7 @@ net::awaitable<std::size_t> tls_read(TimedSocket& s, net::mutable_buffer into, b
     if (nothing_to_read(ssl, fd)) {
       if ((ec = co_await wait_for(s, true))) co_return 0;
     }
-    ERR_clear_error();
+    clear_errors();
     errno = 0;
     std::size_t n = 0;
     if (SSL_read_ex(ssl, into.data(), into.size(), &n) == 1) co_return n;
@@ -94,7 +101,7 @@ net::awaitable<std::size_t> tls_read(TimedSocket& s, net::mutable_buffer into, b
 net::awaitable<beast::error_code> write_bytes(TimedSocket& s, const char* p, std::size_t size, std::size_t& n) {
   SSL* ssl = s.tls();
   while (size > 0) {
-    ERR_clear_error();
+    clear_errors();
     errno = 0;
     std::size_t w = 0;
     if (SSL_write_ex(ssl, p, size, &w) == 1) {
@@ -132,7 +139,7 @@ net::awaitable<std::size_t> tls_write(TimedSocket& s, net::const_buffer first, n
 bool tls_quiet(SSL* ssl) {
   char c;
   for (;;) {
-    ERR_clear_error();
+    clear_errors();
     errno = 0;
     std::size_t n = 0;
     if (SSL_read_ex(ssl, &c, 1, &n) == 1) return false;  // application data nobody asked for

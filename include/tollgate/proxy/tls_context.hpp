@@ -48,16 +48,18 @@ std::vector<std::string> certificate_names(x509_st* cert);
 std::int64_t certificate_not_after(x509_st* cert);
 
 // The sessions one endpoint issued to one worker (used by that thread only: no locks), newest
-// last. A TLS 1.3 ticket is offered once (RFC 8446 advises against reuse: it links connections,
-// and servers that keep sessions refuse a second use); a TLS 1.2 session stays while the server
-// resumes it. Sessions of another profile generation are dropped.
+// last. A TLS 1.3 ticket is offered once while others remain (RFC 8446 advises against reuse: it
+// links connections, and servers that keep sessions refuse a second use); the last one is offered
+// again rather than none, so that a burst of new connections larger than the tickets in hand
+// still resumes where the server allows it. A TLS 1.2 session stays while the server resumes it.
+// Sessions of another profile generation are dropped.
 class TlsSessionCache {
  public:
   TlsSessionCache() = default;
   TlsSessionCache(const TlsSessionCache&) = delete;
   TlsSessionCache& operator=(const TlsSessionCache&) = delete;
   ~TlsSessionCache();
-  static constexpr std::size_t kMax = 8;
+  static constexpr std::size_t kMax = 32;
   // A session to offer on a new connection made under profile `generation`, as a reference the
   // caller frees (SSL_SESSION_free) once it has handed it to new_connection; null: none.
   ssl_session_st* take(std::uint64_t generation);

@@ -145,20 +145,22 @@ unsigned char id_of(SSL_SESSION* s) {
   return len ? id[0] : 0;
 }
 
-TEST(TlsSessionCache, Tls13TicketsAreOfferedOnceNewestFirst) {
+TEST(TlsSessionCache, Tls13TicketsAreOfferedOnceNewestFirstAndTheLastKept) {
   TlsSessionCache c;
   EXPECT_EQ(c.take(1), nullptr);
   c.add(session(TLS1_3_VERSION, 1));
   c.add(session(TLS1_3_VERSION, 2));
+  c.add(session(TLS1_3_VERSION, 3));
   SSL_SESSION* a = c.take(1);
   SSL_SESSION* b = c.take(1);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  EXPECT_EQ(id_of(a), 2);
-  EXPECT_EQ(id_of(b), 1);
-  EXPECT_EQ(c.take(1), nullptr);  // each ticket once
-  SSL_SESSION_free(a);
-  SSL_SESSION_free(b);
+  EXPECT_EQ(id_of(a), 3);  // each once while others remain
+  EXPECT_EQ(id_of(b), 2);
+  SSL_SESSION* last = c.take(1);
+  SSL_SESSION* again = c.take(1);
+  EXPECT_EQ(id_of(last), 1);
+  EXPECT_EQ(last, again);  // the last one is offered again rather than a full handshake
+  EXPECT_EQ(c.size(), 1u);
+  for (SSL_SESSION* s : {a, b, last, again}) SSL_SESSION_free(s);
 }
 
 TEST(TlsSessionCache, Tls12SessionIsReusedAndReplaced) {
@@ -180,10 +182,10 @@ TEST(TlsSessionCache, Tls12SessionIsReusedAndReplaced) {
 TEST(TlsSessionCache, BoundedAndDroppedWhenTheProfileChanges) {
   TlsSessionCache c;
   EXPECT_EQ(c.take(5), nullptr);
-  for (unsigned char i = 1; i <= 12; ++i) c.add(session(TLS1_3_VERSION, i));
+  for (unsigned char i = 1; i <= TlsSessionCache::kMax + 4; ++i) c.add(session(TLS1_3_VERSION, i));
   EXPECT_EQ(c.size(), TlsSessionCache::kMax);  // the oldest went
   SSL_SESSION* newest = c.take(5);
-  EXPECT_EQ(id_of(newest), 12);
+  EXPECT_EQ(id_of(newest), TlsSessionCache::kMax + 4);
   SSL_SESSION_free(newest);
   EXPECT_EQ(c.take(6), nullptr);  // a reload: another profile's sessions are not offered
   EXPECT_EQ(c.size(), 0u);
