@@ -192,6 +192,10 @@ def area(name):
         if h.startswith("0x"):
             return "Redis, unnamed (static and hidden functions, e.g. the Lua VM)"
         return "Redis server (named functions)"
+    if "libssl.so" in obj:
+        return "OpenSSL libssl (handshake, records)"
+    if "libcrypto.so" in obj:
+        return "OpenSSL libcrypto (EC, ciphers, hashes, X.509)"
     if h.startswith(("std::", "__gnu_cxx::")) or "libstdc++" in obj:
         return "libstdc++"
     if "libc.so" in obj:
@@ -298,8 +302,14 @@ DESC = {
     "RL": "redis-server per EVALSHA of Tollgate's lean script: one bucket, nothing else (-c 1)",
     "RM": "redis-server per EVALSHA of a minimal token bucket (TIME HMGET HSET PEXPIRE; -c 1)",
     "RP": "redis-server per PING (redis-benchmark -c 1): the fixed cost of one call",
+    "T1s": "T1 to an https upstream (verified, keep-alive)",
+    "N1s": "N1 to an https upstream (proxy_ssl_verify, session reuse, keepalive 32)",
+    "T1sN": "T1s, upstream keepalive_requests 1: a TLS handshake per request",
+    "N1sN": "N1s, upstream keepalive_requests 1: a TLS handshake per request",
+    "N1s3": "N1s with proxy_ssl_protocols TLSv1.2 TLSv1.3",
+    "N1sN3": "N1sN with proxy_ssl_protocols TLSv1.2 TLSv1.3",
 }
-ORDER = ["N0", "N1", "T0", "T1", "T2", "T2C1", "T2B", "T2K", "RT", "RT1", "RTB", "RK1", "RKB", "RS", "RL", "RM", "RP"]
+ORDER = ["N0", "N1", "T0", "T1", "N1s", "N1s3", "T1s", "N1sN", "N1sN3", "T1sN", "T2", "T2C1", "T2B", "T2K", "RT", "RT1", "RTB", "RK1", "RKB", "RS", "RL", "RM", "RP"]
 
 
 def report(runs_tsv, out_txt, header):
@@ -319,7 +329,9 @@ def report(runs_tsv, out_txt, header):
                      + (f" [{note}]" if note else ""))
     lines.append("")
     for a, b in (("T0", "N0"), ("T1", "N1"), ("T2", "T1"), ("T2C1", "T1"), ("T2B", "T1"), ("T1", "T0"), ("N1", "N0"),
-                 ("RS", "RM"), ("RL", "RM"), ("RT", "RM"), ("RT1", "RM"), ("RTB", "RM"), ("T2K", "T2B"), ("RKB", "RK1")):
+                 ("RS", "RM"), ("RL", "RM"), ("RT", "RM"), ("RT1", "RM"), ("RTB", "RM"), ("T2K", "T2B"), ("RKB", "RK1"),
+                 ("T1s", "N1s"), ("T1s", "N1s3"), ("T1sN", "N1sN"), ("T1sN", "N1sN3"), ("T1s", "T1"), ("N1s", "N1"),
+                 ("T1sN", "T1s"), ("N1sN", "N1s")):
         if a in slope and b in slope:
             lines.append(f"{a}/{b} = {slope[a] / slope[b]:.3f}   ({slope[a] - slope[b]:+,.0f} Ir/request)")
     if "T2" in slope and "RT" in slope:

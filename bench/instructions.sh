@@ -9,6 +9,7 @@
 #
 #   bench/instructions.sh                                  # every case below, 2000/6000 requests
 #   CASES="T0 T1" bench/instructions.sh                    # a subset (PROFILES="T1 T2": profiles kept)
+#   CASES="T1s N1s T1sN N1sN" bench/instructions.sh        # the TLS upstream cases (not in the default)
 #   QUICK=1 bench/instructions.sh                          # 500/1500 requests (noisier slope)
 #   TOLLGATE_BIN=/path/to/tollgate bench/instructions.sh   # measure another build (no build here)
 #
@@ -31,6 +32,23 @@
 #      same way: only the request path (reading, running and answering commands), because a
 #      cluster node's serverCron cannot be left out with --toggle-collect (the count comes out
 #      inverted) and its cost is per second, not per decision.
+# TLS to the upstream (a private CA made at run time in the temporary folder, by
+# tests/support/tls_pki.sh: ca.pem, server.pem/key for localhost and 127.0.0.1; no key is kept):
+#   T1s  T1 with the upstream `https://localhost:P` (nginx `listen ssl`, TLSv1.2 TLSv1.3, a shared
+#        session cache, `return 200`, keep-alive), verified against the run's CA (tls.ca_file)
+#   N1s  N1 with `proxy_pass https://` to that upstream: proxy_ssl_verify on, the CA trusted,
+#        proxy_ssl_server_name on, proxy_ssl_name localhost, proxy_ssl_session_reuse on, and an
+#        upstream keep-alive pool (keepalive 32)
+#   T1sN, N1sN  the same two against a second TLS upstream with keepalive_requests 1: every request
+#        a new upstream connection and a handshake.
+#   N1s3, N1sN3  N1s and N1sN with proxy_ssl_protocols TLSv1.2 TLSv1.3: nginx 1.22 offers upstreams
+#        only up to TLS 1.2 unless told, Tollgate offers 1.3 (whose resumption still does an ECDHE).
+#   TLS_UPSTREAM_PROTOCOLS="TLSv1.2" makes both TLS upstreams speak TLS 1.2 only (default: TLSv1.2 TLSv1.3).
+#   Both TLS upstreams log $connection and $ssl_session_reused: each run's upstream connections,
+#   full handshakes and the share resumed after its first go into the table's note and a table of
+#   their own. All six take about 6 minutes here (T1sN and N1sN3 about 2.5 each: a TLS 1.3
+#   handshake per request under callgrind), T1s N1s about 40 s: not in the default CASES, run them
+#   with CASES="T1s N1s T1sN N1sN" (and N1s3 N1sN3).
 # Writes bench/results/instructions-<time>.txt (the table, the T1 and T2 profiles) and keeps every
 # callgrind file in bench/results/instructions-<time>/ for callgrind_annotate.
 set -euo pipefail
@@ -39,7 +57,8 @@ ROOT=$(pwd)
 CASES=${CASES:-"N0 N1 T0 T1 T2 T2C1 T2B R0 R1 K"}
 if [[ ${QUICK:-0} == 1 ]]; then N_LO=${N_LO:-500}; N_HI=${N_HI:-1500}; else N_LO=${N_LO:-2000}; N_HI=${N_HI:-6000}; fi
 CONC=${CONC:-8}
-PROFILES=${PROFILES:-"T1 T2"}  # whose profiles (top functions, each as a slope) go in the results file
+# whose profiles (top functions, each as a slope) go in the results file (of the cases that ran)
+PROFILES=${PROFILES:-"T1 T2 T1s T1sN N1s N1sN N1s3 N1sN3"}
 
 # --- what it needs, installed only if missing (as scripts/deps.sh does) -------------------------
 missing=()
@@ -48,6 +67,9 @@ have valgrind || missing+=(valgrind)
 have nginx || missing+=(nginx-light)
 have ab || missing+=(apache2-utils)
 have python3 || missing+=(python3)
+TLS_CASES=0
+[[ " $CASES " =~ " "(T1s|N1s|T1sN|N1sN|N1s3|N1sN3)" " ]] && TLS_CASES=1
+((TLS_CASES)) && { have openssl || missing+=(openssl); }
 if [[ " $CASES " =~ " "(T2|T2C1|T2B|R0|R1|K)" " ]]; then
   have redis-server || missing+=(redis-server)
   { have redis-cli && have redis-benchmark; } || missing+=(redis-tools)
@@ -195,6 +217,78 @@ start upstream nginx -c "$W/upstream.conf" -p "$W"
 UP_PID=$LAST_PID
 wait_listen "$UP" "$UP_PID" upstream
 
+# --- the TLS upstreams (T1s N1s: keep-alive; T1sN N1sN: keepalive_requests 1), not measured ---------
+# The CA and the server's key are made here, in the temporary folder (removed at exit): no key
+# material is ever written under the repository.
+PKI=$W/pki
+tls_upstream_conf() { # NAME PORT KEEPALIVE_REQUESTS ACCESS_LOG
+  nginx_common "$1"
+  cat <<NGX
+http { $4 keepalive_requests $3; keepalive_timeout 600s;
+  client_body_temp_path $W/tmp/$1-body; proxy_temp_path $W/tmp/$1-proxy;
+  server { listen 127.0.0.1:$2 ssl; ssl_certificate $PKI/server.pem; ssl_certificate_key $PKI/server.key;
+    ssl_protocols ${TLS_UPSTREAM_PROTOCOLS:-TLSv1.2 TLSv1.3}; ssl_session_cache shared:S:1m;
+    location / { default_type text/plain; return 200 "ok"; } } }
+NGX
+}
+if ((TLS_CASES)); then
+  if [[ -f tests/support/tls_pki.sh ]]; then
+    bash tests/support/tls_pki.sh "$PKI" || fail "tests/support/tls_pki.sh failed"
+  else  # the recipe's CA and server certificate (localhost, 127.0.0.1), P-256
+    mkdir -p "$PKI"
+    (cd "$PKI" &&
+      openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj /CN=test-ca \
+        -keyout ca.key -out ca.pem &&
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost -keyout server.key -out srv.csr &&
+      printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >ext.cnf &&
+      openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 -extfile ext.cnf -out server.pem &&
+      chmod 600 ./*.key) >"$W/pki.log" 2>&1 || { cat "$W/pki.log" >&2; fail "the test CA could not be made"; }
+  fi
+  # Both log one line per request: nginx's connection serial number, whether that connection's
+  # handshake was resumed ("r" or "."), the protocol. Not measured (nginx runs natively).
+  for v in "upstream-tls 100000000" "upstream-tlsn 1"; do
+    read -r name requests <<<"$v"
+    port=$(free_port)
+    tls_upstream_conf "$name" "$port" "$requests" \
+      "log_format tls '\$connection \$ssl_session_reused \$ssl_protocol'; access_log $W/$name.access tls;" >"$W/$name.conf"
+    start "$name" nginx -c "$W/$name.conf" -p "$W"
+    wait_listen "$port" "$LAST_PID" "$name"
+    if [[ $name == upstream-tls ]]; then UPS=$port UPS_PID=$LAST_PID; else UPSN=$port UPSN_PID=$LAST_PID; fi
+  done
+fi
+# The lines a run leaves in a TLS upstream's log: its upstream connections, each one handshake,
+# and how many were resumed after the run's first (with keepalive_requests 1, one per request).
+tls_log() { # PORT: that TLS upstream's access log (none for the plain upstream)
+  if [[ -n ${UPS:-} && $1 == "$UPS" ]]; then echo "$W/upstream-tls.access"
+  elif [[ -n ${UPSN:-} && $1 == "$UPSN" ]]; then echo "$W/upstream-tlsn.access"; fi
+}
+tls_lines() { # PORT: the log's line count now
+  local log
+  log=$(tls_log "$1")
+  if [[ -n $log && -f $log ]]; then wc -l <"$log"; else echo 0; fi
+}
+handshake_note() { # CASE N PORT FIRST_LINE: a line in $OUT/handshakes.tsv, and the table's note
+  python3 - "$(tls_log "$3")" "$4" "$1" "$2" "$OUT/handshakes.tsv" <<'PY'
+import collections, sys
+log, skip, case, n, tsv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+lines = [l.split() for l in open(log).read().splitlines()[skip:]]
+conns = {}  # connection serial -> (reused flag, protocol), in order of first request
+for f in lines:
+    conns.setdefault(f[0], (f[1], f[2] if len(f) > 2 else "?"))
+handshakes = list(conns.values())
+rest = handshakes[1:]
+reused = sum(1 for flag, _ in rest if flag == "r")
+full = sum(1 for flag, _ in handshakes if flag != "r")
+protocols = collections.Counter(p for _, p in handshakes)
+ratio = reused / len(rest) if rest else 0.0
+with open(tsv, "a") as f:
+    f.write(f"{case}\t{n}\t{len(lines)}\t{len(handshakes)}\t{full}\t{reused}\t{len(rest)}\t{ratio:.4f}\t"
+            + ",".join(f"{k}:{v}" for k, v in sorted(protocols.items())) + "\n")
+print(f"upstream: {len(handshakes)} connections, {full} full handshakes, resumed {reused}/{len(rest)} after the first"
+      f" = {100 * ratio:.2f}%, " + ", ".join(f"{k} {v}" for k, v in sorted(protocols.items())))
+PY
+}
+
 # --- nginx as the proxy (N0, N1) ---------------------------------------------------------------------
 nginx_proxy_conf() { # NAME PORT LIMIT(0|1)
   nginx_common "$1"
@@ -214,16 +308,41 @@ http { access_log off; keepalive_requests 100000000; keepalive_timeout 600s;
     location / { $limit proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://up; } } }
 NGX
 }
-run_nginx() { # CASE LIMIT N
-  local port name=$1-$3 file=$OUT/$1.$3.callgrind
+# N1s, N1sN: N1's never-binding limit_req, proxying to a TLS upstream that it verifies, sessions
+# reused, connections kept in a pool (keepalive 32; with keepalive_requests 1 upstream the pool
+# never keeps one).
+# N1s3, N1sN3: the same with proxy_ssl_protocols TLSv1.2 TLSv1.3 (nginx 1.22 offers only up to
+# TLS 1.2 to upstreams unless told; Tollgate offers 1.3): the like-for-like protocol comparison.
+nginx_tls_proxy_conf() { # NAME PORT UPSTREAM_PORT [PROTOCOLS]
+  nginx_common "$1"
+  local protocols=""
+  [[ -n ${4:-} ]] && protocols="proxy_ssl_protocols $4;"
+  cat <<NGX
+http { access_log off; keepalive_requests 100000000; keepalive_timeout 600s;
+  client_body_temp_path $W/tmp/$1-body; proxy_temp_path $W/tmp/$1-proxy;
+  limit_req_zone "all" zone=never:1m rate=1000000r/s;
+  upstream up { server 127.0.0.1:$3; keepalive 32; }
+  server { listen 127.0.0.1:$2;
+    location / { limit_req zone=never burst=1000000 nodelay;
+      proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_ssl_verify on; proxy_ssl_trusted_certificate $PKI/ca.pem;
+      proxy_ssl_server_name on; proxy_ssl_name localhost; proxy_ssl_session_reuse on; $protocols
+      proxy_pass https://up; } } }
+NGX
+}
+run_nginx() { # CASE LIMIT N [TLS_UPSTREAM_PORT [PROTOCOLS]]
+  local port name=$1-$3 file=$OUT/$1.$3.callgrind first note=""
   port=$(free_port)
-  nginx_proxy_conf "$name" "$port" "$2" >"$W/$name.conf"
+  if [[ -n ${4:-} ]]; then nginx_tls_proxy_conf "$name" "$port" "$4" "${5:-}" >"$W/$name.conf"
+  else nginx_proxy_conf "$name" "$port" "$2" >"$W/$name.conf"; fi
+  first=$(tls_lines "${4:-}")
   start "$name" "${CG[@]}" --callgrind-out-file="$file" nginx -c "$W/$name.conf" -p "$W"
   local pid=$LAST_PID
   wait_listen "$port" "$pid" "$name"
   load "$3" "http://127.0.0.1:$port/ibe/shopping/search" "$name"
   stop "$pid" "$name"
-  record "$1" "$3" "$file" ""
+  [[ -n ${4:-} ]] && note=$(handshake_note "$1" "$3" "$4" "$first")
+  record "$1" "$3" "$file" "$note"
 }
 
 # --- Tollgate (T0, T1, T2) -----------------------------------------------------------------------------
@@ -250,9 +369,12 @@ tollgate_conf() { # PORT STORE [many]
   # and a run under callgrind lasts longer with more requests, so it would leak into the slope.
   # decision_timeout_ms generous and fail_closed: a slow decision (Redis under callgrind) must
   # not turn into a local fallback that Redis never counts; if one fails, ab sees a non-2xx.
+  # UPSTREAM_JSON, when set, replaces the plain upstream's object (T1s, T1sN: https and its CA).
+  local upstream=${UPSTREAM_JSON:-}
+  [[ -n $upstream ]] || upstream="{\"url\": \"http://127.0.0.1:$UP\"}"
   cat <<JSON
 {"listen": "127.0.0.1:$1", "threads": 1, "access_log": "off", "admin": {"listen": "127.0.0.1:0"},
- "upstreams": {"up": {"url": "http://127.0.0.1:$UP"}}, "routes": [{"prefix": "/", "upstream": "up"}],
+ "upstreams": {"up": $upstream}, "routes": [{"prefix": "/", "upstream": "up"}],
  "limits": {"source": "file", "store": "$2",
    "redis": {$(if [[ -n $REDIS_NODES ]]; then echo "\"mode\": \"cluster\", \"nodes\": $REDIS_NODES"
                else echo "\"host\": \"127.0.0.1\", \"port\": $REDIS_PORT"; fi),
@@ -279,8 +401,11 @@ wait_store() { # NAME PID
   fail "$1 never connected to Redis"
 }
 run_tollgate() { # CASE STORE PATH N [CONCURRENCY]; PATH "many": the 100 rules, spread over
-  local port name=$1-$4 file=$OUT/$1.$4.callgrind
+  # TLS_UP set: the upstream is https://localhost:TLS_UP, verified against the run's CA (T1s, T1sN)
+  local port name=$1-$4 file=$OUT/$1.$4.callgrind first note UPSTREAM_JSON=""
   port=$(free_port)
+  [[ -n ${TLS_UP:-} ]] && UPSTREAM_JSON="{\"url\": \"https://localhost:$TLS_UP\", \"tls\": {\"ca_file\": \"$PKI/ca.pem\"}}"
+  first=$(tls_lines "${TLS_UP:-}")
   tollgate_conf "$port" "$2" "$([[ $3 == many ]] && echo many)" >"$W/$name.json"
   [[ $2 == redis ]] && flush_store
   start "$name" "${CG[@]}" --callgrind-out-file="$file" "$TOLLGATE_BIN" --config "$W/$name.json"
@@ -290,7 +415,10 @@ run_tollgate() { # CASE STORE PATH N [CONCURRENCY]; PATH "many": the 100 rules, 
   if [[ $3 == many ]]; then load_buckets "$4" "$port" "$name"
   else load "$4" "http://127.0.0.1:$port$3" "$name" "${5:-}"; fi
   stop "$pid" "$name"
-  record "$1" "$4" "$file" "$([[ -n ${5:-} ]] && echo "ab -c $5")"
+  note=""
+  [[ -n ${5:-} ]] && note="ab -c $5"
+  [[ -n ${TLS_UP:-} ]] && note=$(handshake_note "$1" "$4" "$TLS_UP" "$first")
+  record "$1" "$4" "$file" "$note"
 }
 
 # --- Redis under callgrind (R0) -------------------------------------------------------------------------
@@ -463,6 +591,12 @@ for c in $CASES; do
       T0) run_tollgate T0 local /ibe/shopping/search "$n" ;;
       T1) run_tollgate T1 local /ibe/nobind "$n" ;;
       T1R) REFUSED=1 run_tollgate T1R local /ibe/refuse "$n" ;;
+      T1s) TLS_UP=$UPS run_tollgate T1s local /ibe/nobind "$n" ;;
+      T1sN) TLS_UP=$UPSN run_tollgate T1sN local /ibe/nobind "$n" ;;
+      N1s) run_nginx N1s 1 "$n" "$UPS" ;;
+      N1sN) run_nginx N1sN 1 "$n" "$UPSN" ;;
+      N1s3) run_nginx N1s3 1 "$n" "$UPS" "TLSv1.2 TLSv1.3" ;;
+      N1sN3) run_nginx N1sN3 1 "$n" "$UPSN" "TLSv1.2 TLSv1.3" ;;
       T2 | T2C1 | T2B)
         if [[ -z ${T2_REDIS_PID:-} ]]; then  # Redis for T2 is not measured: plain, one for all runs
           REDIS_PORT=$(free_port)
@@ -492,12 +626,13 @@ for c in $CASES; do
         else echo "instructions: no $TOLLGATE_SIM: RS and RL skipped"; fi
         run_redis_bench RM "$n"
         run_redis_bench RP "$n" ;;
-      *) fail "unknown case $c (N0 N1 T0 T1 T2 T2C1 T2B R0 R1 K)" ;;
+      *) fail "unknown case $c (N0 N1 T0 T1 T1R T2 T2C1 T2B R0 R1 K T1s N1s T1sN N1sN N1s3 N1sN3)" ;;
     esac
   done
 done
 if [[ -n ${T2_REDIS_PID:-} ]]; then stop "$T2_REDIS_PID" redis-t2; fi
 stop "$UP_PID" upstream
+if ((TLS_CASES)); then stop "$UPS_PID" upstream-tls; stop "$UPSN_PID" upstream-tlsn; fi
 
 # --- the table, the profile, where the files are -------------------------------------------------------------
 HEADER="Instructions per request (callgrind), $(date -u '+%Y-%m-%d %H:%M UTC'); Tollgate: $TOLLGATE_BIN ($DESCRIBE)
@@ -505,6 +640,15 @@ ab -k -c $CONC, N=$N_LO and N=$N_HI requests, one process start each; Ir/request
 $(valgrind --version), $(nginx -v 2>&1 | sed 's/^nginx version: //'), $(redis-server --version 2>/dev/null | awk '{print "Redis " $3}' | sed 's/v=//')"
 RESULT=$ROOT/bench/results/instructions-$STAMP.txt
 python3 bench/instructions.py report "$RUNS" "$RESULT" "$HEADER"
+if [[ -f $OUT/handshakes.tsv ]]; then
+  { echo; echo "TLS upstreams: what each run's upstream saw in its access log (\$connection, \$ssl_session_reused):"
+    echo "connections (each one handshake), full handshakes, resumed among the connections after the run's first."
+    echo "A difference in full handshakes between the N=$N_LO and N=$N_HI runs goes into the slope (a full handshake"
+    echo "costs the client millions of Ir): compare the two runs' counts before reading a keep-alive case's slope."
+    printf '%-5s %6s %8s %11s %5s %8s %7s %8s  %s\n' case N requests connections full resumed of ratio protocols
+    awk -F'\t' '{printf "%-5s %6s %8s %11s %5s %8s %7s %7.2f%%  %s\n", $1, $2, $3, $4, $5, $6, $7, 100 * $8, $9}' "$OUT/handshakes.tsv"
+  } | tee -a "$RESULT"
+fi
 for p in $PROFILES; do
   if [[ -f $OUT/$p.$N_HI.callgrind && -f $OUT/$p.$N_LO.callgrind ]]; then
     { echo; echo "=== $p profile"; python3 bench/instructions.py profile "$OUT/$p.$N_LO.callgrind" "$OUT/$p.$N_HI.callgrind" "$N_LO" "$N_HI" 25; } >>"$RESULT"

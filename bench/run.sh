@@ -5,6 +5,12 @@
 # and writes bench/results/<time>/summary.md (medians, min-max) with the raw output beside it.
 #   ROUNDS=3 DURATION=10 CONNS=64 bench/run.sh
 #   ONLY="T2B T2K" bench/run.sh     # those cases only (no Redis ceiling, hold or micro benchmarks)
+#   ONLY="T1 N1 T1s N1s N1s3 T1sN N1sN N1sN3 HS" bench/run.sh   # plain against TLS upstreams, and
+#                                   # HS: TLS handshakes per second per core (openssl s_time)
+#   BENCH_BUILD=/other/build-bench bench/run.sh   # that build's binaries (tollgate, tollgate-mock-upstream,
+#                                   # and for a full run tollgate-sim, tollgate-micro-bench): no build here
+# TLS upstreams (nginx `listen ssl`, TLSv1.2 TLSv1.3, a shared session cache) use a private CA made
+# at run time in the temporary folder by tests/support/tls_pki.sh (removed at exit, never kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -13,21 +19,33 @@ DURATION=${DURATION:-10}
 CONNS=${CONNS:-64}
 HOLD=${HOLD:-10000}
 ONLY=${ONLY:-}
+HS_SECONDS=${HS_SECONDS:-5}  # each openssl s_time measurement (HS), per round
 
 scripts/deps.sh build
 need=()
-for p in wrk nginx-light redis-server redis-tools gnuplot-nox python3 libbenchmark-dev; do
+for p in wrk nginx-light redis-server redis-tools gnuplot-nox python3 libbenchmark-dev openssl; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if ((${#need[@]})); then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DTOLLGATE_BUILD_TESTS=OFF -DTOLLGATE_BUILD_BENCH=ON >/dev/null
-cmake --build build-bench -j"$(nproc)" >/dev/null
-BIN=$ROOT/build-bench
+if [[ -n ${BENCH_BUILD:-} ]]; then
+  BIN=$(cd "$BENCH_BUILD" && pwd)
+else
+  cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DTOLLGATE_BUILD_TESTS=OFF -DTOLLGATE_BUILD_BENCH=ON >/dev/null
+  cmake --build build-bench -j"$(nproc)" >/dev/null
+  BIN=$ROOT/build-bench
+fi
 
 OUT=$ROOT/bench/results/$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT/raw"
+# Which binaries, and whether the sources differed from HEAD (others may be editing the tree).
+SRC=$ROOT  # with BENCH_BUILD, the checkout the build folder sits in, if it is one
+[[ -n ${BENCH_BUILD:-} ]] && SRC=$(dirname "$BIN")
+{ echo "binaries: $BIN"
+  echo "sources: $SRC, HEAD $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo '?'); changed from HEAD: $(
+    git -C "$SRC" status --porcelain -- src include CMakeLists.txt 2>/dev/null | awk '{print $2}' | tr '\n' ' ')"
+} >"$OUT/build.txt"
 W=$(mktemp -d /tmp/tollgate-bench-XXXXXX)
 PIDS=()
 cleanup() {
@@ -58,9 +76,41 @@ http { access_log off; keepalive_requests 10000000;
   server { listen 127.0.0.1:$UP; location / { default_type application/json; return 200 '{"flights":[{"flight":"TG101","fare":880}]}'; } } }
 NGX
 start upstream nginx -c "$W/upstream.conf" -p "$W"
+# The same upstream over TLS: UPS keeps connections alive (T1s, N1s), UPSN closes each after one
+# request (keepalive_requests 1: T1sN, N1sN and the handshake measurement, HS) and logs whether
+# each handshake was resumed. The CA and keys live in $W only.
+PKI=$W/pki
+if [[ -f tests/support/tls_pki.sh ]]; then
+  bash tests/support/tls_pki.sh "$PKI"
+else  # the recipe's CA and server certificate (localhost, 127.0.0.1), P-256
+  mkdir -p "$PKI"
+  (cd "$PKI" &&
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj /CN=test-ca -keyout ca.key -out ca.pem &&
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost -keyout server.key -out srv.csr &&
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >ext.cnf &&
+    openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 -extfile ext.cnf -out server.pem &&
+    chmod 600 ./*.key) >"$W/pki.log" 2>&1 || { cat "$W/pki.log" >&2; exit 1; }
+fi
+UPS=$(free_port); UPSN=$(free_port)
+UPS_LOG=$W/upstream-tls.access UPSN_LOG=$W/upstream-tlsn.access
+# Both log each request's connection serial number, whether its handshake was resumed, the
+# protocol: how many connections (handshakes) a case made, full or resumed.
+for v in "upstream-tls $UPS 10000000" "upstream-tlsn $UPSN 1"; do
+  read -r name port requests <<<"$v"
+  log="log_format tls '\$connection \$ssl_session_reused \$ssl_protocol'; access_log $W/$name.access tls;"
+  cat >"$W/$name.conf" <<NGX
+worker_processes 1; daemon off; master_process off; error_log $W/$name.err crit; pid $W/$name.pid;
+events { worker_connections 8192; }
+http { $log keepalive_requests $requests;
+  server { listen 127.0.0.1:$port ssl; ssl_certificate $PKI/server.pem; ssl_certificate_key $PKI/server.key;
+    ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:S:1m;
+    location / { default_type application/json; return 200 '{"flights":[{"flight":"TG101","fare":880}]}'; } } }
+NGX
+  start "$name" nginx -c "$W/$name.conf" -p "$W"
+done
 start mock "$BIN/tollgate-mock-upstream" --port "$MOCK"
 start redis redis-server --bind 127.0.0.1 --port "$RP" --save '' --appendonly no
-wait_port "$UP"; wait_port "$MOCK"; wait_port "$RP"
+wait_port "$UP"; wait_port "$MOCK"; wait_port "$RP"; wait_port "$UPS"; wait_port "$UPSN"
 # A 3-primary Redis Cluster (no replicas) for T2K, on the same core: each port's +10000 (the
 # cluster bus) free too.
 cluster_port() {
@@ -89,8 +139,11 @@ for _ in $(seq 1 100); do
 done
 
 # --- nginx as the proxy (N0: plain, N1: limit_req that never binds, N2: a binding limit,
-#     N3: limit_req per client address that never binds) ------------------------------------------
+#     N3: limit_req per client address that never binds; N1s, N1sN: N1 to the TLS upstreams,
+#     verified, sessions reused, a keep-alive pool; N1s3, N1sN3: the same offering TLS 1.3, which
+#     nginx 1.22 does not to upstreams unless told, and Tollgate does) --------------------------------
 N0=$(free_port); N1=$(free_port); N2=$(free_port); N3=$(free_port); N0M=$(free_port); N1M=$(free_port)
+N1S=$(free_port); N1SN=$(free_port); N1S3=$(free_port); N1SN3=$(free_port)
 cat >"$W/proxy.conf" <<NGX
 worker_processes 1; daemon off; master_process off; error_log $W/proxy.err crit; pid $W/proxy.pid;
 events { worker_connections 8192; }
@@ -101,6 +154,14 @@ http { access_log off; keepalive_requests 10000000;
   limit_req_status 429; limit_req_log_level info;
   upstream up { server 127.0.0.1:$UP; keepalive 256; keepalive_requests 10000000; }
   upstream mock { server 127.0.0.1:$MOCK; keepalive 256; keepalive_requests 10000000; }
+  # The TLS pools are the plain ones' size and reuse (keepalive_requests defaults to 1000 here): with
+  # 64 clients, keepalive 32 closed about a quarter of the upstream connections after one request
+  # (a handshake each).
+  # One block per case: a pool shared by N1s (TLS 1.2) and N1s3 would hand one the other's connections.
+  upstream ups { server 127.0.0.1:$UPS; keepalive 256; keepalive_requests 10000000; }
+  upstream ups3 { server 127.0.0.1:$UPS; keepalive 256; keepalive_requests 10000000; }
+  upstream upsn { server 127.0.0.1:$UPSN; keepalive 256; keepalive_requests 10000000; }
+  upstream upsn3 { server 127.0.0.1:$UPSN; keepalive 256; keepalive_requests 10000000; }
   proxy_http_version 1.1; proxy_set_header Connection "";
   server { listen 127.0.0.1:$N0; location / { proxy_pass http://up; } }
   server { listen 127.0.0.1:$N1; location / { limit_req zone=never burst=100000000 nodelay; proxy_pass http://up; } }
@@ -108,15 +169,29 @@ http { access_log off; keepalive_requests 10000000;
   server { listen 127.0.0.1:$N3; location / { limit_req zone=perip burst=100000000 nodelay; proxy_pass http://up; } }
   server { listen 127.0.0.1:$N0M; location / { proxy_pass http://mock; } }
   server { listen 127.0.0.1:$N1M; location / { limit_req zone=never burst=100000000 nodelay; proxy_pass http://mock; } }
+  server { listen 127.0.0.1:$N1S; location / { limit_req zone=never burst=100000000 nodelay; proxy_pass https://ups;
+    proxy_ssl_verify on; proxy_ssl_trusted_certificate $PKI/ca.pem; proxy_ssl_server_name on; proxy_ssl_name localhost;
+    proxy_ssl_session_reuse on; } }
+  server { listen 127.0.0.1:$N1SN; location / { limit_req zone=never burst=100000000 nodelay; proxy_pass https://upsn;
+    proxy_ssl_verify on; proxy_ssl_trusted_certificate $PKI/ca.pem; proxy_ssl_server_name on; proxy_ssl_name localhost;
+    proxy_ssl_session_reuse on; } }
+  server { listen 127.0.0.1:$N1S3; location / { limit_req zone=never burst=100000000 nodelay; proxy_pass https://ups3;
+    proxy_ssl_verify on; proxy_ssl_trusted_certificate $PKI/ca.pem; proxy_ssl_server_name on; proxy_ssl_name localhost;
+    proxy_ssl_session_reuse on; proxy_ssl_protocols TLSv1.2 TLSv1.3; } }
+  server { listen 127.0.0.1:$N1SN3; location / { limit_req zone=never burst=100000000 nodelay; proxy_pass https://upsn3;
+    proxy_ssl_verify on; proxy_ssl_trusted_certificate $PKI/ca.pem; proxy_ssl_server_name on; proxy_ssl_name localhost;
+    proxy_ssl_session_reuse on; proxy_ssl_protocols TLSv1.2 TLSv1.3; } }
 }
 NGX
 start nginx nginx -c "$W/proxy.conf" -p "$W"
 
 # --- Tollgate: one thread, same core ------------------------------------------------------------
-gateway_conf() { # PORT ADMIN UPSTREAM_PORT STORE
+gateway_conf() { # PORT ADMIN UPSTREAM_PORT STORE [tls: the upstream is https://localhost:PORT, our CA]
+  local up="{\"url\": \"http://127.0.0.1:$3\"}"
+  [[ ${5:-} == tls ]] && up="{\"url\": \"https://localhost:$3\", \"tls\": {\"ca_file\": \"$PKI/ca.pem\"}}"
   cat <<JSON
 {"listen": "127.0.0.1:$1", "threads": 1, "admin": {"listen": "127.0.0.1:$2"},
- "upstreams": {"up": {"url": "http://127.0.0.1:$3"}}, "routes": [{"prefix": "/", "upstream": "up"}],
+ "upstreams": {"up": $up}, "routes": [{"prefix": "/", "upstream": "up"}],
  "limits": {"store": "$4", "redis": {"host": "127.0.0.1", "port": $RP, "decision_timeout_ms": 1000},
    "rules": [
      {"configId": 1, "interfaceUrl": "/nobind", "rateLimit": 1000000, "burst": 1000000000, "cache": 0.5, "status": 1},
@@ -152,7 +227,12 @@ gateway_conf "$TM" "$TMA" "$MOCK" local >"$W/tm.json"
 start tollgate "$BIN/tollgate" --config "$W/t.json"
 start tollgate-redis "$BIN/tollgate" --config "$W/tr.json"
 start tollgate-mock "$BIN/tollgate" --config "$W/tm.json"
-for p in "$N0" "$N1" "$N2" "$N3" "$N0M" "$N1M" "$T" "$TR" "$TM" "$TB" "$TK"; do wait_port "$p"; done
+TS=$(free_port); TSA=$(free_port); TSN=$(free_port); TSNA=$(free_port)
+gateway_conf "$TS" "$TSA" "$UPS" local tls >"$W/ts.json"
+gateway_conf "$TSN" "$TSNA" "$UPSN" local tls >"$W/tsn.json"
+start tollgate-tls "$BIN/tollgate" --config "$W/ts.json"
+start tollgate-tlsn "$BIN/tollgate" --config "$W/tsn.json"
+for p in "$N0" "$N1" "$N2" "$N3" "$N0M" "$N1M" "$N1S" "$N1SN" "$N1S3" "$N1SN3" "$T" "$TR" "$TM" "$TB" "$TK" "$TS" "$TSN"; do wait_port "$p"; done
 sleep 1  # Redis connection up
 
 pid_of() { cat "$W/$1.pid"; }
@@ -175,6 +255,12 @@ CASES=(
   "N0m|http://127.0.0.1:$N0M/ibe/shopping/search|nginx"
   "N1m|http://127.0.0.1:$N1M/ibe/shopping/search|nginx"
   "T1m|http://127.0.0.1:$TM/ibe/nobind|tollgate-mock"
+  "N1s|http://127.0.0.1:$N1S/ibe/shopping/search|nginx"
+  "N1s3|http://127.0.0.1:$N1S3/ibe/shopping/search|nginx"
+  "T1s|http://127.0.0.1:$TS/ibe/nobind|tollgate-tls"
+  "N1sN|http://127.0.0.1:$N1SN/ibe/shopping/search|nginx"
+  "N1sN3|http://127.0.0.1:$N1SN3/ibe/shopping/search|nginx"
+  "T1sN|http://127.0.0.1:$TSN/ibe/nobind|tollgate-tlsn"
 )
 
 proc_cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }         # utime + stime, clock ticks
@@ -189,12 +275,27 @@ fi
 run_case() { # NAME URL PROC ROUND SECONDS [SCRIPT]
   local name=$1 url=$2 proc=$3 round=$4 secs=$5 script=${6:-} pid out
   pid=$(pid_of "$proc")
-  local c0 p0 c1 p1
+  local c0 p0 c1 p1 l0 l1 log=""
+  # A TLS case: which upstream's log shows its handshakes
+  case $url in
+    *":$N1S/"* | *":$N1S3/"* | *":$TS/"*) log=$UPS_LOG ;;
+    *":$N1SN/"* | *":$N1SN3/"* | *":$TSN/"*) log=$UPSN_LOG ;;
+  esac
+  [[ -n $log ]] && l0=$(wc -l <"$log")
   c0=$(core_busy); p0=$(proc_cpu "$pid")
   out=$(taskset -c "$LOAD_CORE" wrk -t1 -c"$CONNS" -d"${secs}s" --latency ${script:+-s "$script"} "$url")
   c1=$(core_busy); p1=$(proc_cpu "$pid")
   if [[ $round != warm ]]; then
     echo "$out" >"$OUT/raw/$name-round$round.txt"
+    if [[ -n $log ]]; then
+      # The upstream connections this run made (one handshake each), and those resumed after the
+      # run's first. The log is written as each request ends: give it a moment.
+      sleep 0.5
+      l1=$(wc -l <"$log")
+      sed -n "$((l0 + 1)),${l1}p" "$log" |
+        awk '!($1 in seen) {seen[$1] = 1; n++; if (n > 1 && $2 == "r") r++; p[$3]++} END {printf "%d %d", n, r + 0; for (k in p) printf " %s:%d", k, p[k]; print ""}' \
+          >"$OUT/raw/$name-round$round.resumed"
+    fi
     printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$round" "$((c1 - c0))" "$((p1 - p0))" "$secs" >>"$OUT/cpu.tsv"
   fi
 }
@@ -214,7 +315,7 @@ SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$("$BIN/tollgate-sim" --redis-script)")
 ARGS=(1 500000 0 "" 1 0 0 0 1 1000000000000 1 0 0 0 0)
 # The lean script the store sends for T2's rule (Redis TIME, pay now, interval, size, then permits
 # and timeout: one decision a call) and the minimal token bucket (bench/minimal_bucket.lua), the
-# reference issue 14 measures T2 against.
+# reference a Redis decision is measured against (its cost must not exceed it).
 LEAN_SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$("$BIN/tollgate-sim" --redis-lean-script)")
 MIN_SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$(cat bench/minimal_bucket.lua)")
 for r in $(seq 1 "$ROUNDS"); do
@@ -229,6 +330,41 @@ for r in $(seq 1 "$ROUNDS"); do
   taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q -t ping_mbulk >>"$OUT/raw/redis-ping.txt" 2>&1
 done
 
+fi  # not ONLY
+
+# --- TLS handshakes per second per core (HS): openssl s_time against the keepalive_requests 1 TLS
+# upstream (nginx on the server core), the client on the load core: full handshakes (-new) and
+# resumed ones (-reuse), -www / so that each connection also reads a response (and with TLS 1.3 the
+# session ticket that comes before it); TLS 1.3 as negotiated by default, and TLS 1.2 (-tls1_2: what
+# nginx 1.22 speaks to upstreams by default). Per core: handshakes over each side's own CPU seconds
+# (user + system: TCP connect/accept/close and the one request included), the client's read from
+# the wrapping shell's /proc/<pid>/stat (its children's times), the server's from /proc/<nginx>/stat.
+# That is OpenSSL's cost on this machine (s_time as the client), not Tollgate's.
+if [[ -z $ONLY || " $ONLY " == *" HS "* ]]; then
+  echo "bench: TLS handshakes (openssl s_time, ${HS_SECONDS}s each)"
+  hs_pid=$(pid_of upstream-tlsn)
+  for r in $(seq 1 "$ROUNDS"); do
+    for mode in new reuse new12 reuse12; do
+      flags="-${mode%12}"
+      [[ $mode == *12 ]] && flags+=" -tls1_2"
+      l0=$(wc -l <"$UPSN_LOG"); p0=$(proc_cpu "$hs_pid"); t0=$(date +%s.%N)
+      # shellcheck disable=SC2016
+      taskset -c "$LOAD_CORE" bash -c 'openssl s_time -connect "$1" -www / $2 -time "$3" >"$4" 2>&1
+        awk "{print \$16 + \$17}" /proc/$$/stat >"$4.cpu"' _ "127.0.0.1:$UPSN" "$flags" "$HS_SECONDS" \
+        "$OUT/raw/hs-$mode-round$r.txt"
+      t1=$(date +%s.%N); p1=$(proc_cpu "$hs_pid")
+      sleep 0.3
+      l1=$(wc -l <"$UPSN_LOG")
+      sed -n "$((l0 + 1)),${l1}p" "$UPSN_LOG" |
+        awk -v wall="$(echo "$t1 - $t0" | bc)" -v server=$((p1 - p0)) -v client="$(cat "$OUT/raw/hs-$mode-round$r.txt.cpu")" \
+          '{n++} $2 == "r" {r++} {p[$3]++} END {printf "%d %d %s %d %s", n, r + 0, wall, server, client; for (k in p) printf " %s:%d", k, p[k]; print ""}' \
+          >"$OUT/raw/hs-$mode-round$r.tsv"
+      rm -f "$OUT/raw/hs-$mode-round$r.txt.cpu"
+    done
+  done
+fi
+
+if [[ -z $ONLY ]]; then
 # --- scale: requests held in a wait window; micro benchmarks -------------------------------------
 echo "bench: holding $HOLD requests"
 taskset -c "$LOAD_CORE" python3 bench/hold.py "$T" "$(pid_of tollgate)" "$HOLD" /ibe/hold >"$OUT/raw/hold.json"

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Turns a bench/run.sh result folder into summary.md (medians with min-max) and latency.png."""
-import json, os, re, statistics, subprocess, sys
+import collections, json, os, re, statistics, subprocess, sys
 
 out, duration, conns, cores = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
 TICK_US = 1e6 / os.sysconf("SC_CLK_TCK")
-ORDER = ["U", "N0", "N1", "T0", "T1", "T2", "T2B", "T2K", "N2", "T3", "N3", "T4", "T5", "Um", "N0m", "N1m", "T1m"]
+ORDER = ["U", "N0", "N1", "T0", "T1", "T2", "T2B", "T2K", "N2", "T3", "N3", "T4", "T5", "Um", "N0m", "N1m", "T1m", "N1s", "N1s3", "T1s", "N1sN", "N1sN3", "T1sN"]
 DESC = {
     "U": "nginx upstream, direct (ceiling)", "N0": "nginx proxy, no limit", "N1": "nginx proxy, limit_req never binds",
     "T0": "Tollgate, no matching rule", "T1": "Tollgate, never-binding rule, in-process",
@@ -16,7 +16,13 @@ DESC = {
     "T4": "Tollgate bucket keyed by client_ip + a per-IP quota, never bind, in-process",
     "T5": "T4's rule with Redis (one EVALSHA: bucket + quota)",
     "Um": "mock upstream, direct", "N0m": "nginx proxy to mock", "N1m": "nginx limit_req to mock",
-    "T1m": "Tollgate never-binding rule to mock"}
+    "T1m": "Tollgate never-binding rule to mock",
+    "N1s": "N1 to an https upstream (verified, session reuse, keep-alive pool)",
+    "T1s": "T1 to an https upstream (verified, keep-alive)",
+    "N1sN": "N1s, upstream keepalive_requests 1 (a handshake per request)",
+    "N1s3": "N1s offering TLS 1.3 (proxy_ssl_protocols TLSv1.2 TLSv1.3)",
+    "N1sN3": "N1sN offering TLS 1.3 (proxy_ssl_protocols TLSv1.2 TLSv1.3)",
+    "T1sN": "T1s, upstream keepalive_requests 1 (a handshake per request)"}
 
 def to_ms(v):
     m = re.match(r"([\d.]+)(us|ms|s)", v)
@@ -64,10 +70,60 @@ for n in ORDER:
                  f"{cell(n, 'non2xx')} |")
 med = lambda n, k: agg(n, k)[0]
 lines += ["", "| pair | req/s ratio | p99 difference (ms) | proxy µs/req (Tollgate vs nginx) |", "|---|---|---|---|"]
-for a, b in (("T1", "N1"), ("T2", "N1"), ("T0", "N0"), ("T4", "N3"), ("T5", "N3"), ("T1m", "N1m"), ("T2K", "T2B")):
+for a, b in (("T1", "N1"), ("T2", "N1"), ("T0", "N0"), ("T4", "N3"), ("T5", "N3"), ("T1m", "N1m"), ("T2K", "T2B"),
+             ("T1s", "N1s"), ("T1s", "N1s3"), ("T1sN", "N1sN"), ("T1sN", "N1sN3"), ("T1s", "T1"), ("N1s", "N1")):
     if a in runs and b in runs:
         lines.append(f"| {a}/{b} | {med(a, 'rps') / med(b, 'rps'):.3f} | {med(a, 'p99') - med(b, 'p99'):+.2f} | "
                      f"{med(a, 'proc_us'):.1f} vs {med(b, 'proc_us'):.1f} |")
+# Upstream TLS connections per case (each one handshake), from the TLS upstreams' access logs.
+resumed = {}
+for name in os.listdir(os.path.join(out, "raw")):
+    m = re.match(r"(\w+)-round(\d+)\.resumed$", name)
+    if m:
+        f = open(os.path.join(out, "raw", name)).read().split()
+        resumed.setdefault(m.group(1), []).append((int(f[0]), int(f[1]), f[2:]))
+if resumed:
+    lines += ["", "Upstream TLS connections (each one handshake; with keepalive_requests 1 one per request) as the upstream's",
+              "access log shows them ($connection, $ssl_session_reused): resumed ones counted after each round's first,",
+              "summed over the rounds:", "",
+              "| case | requests | upstream connections | per request | resumed | ratio | protocols |", "|---|---|---|---|---|---|---|"]
+    for n in ("N1s", "N1s3", "T1s", "N1sN", "N1sN3", "T1sN"):
+        if n in resumed:
+            hs = sum(x[0] for x in resumed[n]); rs = sum(x[1] for x in resumed[n]); rest = sum(x[0] - 1 for x in resumed[n])
+            reqs = sum(r["requests"] for r in runs[n].values())
+            protos = collections.Counter()
+            for x in resumed[n]:
+                for p in x[2]:
+                    k, v = p.rsplit(":", 1)
+                    protos[k] += int(v)
+            lines.append(f"| {n} | {reqs} | {hs} | {hs / max(reqs, 1):.3f} | {rs} | {100 * rs / max(rest, 1):.2f}% | "
+                         f"{' '.join(f'{k} {v}' for k, v in sorted(protos.items()))} |")
+hs_runs = {}
+for name in os.listdir(os.path.join(out, "raw")):
+    m = re.match(r"hs-(new|reuse|new12|reuse12)-round(\d+)\.tsv$", name)
+    if m:
+        f = open(os.path.join(out, "raw", name)).read().split()
+        hs_runs.setdefault(m.group(1), []).append(
+            {"n": int(f[0]), "r": int(f[1]), "wall": float(f[2]), "server_s": int(f[3]) * TICK_US / 1e6,
+             "client_s": int(f[4]) * TICK_US / 1e6, "protos": f[5:]})
+if hs_runs:
+    def stat(vals, fmt="{:.0f}"):
+        return f"{fmt.format(statistics.median(vals))} ({fmt.format(min(vals))}-{fmt.format(max(vals))})"
+    lines += ["", "TLS handshakes (openssl s_time -www / against the nginx TLS upstream, keepalive_requests 1; s_time on",
+              "the load core, nginx on the server core; per core = handshakes / that side's CPU seconds, user + system,",
+              "TCP included). Medians (min-max) over the rounds:", "",
+              "| mode | handshakes/s (wall) | client handshakes per CPU-second | server (nginx) handshakes per CPU-second | resumed | protocols |",
+              "|---|---|---|---|---|---|"]
+    label = {"new": "full (-new), TLS 1.3", "reuse": "resumed (-reuse), TLS 1.3",
+             "new12": "full (-new -tls1_2)", "reuse12": "resumed (-reuse -tls1_2)"}
+    for mode in ("new", "reuse", "new12", "reuse12"):
+        if mode not in hs_runs:
+            continue
+        rs = hs_runs[mode]
+        lines.append(f"| {label[mode]} | {stat([r['n'] / r['wall'] for r in rs])} | "
+                     f"{stat([r['n'] / r['client_s'] for r in rs if r['client_s'] > 0])} | "
+                     f"{stat([r['n'] / r['server_s'] for r in rs if r['server_s'] > 0])} | "
+                     f"{sum(r['r'] for r in rs)}/{sum(r['n'] for r in rs)} | {' '.join(sorted({p.rsplit(':', 1)[0] for r in rs for p in r['protos']}))} |")
 lines += ["", "Binding limit (1000/s): admitted = 2xx responses / duration.", "",
           "| case | admitted/s | 2xx | 429 or 503 | errors | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
 for n in ("N2", "T3"):
