@@ -1,6 +1,7 @@
 #include <utility>
 
 #include "support/http_client.hpp"
+#include "support/http_message.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -21,26 +22,8 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-http::request<http::string_body> build(const HttpRequest& r) {
-  http::request<http::string_body> req{http::string_to_verb(r.method), r.target, 11};
-  req.set(http::field::host, "127.0.0.1");
-  for (const auto& [k, v] : r.headers) req.set(k, v);
-  req.body() = r.body;
-  if (!r.body.empty() || r.method == "POST" || r.method == "PUT") req.prepare_payload();
-  return req;
-}
-
-HttpResponse convert(http::response<http::string_body>& res) {
-  HttpResponse out;
-  out.status = res.result_int();
-  for (const auto& f : res) {
-    std::string name(f.name_string());
-    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    out.headers[name] = std::string(f.value());
-  }
-  out.body = std::move(res.body());
-  return out;
-}
+using detail::build_request;
+using detail::to_response;
 
 }  // namespace
 
@@ -57,7 +40,7 @@ std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& r, in
     else s->socket().set_option(tcp::no_delay(true));
     streams.push_back(std::move(s));
   }
-  auto req = build(r);
+  auto req = build_request(r, "127.0.0.1");
   for (int i = 0; i < n; ++i) {
     if (!out[static_cast<std::size_t>(i)].error.empty()) continue;
     beast::error_code ec;
@@ -80,7 +63,7 @@ std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& r, in
       o.error = ec.message();
       continue;
     }
-    o = convert(res);
+    o = to_response(res);
   }
   return out;
 }

@@ -1,6 +1,7 @@
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
 
 #include "support/tls.hpp"
+#include "support/http_message.hpp"
 
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
@@ -108,26 +109,8 @@ std::string nginx_config(const std::string& dir, int port, const NginxTlsOptions
   return c;
 }
 
-http::request<http::string_body> build(const HttpRequest& r, const std::string& host) {
-  http::request<http::string_body> req{http::string_to_verb(r.method), r.target, 11};
-  req.set(http::field::host, host);
-  for (const auto& [k, v] : r.headers) req.set(k, v);
-  req.body() = r.body;
-  if (!r.body.empty() || r.method == "POST" || r.method == "PUT") req.prepare_payload();
-  return req;
-}
-
-HttpResponse convert(http::response<http::string_body>& res) {
-  HttpResponse out;
-  out.status = res.result_int();
-  for (const auto& f : res) {
-    std::string name(f.name_string());
-    for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    out.headers[name] = std::string(f.value());
-  }
-  out.body = std::move(res.body());
-  return out;
-}
+using detail::build_request;
+using detail::to_response;
 
 bool is_ip_address(const std::string& s) {
   beast::error_code ec;
@@ -177,7 +160,7 @@ net::awaitable<void> exchange(Stream& stream, tcp::endpoint ep, http::request<ht
     out.error = describe("read", ec, stream.native_handle());
     co_return;
   }
-  out = convert(res);
+  out = to_response(res);
   // close_notify, briefly: the answer is in already, whatever the server does with it.
   tcp_layer.expires_after(std::chrono::milliseconds(500));
   co_await stream.async_shutdown(net::redirect_error(net::use_awaitable, ec));
@@ -296,7 +279,7 @@ HttpResponse https_request(int port, const HttpRequest& r, const TlsClientOption
     return ok;
   });
 
-  auto req = build(r, o.server_name);
+  auto req = build_request(r, o.server_name);
   const tcp::endpoint ep(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port));
   net::co_spawn(ioc, exchange(stream, ep, req, std::chrono::steady_clock::now() + timeout, out), net::detached);
   ioc.run();
