@@ -15,7 +15,7 @@ ARG TOLLGATE_COMMIT
 RUN apt-get -o Acquire::Retries=3 update \
     && DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 install -y --no-install-recommends \
        cmake g++ make pkg-config libboost-dev nlohmann-json3-dev libmysqlcppconn-dev libhiredis-dev \
-       libjemalloc-dev libspdlog-dev prometheus-cpp-dev libssl-dev \
+       libjemalloc-dev libspdlog-dev prometheus-cpp-dev libssl-dev libc-ares-dev \
     && apt-get clean && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Only what the binaries are built from (tests, benchmarks and docs stay out of the image).
@@ -43,7 +43,7 @@ LABEL org.opencontainers.image.title="tollgate" \
 # https:// upstreams are verified against when their tls.ca_file is not set.
 RUN apt-get -o Acquire::Retries=3 update \
     && DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Retries=3 install -y --no-install-recommends \
-       libjemalloc2 libspdlog1.10 libprometheus-cpp-core1.0 libhiredis0.14 libmysqlcppconn7v5 libssl3 ca-certificates \
+       libjemalloc2 libspdlog1.10 libprometheus-cpp-core1.0 libhiredis0.14 libmysqlcppconn7v5 libssl3 libc-ares2 ca-certificates \
     && apt-get clean && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /nonexistent --no-create-home \
        --shell /usr/sbin/nologin tollgate

@@ -2,13 +2,14 @@
 # Installs the Debian packages Tollgate needs, only those missing.
 # Usage: scripts/deps.sh build|test|compose   (compose: the Docker engine, Compose v1 and debootstrap)
 set -euo pipefail
-want=(cmake g++ make pkg-config libboost-dev libssl-dev nlohmann-json3-dev libmysqlcppconn-dev libhiredis-dev libjemalloc-dev libspdlog-dev prometheus-cpp-dev curl)
+want=(cmake g++ make pkg-config libboost-dev libssl-dev nlohmann-json3-dev libmysqlcppconn-dev libhiredis-dev libc-ares-dev libjemalloc-dev libspdlog-dev prometheus-cpp-dev curl)
 if [[ "${1:-build}" == "compose" ]]; then
   want=(docker.io docker-compose debootstrap python3 curl)
 elif [[ "${1:-build}" == "test" ]]; then
   want+=(googletest libgtest-dev mariadb-server mariadb-client redis-server redis-tools python3 clang libclang-rt-14-dev
         chromium chromium-driver python3-selenium
-        nginx-light openssl)  # TLS tests: nginx as an HTTPS upstream, a private CA made by tests/support/tls_pki.sh
+        nginx-light openssl  # TLS tests: nginx as an HTTPS upstream, a private CA made by tests/support/tls_pki.sh
+        dnsmasq-base)        # a DNS server whose answers the upstream-name tests change (tests/support/dns.hpp)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -1,12 +1,17 @@
-// tollgate-mock-upstream --port P [--host H] [--latency-ms N] [--limit SUFFIX=RATE ...]
+// tollgate-mock-upstream --port P [--host H] [--latency-ms N] [--connect-delay-ms N] [--limit SUFFIX=RATE ...]
 //                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
 // A small airline-style upstream for demos, tests and benchmarks. Every path answers with small
 // JSON; the query can ask for special behaviour:
 //   ?status=N      answer with status N          ?delay_ms=N  answer after N ms (a timer)
 //   ?chunked=1     send the body chunked         ?echo=1      echo method, target, headers, body
 //   ?size=N        pad the body to about N bytes
+//   ?reply_request_id=V  the response carries X-Request-Id: V (and, with &reply_twice=1, a second
+//                  one, V-2); ?echo=1 also lists the request's fields in order, repeated ones
+//                  included ("fields": [[name, value], ...])
 // GET /__stats returns per-path counts and arrival times (CLOCK_MONOTONIC microseconds, the clock
-// the gateway uses); POST /__reset clears them. Port 0 picks a free port; the chosen one is printed.
+// the gateway uses) and the connections accepted; POST /__reset clears them. --connect-delay-ms N
+// holds each new connection N ms before its TLS handshake (plain HTTP: before its first request),
+// standing in for the round trips of a distant supplier. Port 0 picks a free port; the chosen one is printed.
 //
 // A throttling supplier: --limit SUFFIX=RATE (repeatable) or PUT /__limits with
 // {"<suffix>": RATE, ...} (0 or null: no limit; the rates in force are replaced, and can change
@@ -148,6 +153,8 @@ json limits_json() {
 std::map<std::string, PathStats> g_stats;  // single-threaded server: no lock
 std::uint64_t g_total = 0;
 int g_latency_ms = 0;
+int g_connect_delay_ms = 0;
+std::uint64_t g_connections = 0;  // accepted since start (or /__reset)
 
 
 std::string query_param(std::string_view target, std::string_view key) {
@@ -200,6 +207,12 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
   constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
   Stream stream = make_stream<Stream>(std::move(sock), tls);
   beast::tcp_stream& tcp_layer = beast::get_lowest_layer(stream);
+  ++g_connections;
+  if (g_connect_delay_ms > 0) {
+    net::steady_timer t(co_await net::this_coro::executor, std::chrono::milliseconds(g_connect_delay_ms));
+    beast::error_code ec;
+    co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
   if constexpr (kTls) {
     beast::error_code ec;
     // A client that connects and never says hello would otherwise hold its coroutine for good.
@@ -226,10 +239,11 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
       for (const auto& [p, s] : g_stats)
         paths[p] = {{"count", s.count}, {"throttled", s.throttled}, {"arrivals_us", s.arrivals_us},
                     {"throttled_us", s.throttled_us}};
-      res.body() = json{{"total", g_total}, {"paths", paths}}.dump();
+      res.body() = json{{"total", g_total}, {"connections", g_connections}, {"paths", paths}}.dump();
     } else if (path == "/__reset") {
       g_stats.clear();
       g_total = 0;
+      g_connections = 0;
       res.body() = R"({"reset":true})";
     } else if (path == "/__limits") {
       if (req.method() == http::verb::put || req.method() == http::verb::post) {
@@ -271,14 +285,22 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
       json body = airline_body(path);
       if (!query_param(target, "echo").empty()) {
         json headers = json::object();
-        for (const auto& f : req) headers[std::string(f.name_string())] = std::string(f.value());
+        json fields = json::array();
+        for (const auto& f : req) {
+          headers[std::string(f.name_string())] = std::string(f.value());
+          fields.push_back({std::string(f.name_string()), std::string(f.value())});
+        }
         body = {{"method", std::string(req.method_string())}, {"target", target}, {"headers", headers},
-                {"body", req.body()}};
+                {"fields", fields}, {"body", req.body()}};
       }
       std::string text = body.dump();
       if (const int size = int_param(target, "size", 0); size > static_cast<int>(text.size()))
         text = json{{"data", body}, {"pad", std::string(size - text.size(), 'x')}}.dump();
       res.body() = std::move(text);
+    }
+    if (const std::string id = query_param(target, "reply_request_id"); !id.empty()) {
+      res.insert("X-Request-Id", id);
+      if (!query_param(target, "reply_twice").empty()) res.insert("X-Request-Id", id + "-2");
     }
     res.prepare_payload();
     if (!query_param(target, "chunked").empty()) {
@@ -357,6 +379,7 @@ int main(int argc, char** argv) {
     else if (a == "--tls-client-ca" && i + 1 < argc) tls_client_ca = argv[++i];
     else if (a == "--host" && i + 1 < argc) host = argv[++i];
     else if (a == "--latency-ms" && i + 1 < argc) g_latency_ms = std::atoi(argv[++i]);
+    else if (a == "--connect-delay-ms" && i + 1 < argc) g_connect_delay_ms = std::atoi(argv[++i]);
     else if (a == "--limit" && i + 1 < argc) {
       const std::string spec = argv[++i];
       const auto eq = spec.find('=');

@@ -178,11 +178,19 @@ SimpleResponse AdminApi::readyz() const {
   if (snap) j["config_age_s"] = static_cast<double>(limiter::steady_now_us() - snap->loaded_at_us) / 1e6;
   // Still ready when the source is down: the last good rules keep being enforced. Said here.
   if (deps_.config) j["config_source"] = status_json(deps_.config->status());
+  // Still ready with an upstream unresolved: the other upstreams serve, and every instance shares
+  // the same DNS, so taking this one out of a load balancer would help no request. Said here.
+  json unresolved = json::array();
+  if (deps_.upstreams_view)
+    for (const auto& u : deps_.upstreams_view())
+      if (!u.resolved) unresolved.push_back(u.name);
+  j["unresolved_upstreams"] = std::move(unresolved);
   return {ready ? 200 : 503, j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"};
 }
 
 std::string AdminApi::metrics_text() {
   prometheus::Registry& registry = deps_.metrics.registry;
+  if (deps_.refresh_endpoint_gauges) deps_.refresh_endpoint_gauges();
   deps_.store.publish_metrics(registry);
   publish_debts();
   store::gauge(registry, "tollgate_switch_enabled", "Global limiting switch (1 enforcing, 0 off).")
@@ -548,6 +556,21 @@ SimpleResponse AdminApi::get_overview() const {
           found = true;
         }
       if (!found) upstreams.push_back({{"upstream", t.upstream}, {"tls", std::move(j)}});
+    }
+  }
+  if (deps_.upstreams_view) {
+    // Each upstream's endpoints: in use or ejected, and the requests on each now.
+    for (const proxy::UpstreamView& v : deps_.upstreams_view()) {
+      json eps = json::array();
+      for (const auto& e : v.endpoints) eps.push_back({{"endpoint", e.endpoint}, {"up", e.up}, {"outstanding", e.outstanding}});
+      bool found = false;
+      for (json& u : upstreams)
+        if (u["upstream"] == v.name) {
+          u["resolved"] = v.resolved;
+          u["endpoints"] = eps;
+          found = true;
+        }
+      if (!found) upstreams.push_back({{"upstream", v.name}, {"resolved", v.resolved}, {"endpoints", std::move(eps)}});
     }
   }
   out["upstreams"] = std::move(upstreams);

@@ -235,7 +235,9 @@ void Gateway::start() {
                                                                        });
                                                                      });
                                                                    },
-                                                                   m.history.get(), &m.refusals, m.tls.get()});
+                                                                   m.history.get(), &m.refusals, m.tls.get(),
+                                                                   [&m] { return m.proxy->upstreams_view(); },
+                                                                   [&m] { m.proxy->refresh_endpoint_gauges(); }});
   m.admin_server = std::make_unique<admin::AdminServer>(
       m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const admin::SimpleRequest& r) { return api->handle(r); },
       &admin::AdminApi::runs_inline);

@@ -162,37 +162,44 @@ Attempt tls_once(const config::UpstreamConfig& u, const TlsClientProfile& profil
 
 int probe_upstreams(const config::GatewayConfig& cfg, std::ostream& out) {
   int failed = 0;
-  for (const config::UpstreamConfig& u : cfg.upstreams) {
-    const int timeout_ms = static_cast<int>(u.connect_timeout_ms ? u.connect_timeout_ms : cfg.proxy.connect_timeout_ms);
-    out << "upstream " << u.name << " (" << u.url << ")\n";
-    if (!u.https) {
-      std::string where, error;
-      Fd fd{connect_to(u, timeout_ms, where, error)};
-      if (fd.fd < 0) {
-        out << "  FAILED: " << error << "\n";
-        ++failed;
-      } else {
-        out << "  plain HTTP: connected to " << where << "\n";
+  for (const config::UpstreamConfig& each : cfg.upstreams) {
+    for (const config::UpstreamTarget& t : each.targets) {
+      // Every URL of the upstream in turn (its TLS profile is the upstream's: one name is checked).
+      config::UpstreamConfig u = each;
+      u.url = t.url;
+      u.host = t.host;
+      u.port = t.port;
+      const int timeout_ms = static_cast<int>(u.connect_timeout_ms ? u.connect_timeout_ms : cfg.proxy.connect_timeout_ms);
+      out << "upstream " << u.name << " (" << u.url << ")\n";
+      if (!u.https) {
+        std::string where, error;
+        Fd fd{connect_to(u, timeout_ms, where, error)};
+        if (fd.fd < 0) {
+          out << "  FAILED: " << error << "\n";
+          ++failed;
+        } else {
+          out << "  plain HTTP: connected to " << where << "\n";
+        }
+        continue;
       }
-      continue;
+      std::shared_ptr<const TlsClientProfile> profile;
+      try {
+        profile = TlsClientProfile::load(each);
+      } catch (const std::exception& e) {
+        out << "  FAILED: " << e.what() << "\n";
+        ++failed;
+        continue;
+      }
+      Attempt first = tls_once(u, *profile, timeout_ms, nullptr, out, true);
+      if (!first.ok) {
+        ++failed;
+        continue;
+      }
+      Attempt second = tls_once(u, *profile, timeout_ms, first.session, out, false);
+      out << "  second connection resumed the session: " << (second.ok && second.resumed ? "yes" : "no") << "\n";
+      if (first.session) SSL_SESSION_free(first.session);
+      if (second.session) SSL_SESSION_free(second.session);
     }
-    std::shared_ptr<const TlsClientProfile> profile;
-    try {
-      profile = TlsClientProfile::load(u);
-    } catch (const std::exception& e) {
-      out << "  FAILED: " << e.what() << "\n";
-      ++failed;
-      continue;
-    }
-    Attempt first = tls_once(u, *profile, timeout_ms, nullptr, out, true);
-    if (!first.ok) {
-      ++failed;
-      continue;
-    }
-    Attempt second = tls_once(u, *profile, timeout_ms, first.session, out, false);
-    out << "  second connection resumed the session: " << (second.ok && second.resumed ? "yes" : "no") << "\n";
-    if (first.session) SSL_SESSION_free(first.session);
-    if (second.session) SSL_SESSION_free(second.session);
   }
   out << (failed ? std::to_string(failed) + " upstream(s) failed\n" : "every upstream answered\n");
   return failed ? 1 : 0;

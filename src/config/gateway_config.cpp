@@ -1,6 +1,7 @@
 #include "tollgate/config/gateway_config.hpp"
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -26,12 +27,16 @@ struct ObjectFields {
 
 const std::vector<ObjectFields>& schema() {
   static const std::vector<ObjectFields> s = {
-      {"", {"listen", "threads", "access_log", "tls", "admin", "upstreams", "routes", "proxy", "limits"}},
+      {"", {"listen", "threads", "access_log", "tls", "admin", "upstreams", "routes", "dns", "proxy", "limits"}},
+      {"dns", {"servers"}},
       {"tls", {"cert_file", "key_file"}},
       {"admin", {"listen", "token_env", "token_name"}},
-      {"upstreams.<name>", {"url", "tls", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms"}},
+      {"upstreams.<name>",
+       {"url", "urls", "tls", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms", "dns_refresh_ms", "eject",
+        "min_idle_conns"}},
+      {"upstreams.<name>.eject", {"consecutive_failures", "base_ms", "max_percent"}},
       {"upstreams.<name>.tls", {"ca_file", "server_name", "cert_file", "key_file", "min_version", "insecure_skip_verify"}},
-      {"routes[]", {"prefix", "upstream"}},
+      {"routes[]", {"prefix", "upstream", "strip_prefix", "connect_timeout_ms", "response_timeout_ms"}},
       {"proxy",
        {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms", "body_timeout_ms",
         "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns", "upstream_idle_timeout_ms",
@@ -119,34 +124,104 @@ std::uint64_t get_uint(const json& obj, const std::string& path, const char* key
   return n;
 }
 
-void parse_upstream_url(UpstreamConfig& u, const std::string& path) {
-  const std::string& url = u.url;
+// One upstream URL: scheme://host[:port][/base/path]. The host is a name, an IPv4 literal or an
+// IPv6 literal in brackets. Returns the target; `https` and `base_path` say the URL's scheme and path.
+UpstreamTarget parse_upstream_url(const std::string& url, const std::string& path, bool& https, std::string& base_path) {
+  UpstreamTarget t;
+  t.url = url;
   std::string rest;
   if (url.rfind("http://", 0) == 0) {
     rest = url.substr(7);
+    https = false;
   } else if (url.rfind("https://", 0) == 0) {
     rest = url.substr(8);
-    u.https = true;
+    https = true;
   } else {
     fail(path, "must start with http:// or https://");
   }
-  if (rest.ends_with("/")) rest.pop_back();
-  if (rest.find('/') != std::string::npos) fail(path, "must be scheme://host[:port] without a path");
-  if (rest.empty()) fail(path, "has no host");
-  const std::uint16_t default_port = u.https ? 443 : 80;
-  const auto colon = rest.rfind(':');
-  if (colon == std::string::npos) {
-    u.host = rest;
-    u.port = default_port;
-    return;
+  base_path.clear();
+  if (const auto slash = rest.find('/'); slash != std::string::npos) {
+    base_path = rest.substr(slash);
+    rest.resize(slash);
+    while (base_path.ends_with("/")) base_path.pop_back();
+    for (const char c : base_path)
+      if (c == '?' || c == '#' || c == '%' || static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+        fail(path, "has a path with a query, a fragment, an escape or a character outside visible ASCII");
   }
-  u.host = rest.substr(0, colon);
-  const std::string port = rest.substr(colon + 1);
+  if (rest.find('@') != std::string::npos) fail(path, "must not carry credentials (user@host)");
+  if (rest.empty()) fail(path, "has no host");
+  const std::uint16_t default_port = https ? 443 : 80;
+  std::string port;
+  if (rest.front() == '[') {
+    const auto close = rest.find(']');
+    if (close == std::string::npos) fail(path, "has an IPv6 literal without its closing ']'");
+    t.host = rest.substr(1, close - 1);
+    const std::string after = rest.substr(close + 1);
+    if (!after.empty() && after.front() != ':') fail(path, "has characters after the IPv6 literal");
+    if (!after.empty()) port = after.substr(1);
+    else port.clear();
+    in6_addr a6;
+    if (inet_pton(AF_INET6, t.host.c_str(), &a6) != 1) fail(path, "has an invalid IPv6 literal '" + t.host + "'");
+    t.ip_literal = true;
+    if (after.empty()) port = std::to_string(default_port);
+  } else {
+    const auto colon = rest.rfind(':');
+    if (colon == std::string::npos) {
+      t.host = rest;
+      port = std::to_string(default_port);
+    } else {
+      t.host = rest.substr(0, colon);
+      port = rest.substr(colon + 1);
+      if (t.host.find(':') != std::string::npos) fail(path, "has an IPv6 literal without brackets ([::1]:port)");
+    }
+    if (t.host.empty()) fail(path, "has no host");
+    in_addr a4;
+    t.ip_literal = inet_pton(AF_INET, t.host.c_str(), &a4) == 1;
+  }
   char* end = nullptr;
   const long p = std::strtol(port.c_str(), &end, 10);
   if (port.empty() || *end != '\0' || p < 1 || p > 65535) fail(path, "has an invalid port '" + port + "'");
-  if (u.host.empty()) fail(path, "has no host");
-  u.port = static_cast<std::uint16_t>(p);
+  t.port = static_cast<std::uint16_t>(p);
+  const std::string host = t.host.find(':') != std::string::npos ? "[" + t.host + "]" : t.host;
+  t.host_header = t.port == default_port ? host : host + ":" + std::to_string(t.port);
+  return t;
+}
+
+// upstreams.<name>.url or .urls: the upstream's targets, one scheme and one base path for all.
+void parse_upstream_urls(const json& obj, UpstreamConfig& u, const std::string& path) {
+  const bool one = obj.contains("url"), many = obj.contains("urls");
+  if (one == many) fail(path + ".url", one ? "and .urls are both given: use one" : "(or .urls) is required");
+  std::vector<std::pair<std::string, std::string>> urls;  // text, field path
+  if (one) {
+    urls.emplace_back(get_string(obj, path, "url", ""), path + ".url");
+  } else {
+    const json& list = obj["urls"];
+    if (!list.is_array() || list.empty()) fail(path + ".urls", "must be a non-empty array of URLs");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string item = path + ".urls[" + std::to_string(i) + "]";
+      if (!list[i].is_string()) fail(item, "must be a string");
+      urls.emplace_back(list[i].get<std::string>(), item);
+    }
+  }
+  for (std::size_t i = 0; i < urls.size(); ++i) {
+    bool https = false;
+    std::string base;
+    UpstreamTarget t = parse_upstream_url(urls[i].first, urls[i].second, https, base);
+    if (i == 0) {
+      u.https = https;
+      u.base_path = base;
+      u.url = t.url;
+      u.host = t.host;
+      u.port = t.port;
+    } else {
+      if (https != u.https) fail(urls[i].second, "has another scheme than " + urls[0].second + ": one scheme per upstream");
+      if (base != u.base_path)
+        fail(urls[i].second, "has another path than " + urls[0].second + ": one base path per upstream");
+      for (const auto& other : u.targets)
+        if (other.host == t.host && other.port == t.port) fail(urls[i].second, "repeats " + other.url);
+    }
+    u.targets.push_back(std::move(t));
+  }
 }
 
 // upstreams.<name>.tls. Only with an https:// url: on a plain one it would be silently ignored.
@@ -331,10 +406,23 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     check_keys(it.value(), path, "upstreams.<name>");
     UpstreamConfig u;
     u.name = it.key();
-    if (!it.value().contains("url")) fail(path + ".url", "is required");
-    u.url = get_string(it.value(), path, "url", "");
-    parse_upstream_url(u, path + ".url");
+    parse_upstream_urls(it.value(), u, path);
     parse_upstream_tls(it.value(), u, path);
+    if (u.https && u.tls.server_name.empty())
+      for (std::size_t i = 1; i < u.targets.size(); ++i)
+        if (u.targets[i].host != u.host)
+          fail(path + ".tls.server_name", "is required when the https URLs name different hosts (the certificate is checked for one name)");
+    u.dns_refresh_ms = static_cast<std::uint32_t>(get_uint(it.value(), path, "dns_refresh_ms", u.dns_refresh_ms, 1000, 86'400'000));
+    u.min_idle_conns = static_cast<std::uint32_t>(get_uint(it.value(), path, "min_idle_conns", 0, 0, 1000));
+    if (it.value().contains("eject")) {
+      const std::string ep = path + ".eject";
+      const json& e = it.value()["eject"];
+      check_keys(e, ep, "upstreams.<name>.eject");
+      u.eject.consecutive_failures =
+          static_cast<std::uint32_t>(get_uint(e, ep, "consecutive_failures", u.eject.consecutive_failures, 0, 1'000'000));
+      u.eject.base_ms = static_cast<std::uint32_t>(get_uint(e, ep, "base_ms", u.eject.base_ms, 1, 3'600'000));
+      u.eject.max_percent = static_cast<std::uint32_t>(get_uint(e, ep, "max_percent", u.eject.max_percent, 0, 100));
+    }
     u.connect_timeout_ms = static_cast<std::uint32_t>(get_uint(it.value(), path, "connect_timeout_ms", 0, 1, 600'000));
     u.response_timeout_ms =
         static_cast<std::uint32_t>(get_uint(it.value(), path, "response_timeout_ms", 0, 1, 3'600'000));
@@ -351,11 +439,34 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     RouteConfig r;
     r.prefix = get_string(routes[i], path, "prefix", "");
     r.upstream = get_string(routes[i], path, "upstream", "");
+    r.strip_prefix = get_bool(routes[i], path, "strip_prefix", false);
+    r.connect_timeout_ms = static_cast<std::uint32_t>(get_uint(routes[i], path, "connect_timeout_ms", 0, 1, 600'000));
+    r.response_timeout_ms = static_cast<std::uint32_t>(get_uint(routes[i], path, "response_timeout_ms", 0, 1, 3'600'000));
     if (r.prefix.empty() || r.prefix.front() != '/') fail(path + ".prefix", "must start with '/'");
     bool known = false;
     for (const auto& u : c.upstreams) known = known || u.name == r.upstream;
     if (!known) fail(path + ".upstream", "names no upstream: '" + r.upstream + "'");
     c.routes.push_back(std::move(r));
+  }
+
+  if (doc.contains("dns")) {
+    const json& d = doc["dns"];
+    check_keys(d, "dns", "dns");
+    if (d.contains("servers")) {
+      const json& list = d["servers"];
+      if (!list.is_array()) fail("dns.servers", "must be an array of \"ip:port\" strings");
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        const std::string item = "dns.servers[" + std::to_string(i) + "]";
+        if (!list[i].is_string()) fail(item, "must be an \"ip:port\" string");
+        Endpoint e = parse_endpoint(list[i].get<std::string>(), item);
+        in_addr a4;
+        in6_addr a6;
+        if (inet_pton(AF_INET, e.host.c_str(), &a4) != 1 && inet_pton(AF_INET6, e.host.c_str(), &a6) != 1)
+          fail(item, "must be an IP address and port (a resolver is not found by name)");
+        if (e.port == 0) fail(item, "needs a port other than 0");
+        c.dns.servers.push_back(std::move(e));
+      }
+    }
   }
 
   if (doc.contains("proxy")) {
@@ -394,6 +505,10 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
       }
     }
   }
+  for (const auto& u : c.upstreams)  // warm connections beyond the idle pool's size would be closed at once
+    if (u.min_idle_conns > c.proxy.max_idle_upstream_conns)
+      fail("upstreams." + u.name + ".min_idle_conns",
+           "must not exceed proxy.max_idle_upstream_conns (" + std::to_string(c.proxy.max_idle_upstream_conns) + ")");
 
   if (doc.contains("limits")) {
     const json& l = doc["limits"];

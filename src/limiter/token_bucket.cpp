@@ -129,6 +129,12 @@ PairDecision try_acquire_pair(BucketState& a, const Shape& sa, BucketState& b, c
   return out;
 }
 
+bool restore(BucketState& st, const Shape& s, double permits) {
+  if (!(st.stored < s.max_permits)) return false;
+  st.stored = std::min(s.max_permits, st.stored + permits);
+  return true;
+}
+
 bool refund(BucketState& st, const Shape& s, Micros release, Micros cost_us, double spent) {
   if (st.next_free != release) return false;  // a later reservation exists: it keeps its place
   st.next_free = release - cost_us;

@@ -49,8 +49,14 @@ std::string now_iso() {
 
 std::string access_line(const AccessRecord& r) {
   std::string out;
-  out.reserve(256);
-  out += "{\"time\":\"" + now_iso() + "\",\"client\":";
+  out.reserve(320);
+  out += "{\"time\":\"" + now_iso() + "\",";
+  if (!r.request_id.empty()) {
+    out += "\"request_id\":";
+    json_string(out, r.request_id);
+    out.push_back(',');
+  }
+  out += "\"client\":";
   json_string(out, r.client);
   out += ",\"method\":";
   json_string(out, r.method);

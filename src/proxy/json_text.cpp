@@ -94,6 +94,17 @@ void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
+void add_string_member(std::string& object, std::string_view key, std::string_view value) {
+  if (object.empty() || object.back() != '}') return;
+  object.pop_back();
+  if (!object.empty() && object.back() != '{') object.push_back(',');
+  object.push_back('"');
+  object.append(key);
+  object.append("\":", 2);
+  append_json_string(object, value);
+  object.push_back('}');
+}
+
 JsonObject& JsonObject::add(std::string_view key, std::int64_t value) {
   std::string& o = key_(key);
   char buf[24];

@@ -23,6 +23,7 @@ const char* upstream_error_name(UpstreamError e) {
     case UpstreamError::connect: return "connect";
     case UpstreamError::reset: return "reset";
     case UpstreamError::timeout: return "timeout";
+    case UpstreamError::unresolved: return "unresolved";
     case UpstreamError::count_: break;
   }
   return "unknown";
@@ -149,6 +150,10 @@ Metrics::Metrics()
       upstream_retries(counters(registry, "tollgate_upstream_retries_total",
                                 "Requests sent again on a fresh connection after a reused one failed "
                                 "before any response byte (idempotent methods, or nothing written).")
+                           .Add({})),
+      permits_returned(counters(registry, "tollgate_permits_returned_total",
+                                "Granted requests that no upstream endpoint could take (nothing sent): their "
+                                "permits given back to their buckets.")
                            .Add({})) {
   auto& requests = counters(registry, "tollgate_requests_total", "Requests by throttling outcome.");
   for (std::size_t i = 0; i < kOutcomes; ++i)
@@ -178,9 +183,40 @@ UpstreamMetrics& Metrics::upstream(std::string_view name) {
     auto& failures = counters(registry, "tollgate_upstream_failures_total", "Upstream failures by upstream and kind.");
     for (std::size_t i = 0; i < kUpstreamErrors; ++i)
       u->errors[i] = &failures.Add({{"upstream", n}, {"kind", upstream_error_name(static_cast<UpstreamError>(i))}});
+    u->dns_failures = &counters(registry, "tollgate_upstream_dns_failures_total",
+                                "Resolutions of an upstream's names that failed or came back empty (the last good set was kept).")
+                           .Add({{"upstream", n}});
+    u->failovers = &counters(registry, "tollgate_upstream_failovers_total",
+                             "Requests sent to another endpoint after a connect or TLS handshake failure, on the same permit.")
+                        .Add({{"upstream", n}});
+    u->warm_opened = &counters(registry, "tollgate_upstream_warm_connections_opened_total",
+                               "Connections opened (and handshaken) ahead of requests to keep min_idle_conns per worker.")
+                          .Add({{"upstream", n}});
+    u->unresolved = &gauges(registry, "tollgate_upstream_unresolved",
+                            "1 while the upstream has no address (its names do not resolve yet): its requests get 503.")
+                         .Add({{"upstream", n}});
     it = upstreams_.emplace(n, std::move(u)).first;
   }
   return *it->second;
+}
+
+namespace {
+constexpr const char* kEndpointUpHelp = "1 while an upstream's endpoint takes requests, 0 while it is ejected.";
+}
+
+EndpointSeries Metrics::endpoint(std::string_view upstream, std::string_view endpoint) {
+  std::lock_guard lock(mu_);
+  const std::map<std::string, std::string> labels{{"upstream", std::string(upstream)}, {"endpoint", std::string(endpoint)}};
+  EndpointSeries s;
+  s.up = &gauges(registry, "tollgate_upstream_endpoint_up", kEndpointUpHelp).Add(labels);
+  s.ejections = &counters(registry, "tollgate_upstream_ejections_total", "Ejections of an endpoint after consecutive failures.")
+                     .Add(labels);
+  return s;
+}
+
+void Metrics::remove_endpoint(const EndpointSeries& s) {
+  std::lock_guard lock(mu_);
+  if (s.up) gauges(registry, "tollgate_upstream_endpoint_up", kEndpointUpHelp).Remove(s.up);
 }
 
 PolicyMetrics& Metrics::policy(std::string_view rule, std::string_view policy, bool quota) {

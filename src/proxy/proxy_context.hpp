@@ -24,18 +24,23 @@ struct PooledConn {
   std::unique_ptr<http1::ResponseHead> head = std::make_unique<http1::ResponseHead>();  // views into buffer
   std::chrono::steady_clock::time_point idle_since;
   std::uint64_t tls_generation = 0;  // the TLS profile it was made with (0: plain)
+  EndpointPtr endpoint;              // the address it is connected to
 };
 
-// Idle keep-alive connections to one upstream, and (https) its TLS profile as this worker last
-// read it and its sessions by endpoint.
+// Idle keep-alive connections to one upstream (to any of its endpoints), the endpoint set and
+// (https) the TLS profile as this worker last read them.
 struct Pool {
   std::vector<std::unique_ptr<PooledConn>> idle;
-  std::unique_ptr<TlsSessionCache[]> sessions;  // one per endpoint (RouteTable), https upstreams only
+  std::shared_ptr<const EndpointSet> set;
+  std::uint64_t set_version = 0;  // UpstreamEndpoints::version() when `set` was read
+  std::uint32_t rr = 0;           // round robin among endpoints equally loaded
+  net::steady_timer* warm_timer = nullptr;  // the warm-pool keeper's (min_idle_conns > 0): cancelled to wake it
   std::shared_ptr<const TlsClientProfile> tls;
   std::uint64_t tls_epoch = 0;  // TlsProfiles::epoch() when `tls` was read
 };
 
 struct Worker {
+  std::size_t index = 0;  // its TLS session caches in each UpstreamEndpoint
   net::io_context* ctx;
   Timeouts timeouts;  // of this worker's connections, client and upstream
   std::unique_ptr<tcp::acceptor> acceptor;

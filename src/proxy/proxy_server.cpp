@@ -5,13 +5,17 @@
 
 #include "tollgate/proxy/proxy_server.hpp"
 
+#include <array>
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "proxy_context.hpp"
 #include "session.hpp"
+#include "upstream.hpp"
 #include "tollgate/proxy/listener.hpp"
+#include "tollgate/proxy/request_id.hpp"
 
 namespace tollgate::proxy {
 
@@ -19,20 +23,38 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// The canned 429, in pieces around its request id (a new one each time: X-Request-Id and the
+// body's request_id), so that each refusal writes the pieces and its id as they are, with no
+// copy: nothing is made when descriptors run out.
 constexpr std::string_view kBusyBody =
     "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,"
-    "\"detail\":\"connection limit reached\",\"error\":\"too_many_connections\"}\n";
+    "\"detail\":\"connection limit reached\",\"error\":\"too_many_connections\",\"request_id\":\"";
+constexpr std::string_view kBusyEnd = "\"}\n";
 constexpr std::string_view kBusyHead =
     "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nX-Tollgate-Origin: gateway\r\n"
     "Retry-After: 1\r\n"
     "Connection: close\r\nContent-Length: ";
-// Head and body, made at start (sent when descriptors run out: nothing is made then).
-const std::string kBusy = std::string(kBusyHead) + std::to_string(kBusyBody.size()) + "\r\n\r\n" + std::string(kBusyBody);
+// Made at start: the head up to the id, then the rest of the head and the body up to the id.
+const std::string kBusyToId = std::string(kBusyHead) +
+                              std::to_string(kBusyBody.size() + kMadeRequestIdLength + kBusyEnd.size()) +
+                              "\r\nX-Request-Id: ";
+const std::string kBusyToBodyId = "\r\n\r\n" + std::string(kBusyBody);
+
+struct BusyAnswer {
+  BusyAnswer() { make_request_id(id); }
+  char id[kMadeRequestIdLength];
+  std::array<net::const_buffer, 5> buffers() const {
+    return {net::buffer(kBusyToId), net::buffer(id, sizeof id), net::buffer(kBusyToBodyId), net::buffer(id, sizeof id),
+            net::buffer(kBusyEnd.data(), kBusyEnd.size())};
+  }
+};
 
 // Over proxy.max_connections: a canned 429 without reading the request, then close.
 net::awaitable<void> refuse(tcp::socket sock) {
   beast::error_code ec;
-  co_await net::async_write(sock, net::buffer(kBusy), with(ec));
+  const BusyAnswer answer;
+  const auto buffers = answer.buffers();
+  co_await net::async_write(sock, buffers, with(ec));
   sock.shutdown(tcp::socket::shutdown_both, ec);
 }
 
@@ -58,15 +80,15 @@ struct ProxyServer::Impl {
   }
 
   void start() {
-    px.routes.build(px.deps.config, px.deps.metrics);
+    px.routes.build(px.deps.config, px.deps.metrics, workers.size());
+    // Names resolve off the request path; a normal start waits briefly for their first answers.
+    px.routes.start(std::chrono::milliseconds(2000));
     tls_listener = px.deps.tls && px.deps.tls->listener();
     tcp::endpoint ep = make_endpoint(px.deps.config.listen);
     for (std::size_t i = 0; i < workers.size(); ++i) {
       auto& w = workers[i];
+      w.index = i;
       w.pools.resize(px.routes.upstreams().size());
-      for (std::size_t u = 0; u < w.pools.size(); ++u)
-        if (px.routes.upstreams()[u].conf.https)
-          w.pools[u].sessions = std::make_unique<TlsSessionCache[]>(px.routes.upstreams()[u].endpoints.size());
       w.acceptor = std::make_unique<tcp::acceptor>(*w.ctx);
       open_acceptor(*w.acceptor, ep, workers.size() > 1);
       if (i == 0) {
@@ -74,6 +96,8 @@ struct ProxyServer::Impl {
         ep.port(bound_port);  // port 0: the others join the port the first one got
       }
       net::co_spawn(*w.ctx, accept_loop(w), net::detached);
+      for (std::size_t u = 0; u < w.pools.size(); ++u)
+        if (px.routes.upstreams()[u].conf.min_idle_conns > 0) net::co_spawn(*w.ctx, keep_warm(px, w, u), net::detached);
       net::co_spawn(*w.ctx, w.timeouts.run(), net::detached);
     }
   }
@@ -113,7 +137,16 @@ struct ProxyServer::Impl {
     for (int i = 0; i < 64; ++i) {
       const int fd = ::accept4(w.acceptor->native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) break;
-      if (!tls_listener) (void)!::send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (!tls_listener) {
+        const BusyAnswer answer;
+        const auto buffers = answer.buffers();
+        std::array<iovec, std::tuple_size_v<decltype(buffers)>> iov;
+        for (std::size_t b = 0; b < iov.size(); ++b) iov[b] = {const_cast<void*>(buffers[b].data()), buffers[b].size()};
+        msghdr msg{};
+        msg.msg_iov = iov.data();
+        msg.msg_iovlen = iov.size();
+        (void)!::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+      }
       ::close(fd);
       px.deps.metrics.connections_refused.Increment();
     }
@@ -121,6 +154,7 @@ struct ProxyServer::Impl {
   }
 
   void stop() {
+    px.routes.stop();
     for (auto& w : workers) {
       if (!w.acceptor) continue;
       net::post(*w.ctx, [a = w.acceptor.get()] {
@@ -151,5 +185,27 @@ void ProxyServer::start() { impl_->start(); }
 std::uint16_t ProxyServer::port() const { return impl_->bound_port; }
 void ProxyServer::stop() { impl_->stop(); }
 void ProxyServer::drain() { impl_->drain(); }
+void ProxyServer::refresh_endpoint_gauges() const {
+  const auto now_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  for (auto& u : impl_->px.routes.upstreams()) u.endpoints->refresh_gauges(now_us);
+}
+
+std::vector<UpstreamView> ProxyServer::upstreams_view() const {
+  std::vector<UpstreamView> out;
+  const auto now_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  for (auto& u : impl_->px.routes.upstreams()) {
+    UpstreamView v;
+    v.name = u.conf.name;
+    v.resolved = u.endpoints->resolved();
+    std::uint64_t version = 0;
+    for (const auto& e : u.endpoints->current(version)->endpoints)
+      v.endpoints.push_back({e->label, e->ejected_until_us.load(std::memory_order_relaxed) <= now_us,
+                             e->outstanding.load(std::memory_order_relaxed)});
+    out.push_back(std::move(v));
+  }
+  return out;
+}
 
 }  // namespace tollgate::proxy

@@ -158,4 +158,15 @@ void parse_target(std::string_view raw, RequestTarget& out) {
   out.match = out.match_storage == out.path ? out.path : std::string_view(out.match_storage);
 }
 
+std::string upstream_target(std::string_view base, std::string_view strip, std::string_view target) {
+  std::string_view rest = target;
+  if (!strip.empty() && rest.starts_with(strip)) rest.remove_prefix(strip.size());
+  std::string out;
+  out.reserve(base.size() + rest.size() + 1);
+  out.append(base);
+  if (rest.empty() || rest.front() != '/') out.push_back('/');
+  out.append(rest);
+  return out;
+}
+
 }  // namespace tollgate::proxy

@@ -11,6 +11,7 @@
 #include "tollgate/proxy/access_log.hpp"
 #include "tollgate/proxy/deadline.hpp"
 #include "tollgate/proxy/refusals.hpp"
+#include "tollgate/proxy/request_id.hpp"
 #include "tollgate/proxy/request_target.hpp"
 #include "tollgate/proxy/throttle.hpp"
 #include "tollgate/limiter/clock.hpp"
@@ -107,7 +108,9 @@ class Session {
     }
     OwnAnswer answer;
     answer.status = status;
+    answer.body.reserve(v.body.size() + 16 + request_id_.view().size());
     answer.body = v.body;
+    set_request_id(answer, request_id_.view());
     answer.retry_after_s = v.retry_after_s;
     if (fields) {
       answer.policy_header = fields->policy_header;
@@ -125,6 +128,9 @@ class Session {
   // 100 fields of views: allocated once per connection, reused by each of its requests.
   std::unique_ptr<http1::RequestHead> head_ = std::make_unique<http1::RequestHead>();
   std::string body_;  // a chunked request's body, decoded
+  // The current request's X-Request-Id (proxy/request_id): chosen once its head is parsed, or
+  // made when it is refused before that.
+  RequestId request_id_;
   bool linger_ = false;  // refused mid-request: drain what the client still sends before closing
   std::chrono::steady_clock::time_point budget_from_{};  // when a request with a budget was read
 };
@@ -186,6 +192,7 @@ net::awaitable<void> Session::run(tcp::socket sock) {
 
 net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
   http1::RequestHead& h = *head_;
+  request_id_.clear();
   std::size_t scanned = 0;
   const Deadline head_deadline = deadline_after(milliseconds(limits_.header_timeout_ms));
   http1::Error e;
@@ -208,6 +215,7 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
     co_await refuse(400, "bad_request", http1::describe(e));
     co_return 0;
   }
+  request_id_.assign(h);
   body = {};
   // A request with a time budget: counted from now, the head read (not after its body).
   if (h.has(http1::Name::grpc_timeout) || h.has(http1::Name::request_timeout))
@@ -285,7 +293,9 @@ net::awaitable<bool> Session::accept_tls(const TlsServerProfile& profile) {
       if (first >= 'A' && first <= 'Z') {
         linger_ = true;
         px_.deps.metrics.bad_requests.Increment();
-        const OwnAnswer answer = error_answer(400, "plain_http_to_https_port", "this port serves HTTPS: use https://");
+        request_id_.make();
+        const OwnAnswer answer = error_answer(400, "plain_http_to_https_port", "this port serves HTTPS: use https://",
+                                              request_id_.view());
         co_await send_answer(stream, 11, false, answer, write_timeout());
         beast::error_code ignored;
         stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -321,7 +331,8 @@ net::awaitable<bool> Session::accept_tls(const TlsServerProfile& profile) {
 net::awaitable<void> Session::refuse(int status, std::string_view code, std::string_view detail) {
   linger_ = true;
   px_.deps.metrics.bad_requests.Increment();
-  const OwnAnswer answer = error_answer(status, code, detail);
+  if (request_id_.empty()) request_id_.make();  // refused before its head was read
+  const OwnAnswer answer = error_answer(status, code, detail, request_id_.view());
   co_await send_answer(*stream_, 11, false, answer, write_timeout());
 }
 
@@ -358,6 +369,8 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     access.method = std::string(h.method_text);
     access.path = std::string(target.error == TargetError::none ? target.path : path_of(h.target));
   }
+  const std::string_view id = request_id_.view();
+  access.rec.request_id = id;  // also where forward() finds it for a 502 or 504 of its own
   OutcomeCounter count(deps.metrics, access.rec);
   OwnAnswer refusal;  // a 4xx the gateway answers before any rule
   bool close_after = false;
@@ -385,30 +398,30 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     // Only chunked framing is understood; anything else could be read differently upstream.
     count.bad_request(501);
     refusal = error_answer(501, "unsupported_transfer_encoding",
-                           "only Transfer-Encoding: chunked is accepted");
+                           "only Transfer-Encoding: chunked is accepted", id);
     close_after = true;
   } else if (target.error != TargetError::none) {
     count.bad_request(400);
-    refusal = error_answer(400, "bad_target", target_error_detail(target.error));
+    refusal = error_answer(400, "bad_target", target_error_detail(target.error), id);
     close_after = true;
   } else if (const auto hosts = h.host_count; hosts > 1 || (hosts == 0 && version >= 11)) {
     // RFC 9112 3.2: an HTTP/1.1 request has exactly one Host; an HTTP/1.0 one at most one. Which
     // of two would the upstream believe?
     count.bad_request(400);
     refusal = error_answer(400, "bad_host",
-                           hosts > 1 ? "more than one Host header" : "an HTTP/1.1 request needs a Host header");
+                           hosts > 1 ? "more than one Host header" : "an HTTP/1.1 request needs a Host header", id);
     close_after = true;
   } else if (h.method == http1::Method::connect || (h.method == http1::Method::trace && !limits_.allow_trace)) {
     // CONNECT would ask for a tunnel the gateway does not make; TRACE echoes the request with its
     // credentials (cross-site tracing) unless the operator allows it.
     count.bad_request(405);
     refusal = error_answer(405, "method_not_allowed",
-                           "the gateway forwards neither CONNECT nor (unless proxy.allow_trace) TRACE");
+                           "the gateway forwards neither CONNECT nor (unless proxy.allow_trace) TRACE", id);
     refusal.allow = limits_.allow_trace ? "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"
                                         : "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
   } else if (bad_budget) {
     count.bad_request(400);
-    refusal = error_answer(400, "bad_deadline", *bad_budget);
+    refusal = error_answer(400, "bad_deadline", *bad_budget, id);
   }
   if (access.rec.status != 0) {
     linger_ = close_after;  // the rest of the request (a body of unknown framing) is not read
@@ -421,10 +434,18 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   const Route* route = px_.routes.route_for(target.path);
   if (route == nullptr) {
     count.bad_request(404);
-    refusal = error_answer(404, "no_route", "no route for this path");
+    refusal = error_answer(404, "no_route", "no route for this path", id);
     co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
   }
-  const std::size_t upstream = route->upstream;
+  if (Upstream& up = px_.routes.upstreams()[route->upstream]; !up.endpoints->resolved()) {
+    // Its names do not resolve yet: 503 before the limiter is asked, so no permit is taken.
+    deps.metrics.count(UpstreamError::unresolved);
+    up.metrics->count(UpstreamError::unresolved);
+    access.rec.status = 503;
+    refusal = error_answer(503, "upstream_unresolved",
+                           "upstream '" + up.conf.name + "': " + up.conf.host + " does not resolve yet", id);
+    co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
+  }
 
   const config::SwitchMode global = deps.switch_state.mode();
   const std::shared_ptr<const RuleViews> rules = global == config::SwitchMode::off ? nullptr : rule_views();
@@ -438,7 +459,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   if (access.log && plan.rule && plan.step != Step::bypass) access.bucket = plan.rule->bucket;
   if (plan.step == Step::bad_key) {
     count.bad_request(400);
-    refusal = error_answer(400, "missing_client_key", plan.detail);
+    refusal = error_answer(400, "missing_client_key", plan.detail, id);
     co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
   }
   // The upstream request's deadline fields, and the rule's latency estimate to feed.
@@ -457,10 +478,10 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   ThrottleSignal signal;  // what the upstream's answer says about its own limit
   if (plan.step != Step::decide) {
     count.planned(plan);
-    const UpstreamRequest out{h, upstream_target, body, {}, client_ip_, sent_budget, deadline, latency,
+    const UpstreamRequest out{h, upstream_target, body, {}, id, client_ip_, sent_budget, deadline, latency,
                               plan.rule ? &signal : nullptr, stream.tls() != nullptr};
-    const RateLimitFields none{};
-    const bool open = co_await forward(px_, w_, stream, out, upstream, none, access.rec);
+    const RateLimitFields none{{}, {}, id};
+    const bool open = co_await forward(px_, w_, stream, out, *route, none, access.rec);
     if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
     co_return open;
   }
@@ -485,7 +506,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     }
     case Action::reject: {
       if (access.log) access.policy = verdict.bound;
-      const RateLimitFields fields{verdict.policy_header, verdict.limit_header};
+      const RateLimitFields fields{verdict.policy_header, verdict.limit_header, id};
       const OwnAnswer answer = refused_answer(plan, verdict, target.path, 429, &fields);
       co_return co_await send_answer(stream, version, keep, answer, write_timeout());
     }
@@ -525,7 +546,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
         if (verdict.action == Action::reject) bm.adaptive().paused_rejections.Increment();
         if (access.log) access.policy = verdict.bound;
         access.rec.status = verdict.action == Action::reject ? 429 : 503;
-        const RateLimitFields fields{verdict.policy_header, verdict.limit_header};
+        const RateLimitFields fields{verdict.policy_header, verdict.limit_header, id};
         const OwnAnswer answer = refused_answer(plan, verdict, target.path, access.rec.status,
                                                 verdict.action == Action::reject ? &fields : nullptr);
         co_return co_await send_answer(stream, version, keep, answer, write_timeout());
@@ -534,10 +555,11 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     }
   }
   // X-Tollgate-Shadow: only the gateway says that (a client's is never forwarded).
-  const RateLimitFields fields{verdict.policy_header, verdict.limit_header};
-  const UpstreamRequest out{h, upstream_target, body, verdict.shadow_header, client_ip_, sent_budget, deadline, latency,
-                            &signal, stream.tls() != nullptr};
-  const bool open = co_await forward(px_, w_, stream, out, upstream, fields, access.rec);
+  const RateLimitFields fields{verdict.policy_header, verdict.limit_header, id};
+  const UpstreamRequest out{h, upstream_target, body, verdict.shadow_header, id, client_ip_, sent_budget, deadline,
+                            latency, &signal, stream.tls() != nullptr,
+                            sd.decision.granted ? &plan.request : nullptr};
+  const bool open = co_await forward(px_, w_, stream, out, *route, fields, access.rec);
   if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
   co_return open;
 }

@@ -11,6 +11,9 @@
 
 #include "responses.hpp"
 #include "tls_io.hpp"
+#include "tollgate/log_line.hpp"
+#include "tollgate/proxy/request_id.hpp"
+#include "tollgate/proxy/request_target.hpp"
 #include "tollgate/proxy/upstream_signal.hpp"
 
 namespace tollgate::proxy {
@@ -45,11 +48,13 @@ bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec ==
 // hop-by-hop ones (and those its Connection names), the framing ones (the body goes with a
 // Content-Length of what was read, never the client's framing), Expect (the body is here already)
 // and the ones the gateway sets; then X-Forwarded-For (the client's values and its address),
-// X-Forwarded-Proto, X-Forwarded-Host, Host, Content-Length and X-Tollgate-Shadow.
+// X-Forwarded-Proto, X-Forwarded-Host, Host, Content-Length, X-Request-Id (the request's id, one
+// field: the client's when it was kept) and X-Tollgate-Shadow. Any other field (traceparent,
+// tracestate, ...) goes as it came.
 std::string request_head(const UpstreamRequest& r, std::string_view host_header) {
   const http1::RequestHead& h = r.head;
   std::string out;
-  out.reserve(h.head_bytes + 160 + r.client_ip.size() + r.shadow.size());
+  out.reserve(h.head_bytes + 176 + r.client_ip.size() + r.request_id.size() + r.shadow.size());
   out.append(h.method_text).push_back(' ');
   out.append(r.target).append(" HTTP/1.1\r\n", 11);
   std::string xff;
@@ -61,7 +66,7 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
         xff.append(f.value);
         continue;
       case Name::host: case Name::content_length: case Name::transfer_encoding: case Name::expect:
-      case Name::x_forwarded_proto: case Name::x_tollgate_shadow:
+      case Name::x_forwarded_proto: case Name::x_tollgate_shadow: case Name::x_request_id:
         continue;
       case Name::x_forwarded_host:
         if (!original_host.empty()) continue;  // replaced below
@@ -88,6 +93,7 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
   if (!r.body.empty() || h.method == http1::Method::post || h.method == http1::Method::put ||
       h.method == http1::Method::options)
     append_field(out, "Content-Length", std::to_string(r.body.size()));
+  if (!r.request_id.empty()) append_request_id_field(out, r.request_id);
   if (!r.shadow.empty()) append_field(out, "X-Tollgate-Shadow", r.shadow);
   if (r.budget) {
     // What is left of the caller's budget now, as the upstream should see it.
@@ -129,17 +135,22 @@ enum class Reframe : std::uint8_t { none, chunked, drop_length };
 
 // The response head for the client: the upstream's status and fields without the hop-by-hop ones
 // (and those its Connection names) and the framing the gateway changes, then the framing and
-// connection fields for this client, then RateLimit-Policy and RateLimit. When the gateway has its
-// own, the upstream's RateLimit items follow the gateway's made at least as restrictive
-// (proxy/upstream_signal: restrict_ratelimit), never more permissive, and its policies follow ours.
+// connection fields for this client, then X-Request-Id, RateLimit-Policy and RateLimit. The
+// request's id replaces any X-Request-Id of the upstream's: the client gets one, the one the
+// upstream was sent. When the gateway has its own RateLimit fields, the upstream's RateLimit items
+// follow the gateway's made at least as restrictive (proxy/upstream_signal: restrict_ratelimit),
+// never more permissive, and its policies follow ours.
 std::string response_head(const http1::ResponseHead& h, unsigned version, bool keep, Reframe reframe,
                           const RateLimitFields& fields) {
   std::string out;
-  out.reserve(h.head_bytes + 64 + fields.policy_header.size() + fields.limit_header.size());
+  out.reserve(h.head_bytes + 80 + fields.request_id.size() + fields.policy_header.size() + fields.limit_header.size());
   append_status_line(out, version, h.status, h.reason.empty() ? reason_of(h.status) : h.reason);
   const bool ours = !fields.policy_header.empty();
+  const bool our_id = !fields.request_id.empty();
+  const bool drop_their_id = our_id && h.has(Name::x_request_id);
   for (const http1::Field& f : h.all()) {
     if (f.id == Name::transfer_encoding) continue;
+    if (drop_their_id && f.id == Name::x_request_id) continue;  // ours below
     if (f.id == Name::content_length && reframe != Reframe::none) continue;
     if (http1::is_hop_by_hop(f.id)) continue;
     if (h.connection_names_other && http1::connection_names(h, f.name)) continue;
@@ -149,6 +160,7 @@ std::string response_head(const http1::ResponseHead& h, unsigned version, bool k
   if (reframe == Reframe::chunked) append_field(out, "Transfer-Encoding", "chunked");
   if (version == 10 && keep) append_field(out, "Connection", "keep-alive");
   if (version != 10 && !keep) append_field(out, "Connection", "close");
+  if (our_id) append_request_id_field(out, fields.request_id);
   if (ours) {
     if (h.has(Name::ratelimit) || h.has(Name::ratelimit_policy)) {
       append_merged_ratelimit(out, h, fields);
@@ -166,58 +178,130 @@ void upstream_error(ProxyContext& px, Upstream& up, UpstreamError e) {
   up.metrics->count(e);
 }
 
+// A request tries at most this many endpoints (each once) before its answer is the last failure.
+constexpr std::size_t kMaxTried = 16;
+
+std::int64_t steady_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The request counted as outstanding on the endpoint it is on, for least-outstanding balancing.
+class Outstanding {
+ public:
+  Outstanding() = default;
+  Outstanding(const Outstanding&) = delete;
+  Outstanding& operator=(const Outstanding&) = delete;
+  ~Outstanding() { on(nullptr); }
+  void on(UpstreamEndpoint* e) {
+    if (e == e_) return;
+    if (e_) e_->outstanding.fetch_sub(1, std::memory_order_relaxed);
+    e_ = e;
+    if (e_) e_->outstanding.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  UpstreamEndpoint* e_ = nullptr;
+};
+
+// A failure of `e` (connect, reset, timeout, a 5xx other than 503): counts toward its ejection.
+void endpoint_failed(Upstream& up, UpstreamEndpoint& e) {
+  if (!e.in_set.load(std::memory_order_relaxed)) return;  // gone from the answers already
+  std::uint64_t version = 0;
+  const auto set = up.endpoints->current(version);
+  const EjectPolicy& p = up.endpoints->policy();
+  if (!note_failure(*set, e, p, steady_us())) return;
+  e.series.ejections->Increment();
+  e.series.up->Set(0);
+  const std::uint32_t k = std::min<std::uint32_t>(e.ejections.load(std::memory_order_relaxed), 10);
+  log_line("tollgate: warn: upstream '", up.conf.name, "' endpoint ", e.label, " ejected for ",
+           static_cast<long long>(p.base_us / 1000) * k, " ms after ", p.consecutive_failures, " failures in a row");
+}
+
+// No endpoint could take the request and nothing of it was sent: the supplier never saw this
+// call, so its permits go back to its bucket (and channel bucket), before the caller is answered.
+net::awaitable<void> return_permit(ProxyContext& px, const UpstreamRequest& req) {
+  if (req.permit == nullptr) co_return;
+  const store::RefundResult given = co_await px.deps.store.return_unused(*req.permit);
+  if (given.any()) px.deps.metrics.permits_returned.Increment();
+}
+
+// The worker's view of the upstream: its endpoints as the resolver last published them, and
+// (https) the TLS profile current now (new connections use it; pooled ones made under another are
+// not reused). Each is read again only after it changed.
+void refresh_view(ProxyContext& px, Pool& pool, const Upstream& up) {
+  if (pool.set_version != up.endpoints->version()) pool.set = up.endpoints->current(pool.set_version);
+  if (up.conf.https && pool.tls_epoch != px.deps.tls->epoch()) {
+    pool.tls_epoch = px.deps.tls->epoch();
+    pool.tls = px.deps.tls->upstream(up.index);
+  }
+}
+
+// The upstream's names do not resolve yet (the gateway started anyway): 503 until they do.
+net::awaitable<bool> unresolved(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
+                                AccessRecord& rec) {
+  rec.status = 503;
+  const OwnAnswer answer = error_answer(503, "upstream_unresolved",
+                                        "upstream '" + up.conf.name + "': " + up.conf.host + " does not resolve yet",
+                                        rec.request_id);
+  co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
+}
+
 // A TLS handshake or verification with the upstream failed: 502 naming the cause, counted by
 // reason; never retried to the same endpoint within the request (it would fail the same way).
 net::awaitable<bool> tls_failed(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
-                                const TlsFailure& f, AccessRecord& rec) {
-  upstream_error(px, up, UpstreamError::connect);
-  px.deps.tls->count_failure(up.index, f.reason);
+                                const TlsFailure& f, AccessRecord& rec, bool counted = false) {
+  if (!counted) {
+    upstream_error(px, up, UpstreamError::connect);
+    px.deps.tls->count_failure(up.index, f.reason);
+  }
   rec.status = 502;
   const std::string detail = "upstream '" + up.conf.name + "': TLS: " + f.words;
-  const OwnAnswer answer = error_answer(502, "upstream_tls_failed", detail);
+  const OwnAnswer answer = error_answer(502, "upstream_tls_failed", detail, rec.request_id);
   co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
 }
 
 // Before any of the response went out: 504 for a deadline, 502 for anything else, counted.
 net::awaitable<bool> upstream_failed(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
                                      beast::error_code ec, UpstreamError kind, AccessRecord& rec,
-                                     std::string_view why = {}) {
+                                     std::string_view why = {}, bool counted = false) {
   const bool timeout = ec == beast::error::timeout;
-  upstream_error(px, up, timeout ? UpstreamError::timeout : kind);
+  if (!counted) upstream_error(px, up, timeout ? UpstreamError::timeout : kind);
   rec.status = timeout ? 504 : 502;
   const char* code = timeout ? "upstream_timeout" : kind == UpstreamError::connect ? "upstream_unavailable" : "upstream_failed";
   std::string detail = "upstream '" + up.conf.name + "': " + (kind == UpstreamError::connect ? "connect: " : "");
   if (why.empty() || timeout) detail += ec.message();
   else detail.append(why.data(), why.size());
-  const OwnAnswer answer = error_answer(timeout ? 504 : 502, code, detail);
+  const OwnAnswer answer = error_answer(timeout ? 504 : 502, code, detail, rec.request_id);
   co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
 }
 
-// An idle connection is reused only if it is young enough, nothing arrived on it while idle, and
-// (TLS) it was made with the upstream's current profile: SNI, trust and client certificate are
-// part of what a pooled connection is.
-std::unique_ptr<PooledConn> take_idle(ProxyContext& px, Pool& pool, const Upstream& up, std::uint64_t tls_generation) {
+// An idle connection to `ep` is reused only if it is young enough, nothing arrived on it while idle,
+// (TLS) it was made with the upstream's current profile (SNI, trust and client certificate are
+// part of what a pooled connection is), and its address is still one the upstream resolves to.
+// Stale ones met on the way, to any endpoint, are closed.
+std::unique_ptr<PooledConn> take_idle(ProxyContext& px, Pool& pool, const Upstream& up, const UpstreamEndpoint* ep,
+                                      std::uint64_t tls_generation) {
   const auto now = std::chrono::steady_clock::now();
-  while (!pool.idle.empty()) {
-    auto c = std::move(pool.idle.back());
-    pool.idle.pop_back();
-    if (now - c->idle_since < up.idle_timeout && c->tls_generation == tls_generation && c->stream.socket().is_open() &&
-        quiet(c->stream))
-      return c;
+  for (std::size_t i = pool.idle.size(); i-- > 0;) {
+    PooledConn& c = *pool.idle[i];
+    const bool stale = now - c.idle_since >= up.idle_timeout || c.tls_generation != tls_generation ||
+                       !c.endpoint->in_set.load(std::memory_order_relaxed) || !c.stream.socket().is_open();
+    if (!stale && c.endpoint.get() != ep) continue;
+    auto taken = std::move(pool.idle[i]);
+    pool.idle.erase(pool.idle.begin() + static_cast<std::ptrdiff_t>(i));
+    if (!stale && quiet(taken->stream)) return taken;
     px.deps.metrics.upstream_conns_discarded.Increment();
   }
   return nullptr;
 }
 
-// TLS on a connection just made to endpoint `ep`: the profile's SSL, resuming the worker's last
+// TLS on a connection just made to its endpoint: the profile's SSL, resuming the worker's last
 // session with that endpoint, and the handshake under `deadline`. Counts the handshake (resumed or
 // not) and notes the upstream's certificate expiry after a full one. Null `failure`: it worked.
-net::awaitable<beast::error_code> start_tls(ProxyContext& px, Pool& pool, const Upstream& up, const TlsClientProfile& profile,
-                                           PooledConn& conn, const tcp::endpoint& ep, Deadline deadline,
+net::awaitable<beast::error_code> start_tls(ProxyContext& px, std::size_t worker, const Upstream& up,
+                                           const TlsClientProfile& profile, PooledConn& conn, Deadline deadline,
                                            std::optional<TlsFailure>& failure) {
-  std::size_t e = 0;
-  while (e + 1 < up.endpoints.size() && up.endpoints[e] != ep) ++e;
-  TlsSessionCache& sessions = pool.sessions[e];
+  TlsSessionCache& sessions = conn.endpoint->sessions[worker];
   beast::error_code ec;
   conn.stream.socket().non_blocking(true, ec);
   SSL_SESSION* resume = sessions.take(profile.generation());
@@ -240,6 +324,26 @@ net::awaitable<beast::error_code> start_tls(ProxyContext& px, Pool& pool, const 
   const bool resumed = SSL_session_reused(ssl) == 1;
   px.deps.tls->count_handshake(up.index, resumed);
   if (!resumed) px.deps.tls->saw_peer_certificate(up.index, certificate_not_after(SSL_get0_peer_certificate(ssl)));
+  co_return ec;
+}
+
+// A new connection to conn.endpoint by `deadline`, handshaken under `profile` when it is not null
+// (https): the handshake shares the connect deadline, so a supplier that accepts but never
+// completes a handshake is a connect failure, not a response timeout. A TLS refusal is counted
+// and described in `failure`.
+net::awaitable<beast::error_code> open_connection(ProxyContext& px, Worker& w, const Upstream& up, PooledConn& conn,
+                                                  const TlsClientProfile* profile, Deadline deadline,
+                                                  std::optional<TlsFailure>& failure) {
+  beast::error_code ec;
+  conn.stream.start(deadline);
+  co_await conn.stream.socket().async_connect(conn.endpoint->address, with(ec));
+  conn.stream.end(ec);
+  if (ec) co_return ec;
+  conn.stream.socket().set_option(tcp::no_delay(true), ec);
+  ec = {};
+  if (profile == nullptr) co_return ec;
+  ec = co_await start_tls(px, w.index, up, *profile, conn, deadline, failure);
+  if (failure) px.deps.tls->count_failure(up.index, failure->reason);
   co_return ec;
 }
 
@@ -334,6 +438,7 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
       if (decoder.error() != http1::Error::none) {
         upstream_ok = false;
         upstream_error(px, up, UpstreamError::reset);
+        endpoint_failed(up, *conn->endpoint);
       }
       done = decoder.done();
     } else {
@@ -367,6 +472,7 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
     if (ec) {
       upstream_ok = false;
       upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::reset);
+      endpoint_failed(up, *conn->endpoint);
       break;  // the head already went out: all we can do is close the client connection
     }
   }
@@ -377,55 +483,95 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
 
 }  // namespace
 
-net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, const UpstreamRequest& req,
-                             std::size_t upstream, const RateLimitFields& fields, AccessRecord& rec) {
-  Upstream& up = px.routes.upstreams()[upstream];
-  Pool& pool = w.pools[upstream];
-  const http1::RequestHead& rh = req.head;
+net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, const UpstreamRequest& request,
+                             const Route& route, const RateLimitFields& fields, AccessRecord& rec) {
+  Upstream& up = px.routes.upstreams()[route.upstream];
+  Pool& pool = w.pools[route.upstream];
+  const http1::RequestHead& rh = request.head;
   const unsigned version = rh.version_minor == 0 ? 10 : 11;
   const bool keep = rh.keep_alive && !w.draining;  // draining: this answer closes the connection
   const bool head_request = rh.method == http1::Method::head;
 
-  const std::string head = request_head(req, up.host_header);
-  const net::const_buffer head_buf = net::buffer(head), body_buf = net::buffer(req.body.data(), req.body.size());
-  // The profile current now (https only): new connections use it, pooled ones made under another
-  // are not reused. Read again only after a reload.
-  if (up.conf.https && pool.tls_epoch != px.deps.tls->epoch()) {
-    pool.tls_epoch = px.deps.tls->epoch();
-    pool.tls = px.deps.tls->upstream(up.index);
+  // The path the upstream sees: its base path, then the request's (without the route's prefix
+  // when the route strips it).
+  std::string joined;
+  std::optional<UpstreamRequest> rewritten;  // only when the path changes (a copy is not free)
+  if (!up.conf.base_path.empty() || route.strip_prefix) {
+    joined = upstream_target(up.conf.base_path, route.strip_prefix ? route.prefix : std::string_view(), request.target);
+    rewritten.emplace(request).target = joined;
   }
+  const UpstreamRequest& req = rewritten ? *rewritten : request;
+  refresh_view(px, pool, up);
+  if (pool.set->endpoints.empty()) {  // (the session answers this before the limiter: only a race gets here)
+    co_await return_permit(px, req);
+    co_return co_await unresolved(px, client, version, keep, up, rec);
+  }
+
+  std::string head;
+  std::string_view head_for;  // the Host `head` was made with
   const TlsClientProfile* const tls = up.conf.https ? pool.tls.get() : nullptr;
   const std::uint64_t tls_generation = tls ? tls->generation() : 0;
   std::unique_ptr<PooledConn> conn;
+  Outstanding outstanding;
   std::chrono::steady_clock::time_point sent_at;
-  for (int attempt = 0;; ++attempt) {
+  // Endpoints that failed to connect (or to complete a handshake) for this request: a request
+  // goes to each at most once, on its one permit.
+  std::array<const UpstreamEndpoint*, kMaxTried> tried;  // the first tried_count are set
+  std::size_t tried_count = 0;
+  std::optional<TlsFailure> last_tls;
+  beast::error_code last_connect;
+  for (int attempt = 0;;) {
     beast::error_code ec;
-    conn = take_idle(px, pool, up, tls_generation);
+    const EndpointSet& set = *pool.set;
+    // One endpoint and nothing tried yet (the common case): no clock read, no search.
+    const std::size_t pick = set.endpoints.size() == 1 && tried_count == 0
+                                 ? 0
+                                 : pick_endpoint(set, pool.rr, steady_us(), tried.data(), tried_count);
+    if (pick == kNoEndpoint) {
+      // Every endpoint failed to take it: the last failure is the answer.
+      co_await return_permit(px, req);
+      if (last_tls) co_return co_await tls_failed(px, client, version, keep, up, *last_tls, rec, true);
+      co_return co_await upstream_failed(px, client, version, keep, up, last_connect, UpstreamError::connect, rec, {}, true);
+    }
+    const EndpointPtr& ep = set.endpoints[pick];
+    conn = take_idle(px, pool, up, ep.get(), tls_generation);
     const bool reused = conn != nullptr;
+    if (pool.warm_timer && pool.idle.size() < up.conf.min_idle_conns) pool.warm_timer->cancel();  // top it up now
+    outstanding.on(ep.get());
     if (!reused) {
       conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
-      auto connect_by = deadline_after(up.connect_timeout);
+      conn->endpoint = ep;
+      auto connect_by = deadline_after(route.connect_timeout);
       if (req.budget && req.deadline < connect_by) connect_by = req.deadline;  // the caller's deadline first
       // (https) The profile is held for the handshake: a reload meanwhile may replace the pool's.
       const std::shared_ptr<const TlsClientProfile> profile = tls ? pool.tls : nullptr;
-      conn->stream.start(connect_by);
-      const tcp::endpoint ep = co_await net::async_connect(conn->stream.socket(), up.endpoints, with(ec));
-      conn->stream.end(ec);
-      if (ec) co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec);
-      conn->stream.socket().set_option(tcp::no_delay(true), ec);
-      ec = {};
-      if (tls) {
-        // The handshake shares the connect deadline: a supplier that accepts but never
-        // completes a handshake is a connect failure, not a response timeout.
-        std::optional<TlsFailure> failure;
-        ec = co_await start_tls(px, pool, up, *profile, *conn, ep, connect_by, failure);
-        if (failure) co_return co_await tls_failed(px, client, version, keep, up, *failure, rec);
-        if (ec) co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec);
+      last_tls.reset();
+      ec = co_await open_connection(px, w, up, *conn, profile.get(), connect_by, last_tls);
+      if (ec) {
+        // Nothing of the request was sent: another endpoint takes it at once, on the same permit.
+        upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::connect);
+        endpoint_failed(up, *conn->endpoint);
+        last_connect = ec;
+        if (tried_count < kMaxTried) tried[tried_count++] = conn->endpoint.get();
+        outstanding.on(nullptr);
+        const bool time_left = !req.budget || std::chrono::steady_clock::now() < req.deadline;
+        if (time_left && tried_count < kMaxTried && tried_count < pool.set->endpoints.size()) {
+          up.metrics->failovers->Increment();
+          continue;
+        }
+        co_await return_permit(px, req);
+        if (last_tls) co_return co_await tls_failed(px, client, version, keep, up, *last_tls, rec, true);
+        co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec, {}, true);
       }
     }
+    if (head.empty() || head_for != conn->endpoint->host_header) {
+      head = request_head(req, conn->endpoint->host_header);
+      head_for = conn->endpoint->host_header;
+    }
+    const net::const_buffer head_buf = net::buffer(head), body_buf = net::buffer(req.body.data(), req.body.size());
     sent_at = std::chrono::steady_clock::now();
-    // The response head is awaited up to the upstream's timeout, or the caller's deadline if sooner.
-    auto head_by = sent_at + up.response_timeout;
+    // The response head is awaited up to the route's timeout, or the caller's deadline if sooner.
+    auto head_by = sent_at + route.response_timeout;
     if (req.budget && req.deadline < head_by) head_by = req.deadline;
     conn->stream.start(head_by);
     const std::size_t written = co_await write_both(conn->stream, head_buf, body_buf, ec);
@@ -447,8 +593,10 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
     if (!ec) break;
     if (retry) {
       px.deps.metrics.upstream_retries.Increment();
+      ++attempt;
       continue;
     }
+    endpoint_failed(up, *conn->endpoint);
     // A fresh TLS connection refused on its first read: in TLS 1.3 the server checks the client
     // certificate after the client's handshake is done, so its alert arrives here.
     if (!reused && tls && is_tls_error(ec))
@@ -473,6 +621,9 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
                         std::chrono::duration_cast<std::chrono::microseconds>(head_at.time_since_epoch()).count());
   const int status = res.status;
   rec.status = rec.upstream_status = status;
+  // A 5xx is the endpoint's failure, except a 503 (suppliers throttle with it).
+  if (status >= 500 && status != 503) endpoint_failed(up, *conn->endpoint);
+  else note_success(*conn->endpoint, up.endpoints->policy());
   if (req.signal && (status == 429 || status == 503 || res.has(Name::ratelimit))) {
     // A throttle signal? (the session reports it to the store after answering)
     std::string limits;
@@ -509,6 +660,63 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
     co_return !ec && keep;
   }
   co_return co_await relay(px, client, version, keep, std::move(conn), pool, up, res, framing, fields);
+}
+
+net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, std::size_t upstream) {
+  Upstream& up = px.routes.upstreams()[upstream];
+  Pool& pool = w.pools[upstream];
+  const std::size_t want = up.conf.min_idle_conns;
+  if (want == 0) co_return;
+  net::steady_timer timer(*w.ctx);
+  pool.warm_timer = &timer;
+  // A warm connection is replaced before it gets old enough for a request to find it stale.
+  const auto max_age = up.idle_timeout * 3 / 4;
+  std::uint32_t rr = 0;
+  while (!w.draining) {
+    refresh_view(px, pool, up);
+    const std::uint64_t generation = up.conf.https && pool.tls ? pool.tls->generation() : 0;
+    // Close what a request could not use: too old, made under another profile, to an address
+    // the name no longer gives, or closed (or written to) by the upstream meanwhile.
+    const auto now = std::chrono::steady_clock::now();
+    std::size_t fresh = 0;
+    for (std::size_t i = pool.idle.size(); i-- > 0;) {
+      PooledConn& c = *pool.idle[i];
+      if (now - c.idle_since < max_age && c.tls_generation == generation &&
+          c.endpoint->in_set.load(std::memory_order_relaxed) && c.stream.socket().is_open() && quiet(c.stream)) {
+        ++fresh;
+        continue;
+      }
+      pool.idle.erase(pool.idle.begin() + static_cast<std::ptrdiff_t>(i));
+      px.deps.metrics.upstream_conns_discarded.Increment();
+    }
+    // Open what is missing, one at a time, each to the endpoint balancing picks now.
+    bool failed = false;
+    while (fresh < want && !w.draining && !pool.set->endpoints.empty()) {
+      const std::shared_ptr<const EndpointSet> set = pool.set;
+      auto conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
+      conn->endpoint = set->endpoints[pick_endpoint(*set, rr, steady_us(), nullptr, 0)];
+      const std::shared_ptr<const TlsClientProfile> profile = up.conf.https ? pool.tls : nullptr;
+      std::optional<TlsFailure> failure;
+      const beast::error_code ec =
+          co_await open_connection(px, w, up, *conn, profile.get(), deadline_after(up.connect_timeout), failure);
+      if (ec) {
+        upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::connect);
+        endpoint_failed(up, *conn->endpoint);
+        failed = true;
+        break;
+      }
+      if (pool.idle.size() >= px.limits.max_idle_upstream_conns) break;
+      conn->idle_since = std::chrono::steady_clock::now();
+      pool.idle.push_back(std::move(conn));
+      up.metrics->warm_opened->Increment();
+      ++fresh;
+    }
+    // Every quarter second (a second after a failure), or at once when a request took one.
+    timer.expires_after(failed ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(250));
+    beast::error_code ec;
+    co_await timer.async_wait(with(ec));
+  }
+  pool.warm_timer = nullptr;
 }
 
 }  // namespace tollgate::proxy

@@ -18,6 +18,7 @@ struct UpstreamRequest {
   std::string_view target;     // normalised (proxy/request_target)
   std::string_view body;       // as read (a chunked body decoded): sent with a Content-Length
   std::string_view shadow;     // X-Tollgate-Shadow ("" none)
+  std::string_view request_id; // X-Request-Id (proxy/request_id), sent instead of the client's
   std::string_view client_ip;  // appended to X-Forwarded-For
   // The caller's deadline (proxy/deadline): caps the wait for the response head, and the
   // grpc-timeout / Request-Timeout sent on say what is left of it. Null: none.
@@ -26,16 +27,27 @@ struct UpstreamRequest {
   LatencyEstimate* latency = nullptr;  // the rule's estimate, fed with this response's latency
   ThrottleSignal* signal = nullptr;    // set when the response is a throttle signal (proxy/upstream_signal)
   bool client_tls = false;             // came in over TLS: X-Forwarded-Proto https
+  // The permit it was granted: when no endpoint could take it (every connect or handshake
+  // failed, nothing was sent), it is given back (BucketStore::return_unused) before the caller
+  // is answered, so that the caller's next request finds it. Null: none to give back.
+  const store::AcquireRequest* permit = nullptr;
 };
 
-// The fields a forwarded request's response gains (empty policy_header: none).
+// The fields a forwarded request's response gains: RateLimit-Policy and RateLimit (empty
+// policy_header: none), and X-Request-Id (in place of any the upstream sent; "" none).
 struct RateLimitFields {
   std::string_view policy_header;
   std::string_view limit_header;
+  std::string_view request_id;
 };
+
+// Keeps upstreams.<name>.min_idle_conns connections to the upstream open (and handshaken) in the
+// worker's pool ahead of requests, replacing them before they grow stale; runs until the worker
+// drains. Nothing to do when min_idle_conns is 0.
+net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, std::size_t upstream);
 
 // Returns whether the client connection stays open.
 net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, const UpstreamRequest& req,
-                             std::size_t upstream, const RateLimitFields& fields, AccessRecord& rec);
+                             const Route& route, const RateLimitFields& fields, AccessRecord& rec);
 
 }  // namespace tollgate::proxy

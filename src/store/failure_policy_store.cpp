@@ -87,6 +87,11 @@ boost::asio::awaitable<RefundResult> FailurePolicyStore::refund_slots(AcquireReq
   co_return co_await shared_->refund_slots(std::move(req), r);
 }
 
+// As a refund: to the shared store only (a grant of the local fallback is not looked for).
+boost::asio::awaitable<RefundResult> FailurePolicyStore::return_unused(AcquireRequest req) {
+  co_return co_await shared_->return_unused(std::move(req));
+}
+
 std::optional<BucketSnapshot> FailurePolicyStore::inspect(const BucketRef& bucket, std::string_view hash_tag) {
   return shared_->inspect(bucket, hash_tag);
 }

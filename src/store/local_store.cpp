@@ -389,6 +389,24 @@ RefundResult LocalStore::give_back_slots(const AcquireRequest& req, const Reserv
   return out;
 }
 
+RefundResult LocalStore::give_back_unused(const AcquireRequest& req) {
+  RefundResult out;
+  const std::size_t ia = shard_index(req.bucket.name);
+  const std::size_t ib = req.parent ? shard_index(req.parent->name) : ia;
+  ShardLocks locks(shards_[ia].mu, req.parent ? &shards_[ib].mu : nullptr, ia < ib);
+  const Micros now = clock_.now_us();
+  auto restore = [&](Entry* e, std::uint32_t& returned) {
+    if (e == nullptr) return;  // no state: a full, rested bucket
+    if (e->pause_floor > now) return;  // an adaptive pause: never reopened early (as restore.lua)
+    returned = limiter::restore(e->state, e->shape, req.permits) ? 1 : 0;
+  };
+  if (req.use_bucket) restore(find(shards_[ia], req.bucket.name, req.per_client_bucket), out.bucket);
+  if (req.parent) restore(find(shards_[ib], req.parent->name, false), out.parent);
+  return out;
+}
+
+boost::asio::awaitable<RefundResult> LocalStore::return_unused(AcquireRequest req) { co_return give_back_unused(req); }
+
 boost::asio::awaitable<StoreDecision> LocalStore::try_acquire(AcquireRequest req) { co_return decide(req); }
 
 boost::asio::awaitable<AdaptOutcome> LocalStore::throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) {

@@ -18,6 +18,7 @@ namespace tollgate::store {
 const char* acquire_script() { return scripts::kAcquire.c_str(); }
 const char* lean_acquire_script() { return scripts::kAcquireLean; }
 const char* refund_script() { return scripts::kRefund; }
+const char* restore_script() { return scripts::kRestore; }
 const char* adapt_script() { return scripts::kAdapt.c_str(); }
 
 namespace {
@@ -451,6 +452,27 @@ std::vector<std::string> refund_call(const AcquireRequest& req, const std::strin
   if (req.use_bucket) add(res.release, res.cost, res.spent);
   if (req.parent) add(res.parent_release, res.parent_cost, res.parent_spent);
   if (share) out.push_back(num(static_cast<double>(res.share_release)));
+  return out;
+}
+
+std::vector<std::string> restore_call(const AcquireRequest& req, const std::string& prefix, std::string_view now_override) {
+  const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
+  const int buckets = (req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0);
+  std::vector<std::string> out{std::to_string(buckets)};
+  if (req.use_bucket) out.push_back(redis_key(prefix, tag, req.bucket.name));
+  if (req.parent) out.push_back(redis_key(prefix, tag, req.parent->name));
+  out.emplace_back(now_override);
+  for (int i = 0; i < buckets; ++i) out.push_back(num(req.permits));
+  return out;
+}
+
+std::optional<RefundResult> parse_restore_reply(const AcquireRequest& req, const std::vector<std::string>& items) {
+  const std::size_t buckets = (req.use_bucket ? 1 : 0) + (req.parent ? 1 : 0);
+  if (items.size() != buckets) return std::nullopt;
+  RefundResult out;
+  std::size_t i = 0;
+  if (req.use_bucket) out.bucket = items[i++] == "1" ? 1 : 0;
+  if (req.parent) out.parent = items[i++] == "1" ? 1 : 0;
   return out;
 }
 

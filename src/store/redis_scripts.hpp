@@ -21,6 +21,7 @@ extern const char adaptive_lib[];  // the adaptive rate's functions: a fragment,
 extern const char acquire[];       // the general acquire script's body
 extern const char acquire_lean[];
 extern const char refund[];
+extern const char restore[];
 extern const char adapt[];  // a throttle signal's body
 extern const char inspect[];
 extern const char scan_count[];
@@ -49,6 +50,9 @@ inline constexpr const char* kAcquireLean = lua::acquire_lean;
 
 // A departed caller gives its reservation back (limiter::abandon), in each bucket of its request.
 inline constexpr const char* kRefund = lua::refund;
+
+// A granted request that reached no upstream gives its permits back (limiter::restore).
+inline constexpr const char* kRestore = lua::restore;
 
 // A throttle signal for an adaptive bucket (limiter::on_throttle), at Redis time, so that every
 // gateway of the fleet cuts and pauses the same bucket once per episode.

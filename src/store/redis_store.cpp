@@ -256,6 +256,19 @@ boost::asio::awaitable<AdaptOutcome> RedisStore::throttled(AcquireRequest req, M
   co_return std::move(*parsed);
 }
 
+boost::asio::awaitable<RefundResult> RedisStore::return_unused(AcquireRequest req) {
+  Link* l = link_for_current_thread();
+  Connection* c = l ? l->route(req) : nullptr;
+  if (c == nullptr || !c->ready || (!req.use_bucket && !req.parent)) co_return RefundResult{};
+  // Rare (a request no endpoint could take), so sent as EVAL with the script's text.
+  std::vector<std::string> args{"EVAL", restore_script()};
+  for (auto& a : restore_call(req, options_.key_prefix)) args.push_back(std::move(a));
+  Reply r = co_await call_routed(*l, c, std::move(args), nullptr);
+  std::optional<RefundResult> out;
+  if (r.ok) out = parse_restore_reply(req, r.items);
+  co_return out ? *out : RefundResult{};
+}
+
 boost::asio::awaitable<bool> RedisStore::refund(AcquireRequest req, Reservation res) {
   co_return (co_await refund_slots(std::move(req), res)).any();
 }

@@ -255,6 +255,14 @@ def main():
             fail(f"/supplier's rate cell does not say why: {adapted!r}")
         if "→" in rate_cell("/calm")[0]:
             fail("/calm (not adaptive) shows an adapted rate")
+        # The Upstreams panel lists the upstream's endpoint, in use, with the requests on it.
+        endpoint = f"127.0.0.1:{mock_port}"
+        shown = wait_until("the upstream's endpoint listed", lambda: driver.execute_script(
+            "const c = document.querySelector(`tr[data-upstream='api'] td.endpoints`); return c ? c.textContent : '';")
+            .startswith(endpoint) and driver.execute_script(
+            "return document.querySelector(`tr[data-upstream='api'] td.endpoints`).textContent;"))
+        if "ejected" in shown:
+            fail(f"the endpoint shows as ejected: {shown!r}")
         print(f"console_test: /supplier's rate column: {adapted[0]!r} ({adapted[1]})")
         print(f"console_test: /busy held {max_held:.0f}, refused {minute:.0f} in the last minute; "
               f"refusals since start {first} -> {later}")

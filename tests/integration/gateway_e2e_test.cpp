@@ -157,12 +157,18 @@ TEST(GatewayE2EStandalone, UpstreamDownGets502AndRecovers) {
   const auto r = http_get(gw.port, "/ibe/booking");
   EXPECT_EQ(r.status, 502) << r.body;
   EXPECT_EQ(json::parse(r.body)["error"], "upstream_unavailable");
-  // Requests held by a rule also get a defined answer, never a hang.
+  // Requests held by a rule also get a defined answer, never a hang. Nothing of them reached an
+  // upstream, so each gives its permit back before its 502: the one request of eight that the
+  // bucket (5/s, a 0.5 s window) could not fit may now get one of those and a 502 too.
   const auto rs = concurrent_requests(gw.port, {"GET", "/ibe/shopping/search", {}, {}}, 8);
-  EXPECT_EQ(count_status(rs, 502), 7);
-  EXPECT_EQ(count_status(rs, 429), 1);
+  const int failed = count_status(rs, 502);
+  EXPECT_GE(failed, 7);
+  EXPECT_EQ(failed + count_status(rs, 429), 8);
   const std::string metrics = http_get(gw.admin_port, "/metrics").body;
-  EXPECT_NE(metrics.find("tollgate_upstream_errors_total{kind=\"connect\"} 8"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tollgate_upstream_errors_total{kind=\"connect\"} " + std::to_string(1 + failed)),
+            std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\ntollgate_permits_returned_total " + std::to_string(failed) + "\n"), std::string::npos)
+      << metrics;
   // The upstream comes up on that port: the gateway recovers without a restart.
   Upstream up({"--port", std::to_string(port)});
   ASSERT_EQ(up.port, port) << up.proc->output();

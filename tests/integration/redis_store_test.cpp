@@ -545,6 +545,62 @@ TEST_F(RedisScript, ReplaysAbandonedSlotsTheSameAsTheLocalStore) {
   }
 }
 
+// Granted requests that reached no upstream give their permits back (return_unused): the same
+// in both stores, double for double, whatever the bucket is doing (queued, full, warming up, with
+// a channel bucket), and the bucket afterwards decides the same.
+TEST_F(RedisScript, ReplaysUnusedPermitsTheSameAsTheLocalStore) {
+  begin(Route::general);
+  ManualClock clock(1'700'000'000'000'000);
+  LocalStore local(clock);
+  std::mt19937_64 rng(7);
+  std::vector<BucketParams> params = replay_buckets(limiter::Mode::pay_now);
+  params.push_back(BucketParams{});
+  params[3].rate = 4;  // the channel of /a and /b
+  const char* names[] = {"/a", "/b", "/w"};
+  int returned = 0, full = 0;
+  std::vector<AcquireRequest> granted;
+  for (int step = 0; step < 4000; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    clock.advance(static_cast<Micros>(rng() % 80'000));
+    if (rng() % 3 != 0 || granted.empty()) {
+      const int b = static_cast<int>(rng() % 3);
+      AcquireRequest req{{names[b], params[b]}, {}, b < 2 ? "X" : names[b], 1.0, static_cast<Micros>(rng() % 2'000'000)};
+      if (b < 2 && rng() % 2) req.parent = BucketRef{"channel:X", params[3]};
+      if (rng() % 6 == 0) req.permits = 0.5 + static_cast<double>(rng() % 3);
+      const StoreDecision l = local.decide(req);
+      ASSERT_NO_FATAL_FAILURE(expect_same(l, acquire(req, clock.now_us())));
+      if (l.decision.granted) granted.push_back(req);
+      continue;
+    }
+    const std::size_t pick = rng() % granted.size();
+    const AcquireRequest req = granted[pick];
+    granted.erase(granted.begin() + static_cast<std::ptrdiff_t>(pick));
+    const RefundResult l = local.give_back_unused(req);
+    std::vector<std::string> args{"EVAL", restore_script()};
+    for (auto& a : restore_call(req, "t:", std::to_string(clock.now_us()))) args.push_back(a);
+    redisReply* r = redis->cmd(args);
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
+    const auto rr = parse_restore_reply(req, items(r));
+    freeReplyObject(r);
+    ASSERT_TRUE(rr.has_value());
+    ASSERT_NO_FATAL_FAILURE(expect_same_refund(l, *rr));
+    returned += static_cast<int>(l.bucket + l.parent);
+    full += l.bucket == 0;
+    for (const auto& [tag, ref] : {std::pair<std::string_view, BucketRef>{"X", {"/a", params[0]}},
+                                   {"X", {"/b", params[1]}}, {"/w", {"/w", params[2]}},
+                                   {"X", {"channel:X", params[3]}}}) {
+      const auto ls = local.inspect(ref, tag);
+      const BucketSnapshot rs = snapshot(tag, ref.name, clock.now_us());
+      if (!rs.tracked) continue;
+      ASSERT_EQ(ls->stored, rs.stored) << ref.name;
+      ASSERT_EQ(ls->next_free, rs.next_free) << ref.name;
+    }
+  }
+  std::printf("permits returned %d, to a full bucket (nothing to give) %d\n", returned, full);
+  EXPECT_GT(returned, 300);
+  EXPECT_GT(full, 20);
+}
+
 // The same replay with everything a request can carry: per-client buckets, quota-only
 // rules, fixed and sliding quotas (shared and per client), maxShare, a channel bucket, quota edits.
 TEST_F(RedisScript, ReplaysQuotasSharesAndClientBucketsTheSameAsTheLocalStore) {

@@ -591,3 +591,144 @@ TEST(DrainAtScale, SecondSignalWithHeldRequestsExitsZero) { drain_at_scale(true)
 
 }  // namespace
 }  // namespace tollgate::testing
+
+namespace tollgate::testing {
+namespace {
+
+// A config with the /shopping/search rule at 1/s and no wait (burst 1), and `upstream` as "ibe".
+json one_per_second(const json& upstream) {
+  json c = base_config(0);
+  c["upstreams"]["ibe"] = upstream;
+  c["limits"]["rules"][0]["rateLimit"] = 1;
+  c["limits"]["rules"][0]["cache"] = 0;
+  return c;
+}
+
+// No endpoint could take it (nothing listens): 502, and the permit goes back, so the next
+// request is admitted (502 again) instead of refused 429; counted.
+TEST(UpstreamPermits, APermitIsGivenBackWhenNoEndpointCouldTakeTheRequest) {
+  const int dead = unused_port();
+  GatewayProcess gw(one_per_second({{"urls", {"http://127.0.0.1:" + std::to_string(dead)}}}));
+  ASSERT_GT(gw.port, 0);
+  for (int i = 0; i < 3; ++i) {
+    const HttpResponse r = http_get(gw.port, "/shopping/search");
+    EXPECT_EQ(r.status, 502) << "request " << i << ": " << r.body;
+    EXPECT_NE(r.body.find("upstream_unavailable"), std::string::npos) << r.body;
+  }
+  EXPECT_GE(metric_value(gw, "tollgate_permits_returned_total"), 3);
+  // A live upstream: the bucket's one permit is there (given back each time), then 429.
+  MockUpstream up;
+  GatewayProcess live(one_per_second({{"url", "http://127.0.0.1:" + std::to_string(up.port)}}));
+  EXPECT_EQ(http_get(live.port, "/shopping/search").status, 200);
+  EXPECT_EQ(http_get(live.port, "/shopping/search").status, 429);
+  EXPECT_EQ(metric_value(live, "tollgate_permits_returned_total"), 0);
+}
+
+// One endpoint dead, one live: every request is answered 200 by the live one, on its one permit.
+TEST(UpstreamPermits, ADeadEndpointCostsNoPermitAndNoError) {
+  MockUpstream up;
+  const int dead = unused_port();
+  json c = one_per_second({{"urls", {"http://127.0.0.1:" + std::to_string(dead), "http://127.0.0.1:" + std::to_string(up.port)}},
+                           {"eject", {{"consecutive_failures", 0}}}});
+  c["limits"]["rules"][0]["rateLimit"] = 20;
+  c["limits"]["rules"][0]["cache"] = 2;  // every request waits for its permit: none refused
+  GatewayProcess gw(c);
+  int ok = 0;
+  for (int i = 0; i < 20; ++i) ok += http_get(gw.port, "/shopping/search").status == 200;
+  EXPECT_EQ(ok, 20);
+  EXPECT_EQ(up.count("/shopping/search"), 20);
+  const std::string m = http_get(gw.admin_port, "/metrics").body;
+  EXPECT_GE(metric_series(m, "tollgate_upstream_failovers_total", {{"upstream", "ibe"}}).value_or(0), 5);
+  EXPECT_EQ(metric_value(gw, "tollgate_permits_returned_total"), 0);
+}
+
+// The upstream's base path, then the request's path; a stripping route drops its prefix first.
+TEST(UpstreamPaths, BasePathAndStrippedPrefixFormTheUpstreamPath) {
+  MockUpstream up;
+  json c = base_config(up.port);
+  c["upstreams"]["ibe"]["url"] = "http://127.0.0.1:" + std::to_string(up.port) + "/v2/";
+  c["routes"] = json::parse(R"([{"prefix": "/nds/", "upstream": "ibe", "strip_prefix": true},
+                               {"prefix": "/", "upstream": "ibe"}])");
+  GatewayProcess gw(c);
+  EXPECT_EQ(http_get(gw.port, "/shopping/search?x=1").status, 200);
+  EXPECT_EQ(http_get(gw.port, "/nds/air/offers?y=2").status, 200);
+  EXPECT_EQ(up.count("/v2/shopping/search"), 1);
+  EXPECT_EQ(up.count("/v2/air/offers"), 1);
+  EXPECT_EQ(up.count("/shopping/search"), 0);
+  // The rule still matches the caller's path (/shopping/search), not the upstream's.
+  const std::string m = http_get(gw.admin_port, "/metrics").body;
+  EXPECT_GE(metric_series(m, "tollgate_bucket_requests_total", {{"bucket", "/shopping/search"}}).value_or(0), 1);
+}
+
+// An IPv6 literal upstream ([::1]), and the Host it is sent.
+TEST(UpstreamPaths, Ipv6LiteralUpstream) {
+  MockUpstream up({"--host", "::1"});
+  ASSERT_GT(up.port, 0);
+  json c = base_config(up.port);
+  c["upstreams"]["ibe"]["url"] = "http://[::1]:" + std::to_string(up.port);
+  GatewayProcess gw(c);
+  const HttpResponse r = http_get(gw.port, "/echo?echo=1");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("[::1]:" + std::to_string(up.port)), std::string::npos) << r.body;  // Host
+  // (The mock listens on ::1 only: its /__stats, asked over 127.0.0.1, is out of reach; the echo
+  // above came from it.)
+}
+
+// Two routes to one slow upstream (300 ms): the one with a 100 ms response timeout gets 504, the
+// other (its upstream's 1500 ms) the answer.
+TEST(UpstreamPaths, EachRouteHasItsOwnResponseTimeout) {
+  MockUpstream up({"--latency-ms", "300"});
+  json c = base_config(up.port);
+  c["routes"] = json::parse(R"([{"prefix": "/shop/", "upstream": "ibe", "response_timeout_ms": 100},
+                               {"prefix": "/", "upstream": "ibe"}])");
+  GatewayProcess gw(c);
+  const HttpResponse shop = http_get(gw.port, "/shop/offers");
+  EXPECT_EQ(shop.status, 504) << shop.body;
+  EXPECT_NE(shop.body.find("upstream_timeout"), std::string::npos);
+  EXPECT_EQ(http_get(gw.port, "/book/orders").status, 200);
+}
+
+// Warm pools: min_idle_conns connections per worker are open before any request, a request takes
+// one instead of connecting (the mock holds every new connection 400 ms, as a distant supplier's
+// round trips would), and the keeper replaces them before they grow stale.
+TEST(WarmPools, ConnectionsAreOpenAheadOfRequestsAndKeptFresh) {
+  MockUpstream up({"--connect-delay-ms", "400"});
+  // The mock counts the connections of the test's own /__stats calls too (one each): not these.
+  int stats_calls = 0;
+  auto stats = [&] {
+    ++stats_calls;
+    return up.stats();
+  };
+  auto connections = [&] { return stats()["connections"].get<int>() - stats_calls; };
+  json c = base_config(up.port);
+  c["threads"] = 2;
+  c["upstreams"]["ibe"]["min_idle_conns"] = 2;
+  c["upstreams"]["ibe"]["idle_timeout_ms"] = 1200;  // replaced after 900 ms
+  GatewayProcess gw(c);
+  ASSERT_GT(gw.port, 0);
+  // Two per worker, with no request yet.
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (connections() < 4 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(50ms);
+  EXPECT_GE(connections(), 4);
+  EXPECT_FALSE(stats()["paths"].contains("/book/order"));
+  // A request finds a warm connection: no 400 ms connect first.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(http_get(gw.port, "/book/order").status, 200);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 300ms) << "the request waited for a connection";
+  // Replaced before they grow stale: more connections over time, with no traffic.
+  const int before = connections();
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_GE(connections(), before + 4);
+  const std::string m = http_get(gw.admin_port, "/metrics").body;
+  EXPECT_GE(metric_series(m, "tollgate_upstream_warm_connections_opened_total", {{"upstream", "ibe"}}).value_or(0), 8);
+  // Without warm pools the first request pays for its connection.
+  MockUpstream cold_up({"--connect-delay-ms", "400"});
+  GatewayProcess cold(base_config(cold_up.port));
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(http_get(cold.port, "/book/order").status, 200);
+  EXPECT_GE(std::chrono::steady_clock::now() - t1, 400ms);
+}
+
+}  // namespace
+}  // namespace tollgate::testing

@@ -25,13 +25,12 @@ namespace {
 using detail::build_request;
 using detail::to_response;
 
-}  // namespace
-
-std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& r, int n, std::chrono::milliseconds timeout) {
+std::vector<HttpResponse> concurrent_requests_to(const std::string& host, int port, const HttpRequest& r, int n,
+                                                 std::chrono::milliseconds timeout) {
   net::io_context ctx;
   std::vector<std::unique_ptr<beast::tcp_stream>> streams;
   std::vector<HttpResponse> out(static_cast<std::size_t>(n));
-  const tcp::endpoint ep(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port));
+  const tcp::endpoint ep(net::ip::make_address(host), static_cast<unsigned short>(port));
   for (int i = 0; i < n; ++i) {
     auto s = std::make_unique<beast::tcp_stream>(ctx);
     beast::error_code ec;
@@ -40,7 +39,7 @@ std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& r, in
     else s->socket().set_option(tcp::no_delay(true));
     streams.push_back(std::move(s));
   }
-  auto req = build_request(r, "127.0.0.1");
+  auto req = build_request(r, host);
   for (int i = 0; i < n; ++i) {
     if (!out[static_cast<std::size_t>(i)].error.empty()) continue;
     beast::error_code ec;
@@ -68,8 +67,18 @@ std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& r, in
   return out;
 }
 
+}  // namespace
+
+std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& r, int n, std::chrono::milliseconds timeout) {
+  return concurrent_requests_to("127.0.0.1", port, r, n, timeout);
+}
+
 HttpResponse http_request(int port, const HttpRequest& req, std::chrono::milliseconds timeout) {
-  return concurrent_requests(port, req, 1, timeout).at(0);
+  return concurrent_requests_to("127.0.0.1", port, req, 1, timeout).at(0);
+}
+
+HttpResponse http_request(const std::string& host, int port, const HttpRequest& req, std::chrono::milliseconds timeout) {
+  return concurrent_requests_to(host, port, req, 1, timeout).at(0);
 }
 
 int connect_loopback(int port) {

@@ -31,6 +31,9 @@ struct HttpRequest {
 HttpResponse http_request(int port, const HttpRequest& req,
                           std::chrono::milliseconds timeout = std::chrono::seconds(10));
 inline HttpResponse http_get(int port, const std::string& target) { return http_request(port, {"GET", target, {}, {}}); }
+// The same to another loopback address (a server bound to 127.0.0.2, say).
+HttpResponse http_request(const std::string& host, int port, const HttpRequest& req,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // Opens `n` connections, then sends one request on each back to back, then reads every answer:
 // the requests reach the server as close together as the client can make them.

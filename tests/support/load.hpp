@@ -1,10 +1,13 @@
 // A bounded load generator for integration tests: keep-alive clients in threads, for a fixed time.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tollgate::testing {
@@ -27,6 +30,46 @@ struct LoadResult {
 LoadResult run_load(const std::vector<int>& ports, const std::string& target, int clients_per_port,
                     std::chrono::milliseconds duration,
                     std::chrono::milliseconds pause_after_reject = std::chrono::milliseconds(20));
+
+// One answer of a BackgroundLoad: when its request went out and when the answer (or the error)
+// came, in steady_clock microseconds (CLOCK_MONOTONIC: the clock of the mock upstream's arrival
+// times), its status (0: transport error) and, when it is not 200, the start of the body or the error.
+struct TimedAnswer {
+  std::int64_t sent_us = 0;
+  std::int64_t done_us = 0;
+  int status = 0;
+  std::string detail;
+};
+
+// Load that runs while a test does other things: `clients` threads, each sending GET `target` to
+// 127.0.0.1:port on one keep-alive connection (reconnecting if it closes), waiting `pause` between
+// answers, from construction until stop(). Every answer is recorded.
+class BackgroundLoad {
+ public:
+  BackgroundLoad(int port, std::string target, int clients,
+                 std::chrono::milliseconds pause = std::chrono::milliseconds(5));
+  ~BackgroundLoad() { stop(); }
+  BackgroundLoad(const BackgroundLoad&) = delete;
+  BackgroundLoad& operator=(const BackgroundLoad&) = delete;
+  void stop();  // waits for the answers in flight (each read gives up after 10 s)
+  std::vector<TimedAnswer> answers() const;  // those so far
+  int clients() const { return clients_; }
+
+ private:
+  void run(int port);
+  std::string target_;
+  int clients_;
+  std::chrono::milliseconds pause_;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;
+  std::vector<TimedAnswer> answers_;
+  std::vector<std::thread> threads_;
+};
+
+inline std::int64_t monotonic_now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // What the fleet-wide bound allows, checked on the upstream's arrival times (microseconds, any
 // order): the largest excess of any window [a_i, a_j] over burst + rate * T (<= 1 when the bound

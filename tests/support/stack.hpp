@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,19 +17,24 @@ namespace tollgate::testing {
 
 struct MockUpstream {
   std::unique_ptr<Process> proc;
-  int port = -1;
-  explicit MockUpstream(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv{TOLLGATE_MOCK_BIN, "--port", "0"};
+  std::string host = "127.0.0.1";
+  int port = -1;  // -1: it did not start (the port was taken, say)
+  explicit MockUpstream(std::vector<std::string> extra = {}) : MockUpstream("127.0.0.1", 0, std::move(extra)) {}
+  // Bound to another loopback address and a given port (0: a free one), as when several
+  // upstream addresses share one port.
+  MockUpstream(std::string bind_host, int bind_port, std::vector<std::string> extra = {}) : host(std::move(bind_host)) {
+    std::vector<std::string> argv{TOLLGATE_MOCK_BIN, "--host", host, "--port", std::to_string(bind_port)};
     argv.insert(argv.end(), extra.begin(), extra.end());
     proc = std::make_unique<Process>(argv);
     if (auto line = proc->wait_for_line("listening on", std::chrono::seconds(10))) port = port_from_line(*line);
   }
-  nlohmann::json stats() const { return nlohmann::json::parse(http_get(port, "/__stats").body); }
+  nlohmann::json stats() const { return nlohmann::json::parse(http_request(host, port, {"GET", "/__stats", {}, {}}).body); }
   int count(const std::string& path) const {
     const auto s = stats();
     return s["paths"].contains(path) ? s["paths"][path]["count"].get<int>() : 0;
   }
-  void reset() const { http_request(port, {"POST", "/__reset", {}, {}}); }
+  void reset() const { http_request(host, port, {"POST", "/__reset", {}, {}}); }
+  std::string endpoint() const { return host + ":" + std::to_string(port); }
 };
 
 // A gateway config with one upstream and the /shopping/search rule (5/s, cache 0.5).
@@ -88,6 +94,50 @@ inline double metric_value(const GatewayProcess& gw, const std::string& name) {
   const std::string m = http_get(gw.admin_port, "/metrics").body;
   const auto at = m.find("\n" + name + " ");
   return at == std::string::npos ? -1 : std::stod(m.substr(at + name.size() + 2));
+}
+
+// The sum of the series of `name` whose labels include every one of `labels` (in any order, other
+// labels allowed) in Prometheus text `metrics`; nullopt when there is none.
+inline std::optional<double> metric_series(const std::string& metrics, const std::string& name,
+                                           const std::map<std::string, std::string>& labels) {
+  std::optional<double> sum;
+  std::size_t at = 0;
+  while (at < metrics.size()) {
+    std::size_t end = metrics.find('\n', at);
+    if (end == std::string::npos) end = metrics.size();
+    const std::string line = metrics.substr(at, end - at);
+    at = end + 1;
+    if (line.empty() || line[0] == '#' || line.compare(0, name.size(), name) != 0) continue;
+    std::size_t i = name.size();
+    std::map<std::string, std::string> have;
+    if (i < line.size() && line[i] == '{') {
+      ++i;
+      while (i < line.size() && line[i] != '}') {
+        const std::size_t eq = line.find('=', i);
+        if (eq == std::string::npos || eq + 1 >= line.size() || line[eq + 1] != '"') break;
+        std::string key = line.substr(i, eq - i), value;
+        for (i = eq + 2; i < line.size() && line[i] != '"'; ++i) {
+          if (line[i] == '\\' && i + 1 < line.size()) ++i;  // \" \\ (and \n, kept as n)
+          value.push_back(line[i]);
+        }
+        have[std::move(key)] = std::move(value);
+        ++i;  // the closing quote
+        if (i < line.size() && line[i] == ',') ++i;
+      }
+      if (i >= line.size() || line[i] != '}') continue;  // not Prometheus text
+      ++i;
+    }
+    if (i >= line.size() || line[i] != ' ') continue;  // another metric whose name starts with `name`
+    bool match = true;
+    for (const auto& [k, v] : labels) match = match && have.count(k) && have[k] == v;
+    if (match) sum = sum.value_or(0) + std::stod(line.substr(i + 1));
+  }
+  return sum;
+}
+
+inline std::optional<double> metric_series(const GatewayProcess& gw, const std::string& name,
+                                           const std::map<std::string, std::string>& labels) {
+  return metric_series(http_get(gw.admin_port, "/metrics").body, name, labels);
 }
 
 inline int count_status(const std::vector<HttpResponse>& rs, int status) {

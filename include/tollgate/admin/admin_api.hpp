@@ -13,6 +13,7 @@
 #include "tollgate/config/snapshot.hpp"
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/proxy/metrics.hpp"
+#include "tollgate/proxy/proxy_server.hpp"
 #include "tollgate/proxy/refusals.hpp"
 #include "tollgate/proxy/tls_context.hpp"
 #include "tollgate/store/bucket_store.hpp"
@@ -34,6 +35,9 @@ struct AdminDeps {
   const History* history = nullptr;             // the console's per-second history (null: none kept)
   const proxy::RefusalLog* refusals = nullptr;  // recent 429s and 503s (null: none kept)
   proxy::TlsProfiles* tls = nullptr;            // reload and expiry of TLS files (null: no TLS anywhere)
+  // Every upstream's endpoints (/readyz names the unresolved ones, the overview lists them; null: none).
+  std::function<std::vector<proxy::UpstreamView>()> upstreams_view = nullptr;
+  std::function<void()> refresh_endpoint_gauges = nullptr;  // called before /metrics renders
 };
 
 // Constant-time comparison (the time taken does not depend on where the strings differ).

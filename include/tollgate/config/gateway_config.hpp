@@ -43,21 +43,50 @@ struct ListenerTlsConfig {
   bool enabled() const { return !cert_file.empty(); }
 };
 
+// One URL of an upstream ("url", or each of "urls"): a host name or an IP literal, and a port.
+struct UpstreamTarget {
+  std::string url;   // as written, for messages
+  std::string host;  // a name (resolved off the request path) or an IP literal (an IPv6 one without brackets)
+  std::uint16_t port = 80;
+  bool ip_literal = false;
+  std::string host_header;  // Host for requests to it: host[:port], IPv6 in brackets, the port only when not the scheme's
+};
+
+// upstreams.<name>.eject: passive ejection of an endpoint that keeps failing.
+struct EjectConfig {
+  std::uint32_t consecutive_failures = 5;  // failures in a row that eject it
+  std::uint32_t base_ms = 30'000;          // out this long the first time; k times it the k-th time in a row (at most 10x)
+  std::uint32_t max_percent = 50;          // never more than this share of an upstream's endpoints out at once
+};
+
 struct UpstreamConfig {
   std::string name;
-  std::string url;             // as written, for messages
-  std::string host;            // resolved at start (an IPv6 literal without its brackets)
+  std::string url;             // the first URL as written, for messages
+  std::string host;            // the first URL's host (an IPv6 literal without its brackets)
   std::uint16_t port = 80;
   bool https = false;          // https:// (port 443 unless given): TLS, verified per `tls`
+  std::string base_path;       // the URLs' path without its trailing '/' ("" or "/v2"), put before every forwarded path
+  std::vector<UpstreamTarget> targets;  // "url", or every one of "urls"
   UpstreamTlsConfig tls;
   std::uint32_t connect_timeout_ms = 0;   // 0: proxy default
   std::uint32_t response_timeout_ms = 0;  // 0: proxy default
   std::uint32_t idle_timeout_ms = 0;      // 0: proxy default (upstream_idle_timeout_ms)
+  std::uint32_t dns_refresh_ms = 5'000;   // names are resolved again this often (or at the record's TTL, >= 1 s)
+  std::uint32_t min_idle_conns = 0;       // per worker: connections kept open (and handshaken) ahead of requests
+  EjectConfig eject;
 };
 
 struct RouteConfig {
   std::string prefix;    // path prefix, "/" matches everything
   std::string upstream;  // name in "upstreams"
+  bool strip_prefix = false;             // forward the path without the prefix (then after the upstream's base path)
+  std::uint32_t connect_timeout_ms = 0;   // 0: the upstream's
+  std::uint32_t response_timeout_ms = 0;  // 0: the upstream's
+};
+
+// "dns": where upstream names are resolved.
+struct DnsConfig {
+  std::vector<Endpoint> servers;  // empty: the system's (/etc/resolv.conf)
 };
 
 struct ProxyLimits {
@@ -155,6 +184,7 @@ struct GatewayConfig {
   AdminConfig admin;
   std::vector<UpstreamConfig> upstreams;
   std::vector<RouteConfig> routes;
+  DnsConfig dns;
   ProxyLimits proxy;
   LimitsConfig limits;
 };

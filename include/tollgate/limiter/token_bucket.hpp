@@ -85,6 +85,13 @@ struct PairDecision {
 PairDecision try_acquire_pair(BucketState& a, const Shape& sa, BucketState& b, const Shape& sb, Mode mode,
                               double permits, Micros timeout_us, Micros now);
 
+// A grant whose request reached no upstream (no endpoint could take it, nothing was sent): its
+// `permits` come back as stored permits, never above max_permits. Unlike refund() it does not
+// need the grant to be the newest, nor its slot to be ahead: the permits were taken and not used.
+// No resync first: the permits credited later for the time since next_free are capped at the
+// same maximum. Returns whether anything came back (false when the bucket was full).
+bool restore(BucketState& st, const Shape& s, double permits);
+
 // Gives a grant back if it is still the bucket's newest reservation (next_free == its release);
 // returns whether it did. Used when a held request's client leaves before its slot.
 bool refund(BucketState& st, const Shape& s, Micros release, Micros cost_us, double spent);

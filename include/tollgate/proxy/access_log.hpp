@@ -18,6 +18,7 @@ class thread_pool;
 namespace tollgate::proxy {
 
 struct AccessRecord {
+  std::string_view request_id;  // X-Request-Id (proxy/request_id); "" not written
   std::string_view client;
   std::string_view method;
   std::string_view path;

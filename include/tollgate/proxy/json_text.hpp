@@ -15,6 +15,11 @@ namespace tollgate::proxy {
 // Appends `s` to `out` as a JSON string literal, quotes included.
 void append_json_string(std::string& out, std::string_view s);
 
+// Adds the string member `key` (the code's own name, written as it is) = `value` at the end of a
+// finished JSON object (its last byte '}'), e.g. a problem body made elsewhere. Anything else is
+// left as it is.
+void add_string_member(std::string& object, std::string_view key, std::string_view value);
+
 class JsonObject {
  public:
   explicit JsonObject(std::size_t reserve = 256) { out_.reserve(reserve); out_.push_back('{'); }

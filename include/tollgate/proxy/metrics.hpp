@@ -39,7 +39,8 @@ enum class Outcome : int {
 const char* outcome_name(Outcome o);
 inline constexpr std::size_t kOutcomes = static_cast<std::size_t>(Outcome::count_);
 
-enum class UpstreamError : int { connect, reset, timeout, count_ };
+// unresolved: the upstream had no address yet (503 upstream_unresolved).
+enum class UpstreamError : int { connect, reset, timeout, unresolved, count_ };
 const char* upstream_error_name(UpstreamError e);
 inline constexpr std::size_t kUpstreamErrors = static_cast<std::size_t>(UpstreamError::count_);
 
@@ -141,6 +142,16 @@ struct UpstreamMetrics {
   void count(UpstreamError e) { errors[static_cast<std::size_t>(e)]->Increment(); }
   std::array<prometheus::Counter*, kUpstreamErrors> errors{};
   SecondsHistogram latency;  // request sent -> response header received
+  prometheus::Counter* dns_failures = nullptr;  // resolutions that failed or came back empty
+  prometheus::Counter* failovers = nullptr;     // requests sent to another endpoint after a connect failure
+  prometheus::Gauge* unresolved = nullptr;      // 1 while the upstream has no address at all
+  prometheus::Counter* warm_opened = nullptr;   // connections opened ahead of requests (min_idle_conns)
+};
+
+// One endpoint's series: up (1 in use, 0 ejected) and how often it was ejected.
+struct EndpointSeries {
+  prometheus::Gauge* up = nullptr;
+  prometheus::Counter* ejections = nullptr;
 };
 
 class Metrics {
@@ -166,12 +177,17 @@ class Metrics {
   // (an unsolicited response, a surplus body, an upstream keep-alive timeout) or past the idle limit.
   prometheus::Counter& upstream_conns_discarded;
   prometheus::Counter& upstream_retries;     // requests sent again after a reused connection failed
+  prometheus::Counter& permits_returned;     // granted requests no endpoint could take: permits given back
 
   // Per-bucket, per-policy and per-upstream series, made on first use and kept (names come from
   // the rules and the config). A lookup takes a lock: callers keep the reference (RuleViews,
   // the route table), never look it up per request.
   BucketMetrics& bucket(std::string_view name);
   UpstreamMetrics& upstream(std::string_view name);
+  // An endpoint's series (made on first use); remove_endpoint drops its `up` gauge when the
+  // address leaves the upstream's set (its ejection count stays).
+  EndpointSeries endpoint(std::string_view upstream, std::string_view endpoint);
+  void remove_endpoint(const EndpointSeries& s);
   // `quota`: the policy is checked on its own, so it has pass/fail series too.
   PolicyMetrics& policy(std::string_view rule, std::string_view policy, bool quota);
 

@@ -33,6 +33,18 @@ struct ProxyDeps {
   TlsProfiles* tls = nullptr;           // the listener's and the https upstreams' contexts (null: none)
 };
 
+// An upstream's endpoints as the admin API shows them.
+struct EndpointView {
+  std::string endpoint;  // "10.0.0.1:8080"
+  bool up = true;        // false while ejected
+  int outstanding = 0;   // requests on it now
+};
+struct UpstreamView {
+  std::string name;
+  bool resolved = false;  // false: its names do not resolve yet (503 upstream_unresolved)
+  std::vector<EndpointView> endpoints;
+};
+
 class ProxyServer {
  public:
   // One io_context per thread; each runs its own acceptor, sessions and upstream pools.
@@ -42,6 +54,11 @@ class ProxyServer {
   std::uint16_t port() const;
   void stop();   // stops accepting
   void drain();  // stops accepting and closes connections as soon as they have no request in flight
+  // Every upstream's endpoints now (any thread).
+  std::vector<UpstreamView> upstreams_view() const;
+  // Brings tollgate_upstream_endpoint_up up to date with ejections that ended (any thread; /metrics
+  // calls it before rendering, so that a scrape never shows an ejection that is over).
+  void refresh_endpoint_gauges() const;
 
  private:
   struct Impl;

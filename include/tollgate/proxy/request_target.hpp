@@ -43,4 +43,10 @@ struct RequestTarget {
 // Fills `out` from the raw request target. Allocates only when the path needs a change.
 void parse_target(std::string_view raw, RequestTarget& out);
 
+// The target for the upstream: its base path ("" or "/v2", no trailing '/'), then `target` (the
+// normalised path and query) without `strip` (the route's prefix, when the route strips it). What
+// follows the base always starts with '/': "/v2" + "/a?q" is "/v2/a?q"; stripping "/sup" from
+// "/sup?q" leaves "/?q".
+std::string upstream_target(std::string_view base, std::string_view strip, std::string_view target);
+
 }  // namespace tollgate::proxy

@@ -53,6 +53,14 @@ class BucketStore {
     if (co_await refund(std::move(req), r)) out.bucket = 1;
     co_return out;
   }
+  // A granted request reached no upstream (every endpoint failed to connect, nothing was sent):
+  // its permits come back to its bucket and its channel bucket as stored permits, never above
+  // the burst, and not while an adaptive pause is on (limiter::restore). Window quotas keep
+  // their count. A store that cannot give back says nothing came back.
+  virtual boost::asio::awaitable<RefundResult> return_unused(AcquireRequest req) {
+    (void)req;
+    co_return RefundResult{};
+  }
   // The upstream throttled a request of `req`'s adaptive bucket: cut its rate, pause it
   // for `pause_us` (Retry-After, RateLimit t; 0: none) plus `jitter_us`, once per debounce window
   // whoever reports it. With Adaptive::on a pause also empties the bucket until it ends.

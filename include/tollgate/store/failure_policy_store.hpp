@@ -32,6 +32,7 @@ class FailurePolicyStore final : public BucketStore {
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
+  boost::asio::awaitable<RefundResult> return_unused(AcquireRequest req) override;
   boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
   std::vector<std::optional<BucketSnapshot>> inspect_many(const std::vector<BucketProbe>& probes) override {

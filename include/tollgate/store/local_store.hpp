@@ -28,6 +28,7 @@ class LocalStore final : public BucketStore {
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
+  boost::asio::awaitable<RefundResult> return_unused(AcquireRequest req) override;
   boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
   std::string name() const override { return "local"; }
@@ -38,6 +39,7 @@ class LocalStore final : public BucketStore {
   StoreDecision decide(const AcquireRequest& req);
   bool give_back(const AcquireRequest& req, const Reservation& r);  // give_back_slots(...).any()
   RefundResult give_back_slots(const AcquireRequest& req, const Reservation& r);
+  RefundResult give_back_unused(const AcquireRequest& req);  // return_unused, at once
   AdaptOutcome adapt(const AcquireRequest& req, Micros pause_us, Micros jitter_us);
   std::size_t size() const;         // entries of every kind
   std::size_t client_keys() const;  // entries of the capped per-client table

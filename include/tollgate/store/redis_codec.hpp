@@ -38,6 +38,11 @@ std::vector<std::string> refund_call(const AcquireRequest& req, const std::strin
 // The refund script's reply as a result (nullopt when malformed).
 std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const std::vector<std::string>& items);
 
+// The restore script (return_unused): the request's bucket keys, now, its permits per bucket.
+std::vector<std::string> restore_call(const AcquireRequest& req, const std::string& prefix,
+                                      std::string_view now_override = {});
+std::optional<RefundResult> parse_restore_reply(const AcquireRequest& req, const std::vector<std::string>& items);
+
 // The lean acquire script: the common case, a request with its one bucket and nothing else (no
 // channel bucket, quotas or maxShare). It sends the bucket's shape compactly (interval and size;
 // the warm-up numbers only with warm-up) and gets a short reply, for the same decision as the
@@ -105,6 +110,7 @@ std::optional<std::string> evalsha_as_eval(std::string_view wire, std::string_vi
 const char* acquire_script();
 const char* lean_acquire_script();
 const char* refund_script();
+const char* restore_script();
 const char* adapt_script();
 
 }  // namespace tollgate::store

@@ -72,6 +72,7 @@ class RedisStore final : public BucketStore {
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
+  boost::asio::awaitable<RefundResult> return_unused(AcquireRequest req) override;
   boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) override;
   // Read over the first thread's connection (no connection of their own), waiting at most
   // connect_timeout_ms; inspect_many reads every probe with one script call. For a thread that runs

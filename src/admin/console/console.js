@@ -243,6 +243,15 @@ function tlsCell(t) {
   return el('td', { class: `tls ${tint}`, 'data-days': least === null ? '' : String(Math.floor(least)) }, text);
 }
 
+// An upstream's endpoints: each address, "ejected" when out, and the requests on it now; or
+// "unresolved" (tinted) while its names do not resolve.
+function endpointsCell(u) {
+  if (u.resolved === false) return el('td', { class: 'endpoints bad' }, 'unresolved: 503 until it resolves');
+  const eps = u.endpoints ?? [];
+  const text = eps.map((e) => `${e.endpoint}${e.up ? '' : ' ejected'} (${e.outstanding})`).join(', ');
+  return el('td', { class: `endpoints ${eps.some((e) => !e.up) ? 'warn' : ''}` }, text);
+}
+
 function renderUpstreams(o) {
   $('upstreams').tBodies[0].replaceChildren(...o.upstreams.map((u) => {
     const e = u.errors_last_minute ?? {};
@@ -250,7 +259,7 @@ function renderUpstreams(o) {
       el('td', {}, u.upstream), el('td', { class: 'num' }, fmt(u.responses_last_minute, 0)),
       el('td', { class: 'num' }, fmt(u.latency_p50_ms, 1)), el('td', { class: 'num' }, fmt(u.latency_p99_ms, 1)),
       el('td', { class: 'num' }, fmt(e.connect, 0)), el('td', { class: 'num' }, fmt(e.reset, 0)),
-      el('td', { class: 'num' }, fmt(e.timeout, 0)), tlsCell(u.tls));
+      el('td', { class: 'num' }, fmt(e.timeout, 0)), endpointsCell(u), tlsCell(u.tls));
   }));
 }
 

@@ -298,3 +298,39 @@ TEST(TokenBucket, NeverReleasesMoreThanBurstPlusRateTimesT) {
 
 }  // namespace
 }  // namespace tollgate::limiter
+
+namespace tollgate::limiter {
+namespace {
+
+// A grant that reached no upstream: its permits come back as stored permits, up to the burst,
+// whether or not later grants followed it.
+TEST(Restore, UnusedPermitsComeBackAsStoredUpToTheBurst) {
+  BucketParams p;
+  p.rate = 10;  // burst 10 (one second)
+  const Shape s = shape_of(p);
+  BucketState st = full_state(s, 0);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(try_acquire(st, s, Mode::pay_now, 1, 0, 0).granted);
+  EXPECT_DOUBLE_EQ(st.stored, 0);
+  ASSERT_TRUE(try_acquire(st, s, Mode::pay_now, 1, 500'000, 0).granted);  // a fresh permit, a queue ahead
+  const Micros queued_until = st.next_free;
+  EXPECT_TRUE(restore(st, s, 1));
+  EXPECT_DOUBLE_EQ(st.stored, 1);
+  EXPECT_EQ(st.next_free, queued_until);  // later reservations keep their slots
+  // As in Guava, stored permits are reached only at the bucket's next free slot: the next request
+  // takes the one given back there, and adds no time after it.
+  EXPECT_FALSE(try_acquire(st, s, Mode::pay_now, 1, 0, 1000).granted);
+  const Decision d = try_acquire(st, s, Mode::pay_now, 1, 1'000'000, 1000);
+  EXPECT_TRUE(d.granted);
+  EXPECT_EQ(st.next_free, queued_until);
+  EXPECT_DOUBLE_EQ(st.stored, 0);
+  // Never above the burst: a full bucket takes nothing back.
+  BucketState full = full_state(s, 0);
+  EXPECT_FALSE(restore(full, s, 1));
+  EXPECT_DOUBLE_EQ(full.stored, 10);
+  full.stored = 9.5;
+  EXPECT_TRUE(restore(full, s, 3));
+  EXPECT_DOUBLE_EQ(full.stored, 10);
+}
+
+}  // namespace
+}  // namespace tollgate::limiter

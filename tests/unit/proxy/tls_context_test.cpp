@@ -53,8 +53,14 @@ struct TempDir {
 };
 
 config::UpstreamConfig https_upstream() {
-  return config::UpstreamConfig{.name = "s", .url = "https://localhost", .host = "localhost", .port = 443, .https = true,
-                                .tls = {}, .connect_timeout_ms = 0, .response_timeout_ms = 0, .idle_timeout_ms = 0};
+  config::UpstreamConfig u;
+  u.name = "s";
+  u.url = "https://localhost";
+  u.host = "localhost";
+  u.port = 443;
+  u.https = true;
+  u.targets.push_back({u.url, u.host, u.port, false, u.host});
+  return u;
 }
 
 std::string load_error(const config::UpstreamConfig& u) {
