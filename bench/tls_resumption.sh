@@ -25,17 +25,8 @@ for t in nginx ab openssl python3; do
   command -v "$t" >/dev/null || { echo "tls_resumption: $t is missing (nginx-light, apache2-utils, openssl, python3)" >&2; exit 1; }
 done
 
-W=$(mktemp -d /tmp/tollgate-tlsres-XXXXXX)
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$W"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+source bench/common.sh
+bench_workdir tlsres
 
 bash tests/support/tls_pki.sh "$W/pki"
 UP=$(free_port) G=$(free_port) N12=$(free_port) N13=$(free_port)
