@@ -153,7 +153,7 @@ Metrics::Metrics()
                            .Add({})),
       permits_returned(counters(registry, "tollgate_permits_returned_total",
                                 "Granted requests that no upstream endpoint could take (nothing sent): their "
-                                "permits given back to their buckets.")
+                                "permits given back to their buckets (up to the burst).")
                            .Add({})) {
   auto& requests = counters(registry, "tollgate_requests_total", "Requests by throttling outcome.");
   for (std::size_t i = 0; i < kOutcomes; ++i)

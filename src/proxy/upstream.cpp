@@ -221,8 +221,10 @@ void endpoint_failed(Upstream& up, UpstreamEndpoint& e) {
 // call, so its permits go back to its bucket (and channel bucket), before the caller is answered.
 net::awaitable<void> return_permit(ProxyContext& px, const UpstreamRequest& req) {
   if (req.permit == nullptr) co_return;
-  const store::RefundResult given = co_await px.deps.store.return_unused(*req.permit);
-  if (given.any()) px.deps.metrics.permits_returned.Increment();
+  // Counted whether or not the bucket had room (a bucket that refilled to its burst meanwhile
+  // takes nothing more): the count is of requests whose permit went back.
+  co_await px.deps.store.return_unused(*req.permit);
+  px.deps.metrics.permits_returned.Increment();
 }
 
 // The worker's view of the upstream: its endpoints as the resolver last published them, and
