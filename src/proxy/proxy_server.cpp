@@ -14,6 +14,7 @@
 #include "proxy_context.hpp"
 #include "session.hpp"
 #include "upstream.hpp"
+#include "tollgate/limiter/clock.hpp"
 #include "tollgate/proxy/listener.hpp"
 #include "tollgate/proxy/request_id.hpp"
 
@@ -186,15 +187,13 @@ std::uint16_t ProxyServer::port() const { return impl_->bound_port; }
 void ProxyServer::stop() { impl_->stop(); }
 void ProxyServer::drain() { impl_->drain(); }
 void ProxyServer::refresh_endpoint_gauges() const {
-  const auto now_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const auto now_us = limiter::steady_now_us();
   for (auto& u : impl_->px.routes.upstreams()) u.endpoints->refresh_gauges(now_us);
 }
 
 std::vector<UpstreamView> ProxyServer::upstreams_view() const {
   std::vector<UpstreamView> out;
-  const auto now_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const auto now_us = limiter::steady_now_us();
   for (auto& u : impl_->px.routes.upstreams()) {
     UpstreamView v;
     v.name = u.conf.name;

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tollgate/limiter/clock.hpp"
 #include "tollgate/log_line.hpp"
 
 namespace tollgate::proxy {
@@ -21,10 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kMinRefresh{1000};
-
-std::int64_t steady_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
-}
 
 // c-ares's servers string: "ip:port,[ipv6]:port".
 std::string servers_csv(const config::DnsConfig& dns) {
@@ -148,7 +145,7 @@ struct Resolver::Impl {
         if (!n.in_flight && n.due <= now) ask(n);
       if (now - last_gauges >= std::chrono::milliseconds(500)) {
         last_gauges = now;
-        for (auto* u : upstreams) u->refresh_gauges(steady_us());
+        for (auto* u : upstreams) u->refresh_gauges(limiter::steady_now_us());
       }
       // Sleep until the next name is due, c-ares's own timeout, the next gauge pass or a wake-up.
       auto wake = now + std::chrono::milliseconds(500);

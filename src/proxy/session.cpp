@@ -437,15 +437,9 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     refusal = error_answer(404, "no_route", "no route for this path", id);
     co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
   }
-  if (Upstream& up = px_.routes.upstreams()[route->upstream]; !up.endpoints->resolved()) {
-    // Its names do not resolve yet: 503 before the limiter is asked, so no permit is taken.
-    deps.metrics.count(UpstreamError::unresolved);
-    up.metrics->count(UpstreamError::unresolved);
-    access.rec.status = 503;
-    refusal = error_answer(503, "upstream_unresolved",
-                           "upstream '" + up.conf.name + "': " + up.conf.host + " does not resolve yet", id);
-    co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
-  }
+  // Its names do not resolve yet: 503 before the limiter is asked, so no permit is taken.
+  if (Upstream& up = px_.routes.upstreams()[route->upstream]; !up.endpoints->resolved())
+    co_return co_await answer_unresolved(px_, stream, version, keep, up, access.rec);
 
   const config::SwitchMode global = deps.switch_state.mode();
   const std::shared_ptr<const RuleViews> rules = global == config::SwitchMode::off ? nullptr : rule_views();

@@ -11,6 +11,7 @@
 
 #include "responses.hpp"
 #include "tls_io.hpp"
+#include "tollgate/limiter/clock.hpp"
 #include "tollgate/log_line.hpp"
 #include "tollgate/proxy/request_id.hpp"
 #include "tollgate/proxy/request_target.hpp"
@@ -181,10 +182,6 @@ void upstream_error(ProxyContext& px, Upstream& up, UpstreamError e) {
 // A request tries at most this many endpoints (each once) before its answer is the last failure.
 constexpr std::size_t kMaxTried = 16;
 
-std::int64_t steady_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // The request counted as outstanding on the endpoint it is on, for least-outstanding balancing.
 class Outstanding {
  public:
@@ -209,7 +206,7 @@ void endpoint_failed(Upstream& up, UpstreamEndpoint& e) {
   std::uint64_t version = 0;
   const auto set = up.endpoints->current(version);
   const EjectPolicy& p = up.endpoints->policy();
-  if (!note_failure(*set, e, p, steady_us())) return;
+  if (!note_failure(*set, e, p, limiter::steady_now_us())) return;
   e.series.ejections->Increment();
   e.series.up->Set(0);
   const std::uint32_t k = std::min<std::uint32_t>(e.ejections.load(std::memory_order_relaxed), 10);
@@ -238,15 +235,19 @@ void refresh_view(ProxyContext& px, Pool& pool, const Upstream& up) {
   }
 }
 
-// The upstream's names do not resolve yet (the gateway started anyway): 503 until they do.
-net::awaitable<bool> unresolved(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
-                                AccessRecord& rec) {
+}  // namespace
+
+net::awaitable<bool> answer_unresolved(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
+                                       AccessRecord& rec) {
+  upstream_error(px, up, UpstreamError::unresolved);
   rec.status = 503;
   const OwnAnswer answer = error_answer(503, "upstream_unresolved",
                                         "upstream '" + up.conf.name + "': " + up.conf.host + " does not resolve yet",
                                         rec.request_id);
   co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
 }
+
+namespace {
 
 // A TLS handshake or verification with the upstream failed: 502 naming the cause, counted by
 // reason; never retried to the same endpoint within the request (it would fail the same way).
@@ -281,13 +282,20 @@ net::awaitable<bool> upstream_failed(ProxyContext& px, TimedSocket& client, unsi
 // (TLS) it was made with the upstream's current profile (SNI, trust and client certificate are
 // part of what a pooled connection is), and its address is still one the upstream resolves to.
 // Stale ones met on the way, to any endpoint, are closed.
+// Whether an idle connection may still carry a request, before looking at its socket (quiet()):
+// idle less than `max_age`, made under the profile of `tls_generation`, to an address still given.
+bool reusable(PooledConn& c, std::chrono::steady_clock::time_point now, std::chrono::steady_clock::duration max_age,
+              std::uint64_t tls_generation) {
+  return now - c.idle_since < max_age && c.tls_generation == tls_generation &&
+         c.endpoint->in_set.load(std::memory_order_relaxed) && c.stream.socket().is_open();
+}
+
 std::unique_ptr<PooledConn> take_idle(ProxyContext& px, Pool& pool, const Upstream& up, const UpstreamEndpoint* ep,
                                       std::uint64_t tls_generation) {
   const auto now = std::chrono::steady_clock::now();
   for (std::size_t i = pool.idle.size(); i-- > 0;) {
     PooledConn& c = *pool.idle[i];
-    const bool stale = now - c.idle_since >= up.idle_timeout || c.tls_generation != tls_generation ||
-                       !c.endpoint->in_set.load(std::memory_order_relaxed) || !c.stream.socket().is_open();
+    const bool stale = !reusable(c, now, up.idle_timeout, tls_generation);
     if (!stale && c.endpoint.get() != ep) continue;
     auto taken = std::move(pool.idle[i]);
     pool.idle.erase(pool.idle.begin() + static_cast<std::ptrdiff_t>(i));
@@ -506,7 +514,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
   refresh_view(px, pool, up);
   if (pool.set->endpoints.empty()) {  // (the session answers this before the limiter: only a race gets here)
     co_await return_permit(px, req);
-    co_return co_await unresolved(px, client, version, keep, up, rec);
+    co_return co_await answer_unresolved(px, client, version, keep, up, rec);
   }
 
   std::string head;
@@ -528,7 +536,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
     // One endpoint and nothing tried yet (the common case): no clock read, no search.
     const std::size_t pick = set.endpoints.size() == 1 && tried_count == 0
                                  ? 0
-                                 : pick_endpoint(set, pool.rr, steady_us(), tried.data(), tried_count);
+                                 : pick_endpoint(set, pool.rr, limiter::steady_now_us(), tried.data(), tried_count);
     if (pick == kNoEndpoint) {
       // Every endpoint failed to take it: the last failure is the answer.
       co_await return_permit(px, req);
@@ -683,8 +691,7 @@ net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, std::size_t upstream
     std::size_t fresh = 0;
     for (std::size_t i = pool.idle.size(); i-- > 0;) {
       PooledConn& c = *pool.idle[i];
-      if (now - c.idle_since < max_age && c.tls_generation == generation &&
-          c.endpoint->in_set.load(std::memory_order_relaxed) && c.stream.socket().is_open() && quiet(c.stream)) {
+      if (reusable(c, now, max_age, generation) && quiet(c.stream)) {
         ++fresh;
         continue;
       }
@@ -696,7 +703,7 @@ net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, std::size_t upstream
     while (fresh < want && !w.draining && !pool.set->endpoints.empty()) {
       const std::shared_ptr<const EndpointSet> set = pool.set;
       auto conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
-      conn->endpoint = set->endpoints[pick_endpoint(*set, rr, steady_us(), nullptr, 0)];
+      conn->endpoint = set->endpoints[pick_endpoint(*set, rr, limiter::steady_now_us(), nullptr, 0)];
       const std::shared_ptr<const TlsClientProfile> profile = up.conf.https ? pool.tls : nullptr;
       std::optional<TlsFailure> failure;
       const beast::error_code ec =

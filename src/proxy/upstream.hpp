@@ -46,6 +46,11 @@ struct RateLimitFields {
 // drains. Nothing to do when min_idle_conns is 0.
 net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, std::size_t upstream);
 
+// The upstream's names do not resolve yet (the gateway started anyway): 503 upstream_unresolved,
+// counted (kind "unresolved"). Returns whether the client connection stays open.
+net::awaitable<bool> answer_unresolved(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
+                                       AccessRecord& rec);
+
 // Returns whether the client connection stays open.
 net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, const UpstreamRequest& req,
                              const Route& route, const RateLimitFields& fields, AccessRecord& rec);
