@@ -17,6 +17,59 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 
+namespace {
+
+// One keep-alive client: GETs `target` from 127.0.0.1:port, connecting again after an error or a
+// close; each read gives up after `read_timeout`.
+class KeepAliveGet {
+ public:
+  struct Answer {
+    int status = 0;      // 0: no answer (see detail)
+    std::string detail;  // the error, or the start of a body other than 200's
+    bool connect_failed = false;
+  };
+  KeepAliveGet(int port, const std::string& target, std::chrono::seconds read_timeout, bool no_delay)
+      : port_(port), read_timeout_(read_timeout), no_delay_(no_delay), req_{http::verb::get, target, 11} {
+    req_.set(http::field::host, "127.0.0.1");
+  }
+  Answer get() {
+    beast::error_code ec;
+    if (!sock_) {
+      sock_ = std::make_unique<tcp::socket>(ctx_);
+      sock_->connect({net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_)}, ec);
+      if (ec) {
+        sock_.reset();
+        return {0, "connect: " + ec.message(), true};
+      }
+      if (no_delay_) sock_->set_option(tcp::no_delay(true), ec);
+      timeval tv{static_cast<time_t>(read_timeout_.count()), 0};
+      setsockopt(sock_->native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      buf_.clear();
+    }
+    http::write(*sock_, req_, ec);
+    http::response<http::string_body> res;
+    if (!ec) http::read(*sock_, buf_, res, ec);
+    if (ec) {
+      sock_.reset();
+      return {0, ec.message(), false};
+    }
+    Answer a{res.result_int(), res.result_int() != 200 ? res.body().substr(0, 300) : std::string(), false};
+    if (!res.keep_alive()) sock_.reset();
+    return a;
+  }
+
+ private:
+  int port_;
+  std::chrono::seconds read_timeout_;
+  bool no_delay_;
+  net::io_context ctx_;
+  std::unique_ptr<tcp::socket> sock_;
+  beast::flat_buffer buf_;
+  http::request<http::empty_body> req_;
+};
+
+}  // namespace
+
 LoadResult run_load(const std::vector<int>& ports, const std::string& target, int clients_per_port,
                     std::chrono::milliseconds duration, std::chrono::milliseconds pause_after_reject) {
   LoadResult result;
@@ -27,37 +80,12 @@ LoadResult run_load(const std::vector<int>& ports, const std::string& target, in
     for (int c = 0; c < clients_per_port; ++c) {
       threads.emplace_back([&, port] {
         std::map<int, int> local;
-        net::io_context ctx;
-        std::unique_ptr<tcp::socket> sock;
-        beast::flat_buffer buf;
-        http::request<http::empty_body> req{http::verb::get, target, 11};
-        req.set(http::field::host, "127.0.0.1");
+        KeepAliveGet client(port, target, std::chrono::seconds(5), false);
         while (std::chrono::steady_clock::now() < deadline) {
-          beast::error_code ec;
-          if (!sock) {
-            sock = std::make_unique<tcp::socket>(ctx);
-            sock->connect({net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
-            if (ec) {
-              ++local[0];
-              sock.reset();
-              std::this_thread::sleep_for(std::chrono::milliseconds(10));
-              continue;
-            }
-            timeval tv{5, 0};
-            setsockopt(sock->native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-            buf.clear();
-          }
-          http::write(*sock, req, ec);
-          http::response<http::string_body> res;
-          if (!ec) http::read(*sock, buf, res, ec);
-          if (ec) {
-            ++local[0];
-            sock.reset();
-            continue;
-          }
-          ++local[res.result_int()];
-          if (!res.keep_alive()) sock.reset();
-          if (res.result_int() == 429 || res.result_int() == 503) std::this_thread::sleep_for(pause_after_reject);
+          const KeepAliveGet::Answer a = client.get();
+          ++local[a.status];
+          if (a.connect_failed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          if (a.status == 429 || a.status == 503) std::this_thread::sleep_for(pause_after_reject);
         }
         std::lock_guard lock(mu);
         for (const auto& [s, n] : local) result.statuses[s] += n;
@@ -85,50 +113,20 @@ std::vector<TimedAnswer> BackgroundLoad::answers() const {
 }
 
 void BackgroundLoad::run(int port) {
-  net::io_context ctx;
-  std::unique_ptr<tcp::socket> sock;
-  beast::flat_buffer buf;
-  http::request<http::empty_body> req{http::verb::get, target_, 11};
-  req.set(http::field::host, "127.0.0.1");
-  auto record = [&](TimedAnswer a) {
-    a.done_us = monotonic_now_us();
-    std::lock_guard lock(mu_);
-    answers_.push_back(std::move(a));
-  };
+  KeepAliveGet client(port, target_, std::chrono::seconds(10), true);
   while (!stopping_) {
-    beast::error_code ec;
     TimedAnswer a;
     a.sent_us = monotonic_now_us();
-    if (!sock) {
-      sock = std::make_unique<tcp::socket>(ctx);
-      sock->connect({net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
-      if (ec) {
-        a.detail = "connect: " + ec.message();
-        record(std::move(a));
-        sock.reset();
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        continue;
-      }
-      sock->set_option(tcp::no_delay(true), ec);
-      timeval tv{10, 0};
-      setsockopt(sock->native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-      buf.clear();
+    KeepAliveGet::Answer got = client.get();
+    a.done_us = monotonic_now_us();
+    a.status = got.status;
+    a.detail = std::move(got.detail);
+    {
+      std::lock_guard lock(mu_);
+      answers_.push_back(std::move(a));
     }
-    http::write(*sock, req, ec);
-    http::response<http::string_body> res;
-    if (!ec) http::read(*sock, buf, res, ec);
-    if (ec) {
-      a.detail = ec.message();
-      record(std::move(a));
-      sock.reset();
-      continue;
-    }
-    a.status = res.result_int();
-    if (a.status != 200) a.detail = res.body().substr(0, 300);
-    const bool keep = res.keep_alive();
-    record(std::move(a));
-    if (!keep) sock.reset();
-    std::this_thread::sleep_for(pause_);
+    if (got.connect_failed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    else if (got.status != 0) std::this_thread::sleep_for(pause_);
   }
 }
 
