@@ -9,9 +9,10 @@
 //                  one, V-2); ?echo=1 also lists the request's fields in order, repeated ones
 //                  included ("fields": [[name, value], ...])
 // GET /__stats returns per-path counts and arrival times (CLOCK_MONOTONIC microseconds, the clock
-// the gateway uses) and the connections accepted; POST /__reset clears them. --connect-delay-ms N
-// holds each new connection N ms before its TLS handshake (plain HTTP: before its first request),
-// standing in for the round trips of a distant supplier. Port 0 picks a free port; the chosen one is printed.
+// the gateway uses), the connections accepted and those open now (the one asking included); POST
+// /__reset clears them ("open" stays). --connect-delay-ms N holds each new connection N ms before
+// its TLS handshake (plain HTTP: before its first request), standing in for the round trips of a
+// distant supplier. Port 0 picks a free port; the chosen one is printed.
 //
 // A throttling supplier: --limit SUFFIX=RATE (repeatable) or PUT /__limits with
 // {"<suffix>": RATE, ...} (0 or null: no limit; the rates in force are replaced, and can change
@@ -155,6 +156,7 @@ std::uint64_t g_total = 0;
 int g_latency_ms = 0;
 int g_connect_delay_ms = 0;
 std::uint64_t g_connections = 0;  // accepted since start (or /__reset)
+std::uint64_t g_open = 0;         // open now
 
 
 std::string query_param(std::string_view target, std::string_view key) {
@@ -208,6 +210,10 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
   Stream stream = make_stream<Stream>(std::move(sock), tls);
   beast::tcp_stream& tcp_layer = beast::get_lowest_layer(stream);
   ++g_connections;
+  ++g_open;
+  struct Closed {
+    ~Closed() { --g_open; }
+  } closed;
   if (g_connect_delay_ms > 0) {
     net::steady_timer t(co_await net::this_coro::executor, std::chrono::milliseconds(g_connect_delay_ms));
     beast::error_code ec;
@@ -239,7 +245,7 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
       for (const auto& [p, s] : g_stats)
         paths[p] = {{"count", s.count}, {"throttled", s.throttled}, {"arrivals_us", s.arrivals_us},
                     {"throttled_us", s.throttled_us}};
-      res.body() = json{{"total", g_total}, {"connections", g_connections}, {"paths", paths}}.dump();
+      res.body() = json{{"total", g_total}, {"connections", g_connections}, {"open", g_open}, {"paths", paths}}.dump();
     } else if (path == "/__reset") {
       g_stats.clear();
       g_total = 0;

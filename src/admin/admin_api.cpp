@@ -1,5 +1,6 @@
 #include "tollgate/admin/admin_api.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <iostream>
@@ -518,8 +519,16 @@ SimpleResponse AdminApi::get_overview() const {
   out["policies"] = std::move(policies);
 
   json upstreams = json::array();
+  // The running route table's upstreams (one a SIGHUP removed keeps its series, not its place here).
+  std::vector<proxy::UpstreamView> running;
+  if (deps_.upstreams_view) running = deps_.upstreams_view();
+  auto is_running = [&](const std::string& name) {
+    return !deps_.upstreams_view ||
+           std::any_of(running.begin(), running.end(), [&](const proxy::UpstreamView& v) { return v.name == name; });
+  };
   if (deps_.history) {
     for (const auto& [name, w] : deps_.history->upstreams()) {
+      if (!is_running(name)) continue;
       json errors = json::object(), totals = json::object();
       for (std::size_t e = 0; e < proxy::kUpstreamErrors; ++e) {
         errors[proxy::upstream_error_name(static_cast<proxy::UpstreamError>(e))] = w.errors[e];
@@ -560,7 +569,7 @@ SimpleResponse AdminApi::get_overview() const {
   }
   if (deps_.upstreams_view) {
     // Each upstream's endpoints: in use or ejected, and the requests on each now.
-    for (const proxy::UpstreamView& v : deps_.upstreams_view()) {
+    for (const proxy::UpstreamView& v : running) {
       json eps = json::array();
       for (const auto& e : v.endpoints) eps.push_back({{"endpoint", e.endpoint}, {"up", e.up}, {"outstanding", e.outstanding}});
       bool found = false;

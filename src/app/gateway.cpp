@@ -302,9 +302,30 @@ int Gateway::run() {
         for (const auto& e : t.errors) std::cout << "tollgate: SIGHUP: TLS reload refused, keeping the old context: " << e << std::endl;
         if (!t.reloaded.empty()) std::cout << "tollgate: SIGHUP: TLS files re-read (" << t.reloaded.size() << " contexts)" << std::endl;
       }
-      const config::ReloadResult r = m.config_manager->reload();
-      if (r.ok) std::cout << "tollgate: SIGHUP: config v" << r.version << " loaded" << std::endl;
-      else std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << ": " << r.error << std::endl;
+      // The file's upstreams, routes and dns (a new route table), and then its rules (a file
+      // source) or MySQL's. A file that does not parse, whose rules are rejected or whose table
+      // cannot be made (a TLS file that does not load) is refused whole: table and rules stay.
+      std::string refused;
+      try {
+        const config::GatewayConfig next = config::load_gateway_config(m.cfg.path);
+        if (m.cfg.limits.source == config::RuleSource::file)
+          (void)config::FileSource::from_rows(next.limits.rows, next.limits.switch_mode);
+        if (m.proxy->replace_routes(next))
+          std::cout << "tollgate: SIGHUP: route table replaced (" << next.upstreams.size() << " upstreams, "
+                    << next.routes.size() << " routes); requests in flight finish on the old one" << std::endl;
+      } catch (const std::exception& e) {
+        refused = e.what();
+      }
+      if (!refused.empty() && m.cfg.limits.source == config::RuleSource::file) {
+        std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << m.snapshots.get()->version
+                  << " and the route table: " << refused << std::endl;
+      } else {
+        if (!refused.empty())
+          std::cout << "tollgate: SIGHUP: " << m.cfg.path << " refused, keeping the route table: " << refused << std::endl;
+        const config::ReloadResult r = m.config_manager->reload();
+        if (r.ok) std::cout << "tollgate: SIGHUP: config v" << r.version << " loaded" << std::endl;
+        else std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << ": " << r.error << std::endl;
+      }
       if (std::ifstream in{m.cfg.path}) {
         const std::string now{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
         const std::vector<std::string> fields = config::fields_needing_restart(m.cfg.text, now);

@@ -672,9 +672,14 @@ std::vector<std::string> fields_needing_restart(const std::string& running_text,
   } catch (const json::exception&) {
     return out;  // the reload itself reports the parse error
   }
-  // A reload applies the rules and the switch of a file source; everything else is read at start.
+  // A reload applies the upstreams, the routes and the DNS servers, and the rules and the switch
+  // of a file source; everything else is read at start.
   auto applied = [](json& doc) {
-    if (!doc.is_object() || !doc.contains("limits") || !doc["limits"].is_object()) return;
+    if (!doc.is_object()) return;
+    doc.erase("upstreams");
+    doc.erase("routes");
+    doc.erase("dns");
+    if (!doc.contains("limits") || !doc["limits"].is_object()) return;
     json& l = doc["limits"];
     if (l.value("source", std::string("file")) != "file") return;
     l.erase("rules");

@@ -138,6 +138,11 @@ bool UpstreamEndpoints::set_addresses(std::size_t target, std::vector<tcp::endpo
   return true;
 }
 
+void UpstreamEndpoints::mark_ejected(UpstreamEndpoint& e) {
+  std::lock_guard lock(mu_);  // set_addresses removes a leaving endpoint's gauge under it
+  if (e.in_set.load(std::memory_order_relaxed)) e.series.up->Set(0);
+}
+
 void UpstreamEndpoints::refresh_gauges(std::int64_t now_us) {
   std::lock_guard lock(mu_);
   for (const auto& e : set_->endpoints) {

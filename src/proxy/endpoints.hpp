@@ -74,6 +74,8 @@ class UpstreamEndpoints {
   // Returns whether the set changed.
   bool set_addresses(std::size_t target, std::vector<tcp::endpoint> addresses);
   bool resolved() const { return resolved_.load(std::memory_order_acquire); }
+  // `e` was just ejected: its `up` gauge says so (unless it left the set, and its gauge with it).
+  void mark_ejected(UpstreamEndpoint& e);
   // The `up` gauges follow ejections that ended (called about once a second).
   void refresh_gauges(std::int64_t now_us);
   const config::UpstreamConfig& conf() const { return conf_; }

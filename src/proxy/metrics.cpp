@@ -211,12 +211,17 @@ EndpointSeries Metrics::endpoint(std::string_view upstream, std::string_view end
   s.up = &gauges(registry, "tollgate_upstream_endpoint_up", kEndpointUpHelp).Add(labels);
   s.ejections = &counters(registry, "tollgate_upstream_ejections_total", "Ejections of an endpoint after consecutive failures.")
                      .Add(labels);
+  ++endpoint_holders_[s.up];
   return s;
 }
 
 void Metrics::remove_endpoint(const EndpointSeries& s) {
   std::lock_guard lock(mu_);
-  if (s.up) gauges(registry, "tollgate_upstream_endpoint_up", kEndpointUpHelp).Remove(s.up);
+  if (!s.up) return;
+  auto it = endpoint_holders_.find(s.up);
+  if (it != endpoint_holders_.end() && --it->second > 0) return;
+  if (it != endpoint_holders_.end()) endpoint_holders_.erase(it);
+  gauges(registry, "tollgate_upstream_endpoint_up", kEndpointUpHelp).Remove(s.up);
 }
 
 PolicyMetrics& Metrics::policy(std::string_view rule, std::string_view policy, bool quota) {

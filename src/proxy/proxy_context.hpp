@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <unordered_set>
 #include <vector>
 
@@ -36,7 +37,16 @@ struct Pool {
   std::uint32_t rr = 0;           // round robin among endpoints equally loaded
   net::steady_timer* warm_timer = nullptr;  // the warm-pool keeper's (min_idle_conns > 0): cancelled to wake it
   std::shared_ptr<const TlsClientProfile> tls;
-  std::uint64_t tls_epoch = 0;  // TlsProfiles::epoch() when `tls` was read
+  std::uint64_t tls_epoch = 0;  // UpstreamTls::epoch() when `tls` was read
+  bool retired = false;         // its upstream left the route table: connections coming back are closed
+};
+
+// A worker's side of one route table: the table and a pool per upstream. A request keeps the one
+// it started on (a shared_ptr) until it is answered; the pools of upstreams the next table keeps
+// unchanged are shared with it, the others retire.
+struct WorkerTable {
+  std::shared_ptr<RouteTable> routes;
+  std::vector<std::shared_ptr<Pool>> pools;  // by upstream index
 };
 
 struct Worker {
@@ -44,7 +54,7 @@ struct Worker {
   net::io_context* ctx;
   Timeouts timeouts;  // of this worker's connections, client and upstream
   std::unique_ptr<tcp::acceptor> acceptor;
-  std::vector<Pool> pools;                      // one per upstream
+  std::shared_ptr<WorkerTable> table;           // the running one, replaced on this thread
   std::unordered_set<TimedSocket*> idle;        // connections waiting for their next request
   bool draining = false;                        // set on this worker's own thread
   int spare_fd = -1;  // held back so that a 429 can still be sent when descriptors run out
@@ -63,7 +73,13 @@ struct ProxyContext {
   }
   ProxyDeps deps;
   const config::ProxyLimits& limits;
-  RouteTable routes;
+  // The running route table (the admin thread's view; each worker has its own pointer to it).
+  std::shared_ptr<RouteTable> routes() const {
+    std::lock_guard lock(routes_mu);
+    return routes_;
+  }
+  std::shared_ptr<RouteTable> routes_;  // under routes_mu
+  mutable std::mutex routes_mu;
   TrustedProxies trusted;
   PolicySettings settings;
 };

@@ -66,6 +66,10 @@ struct ProxyServer::Impl {
   std::vector<Worker> workers;
   std::uint16_t bound_port = 0;
   bool tls_listener = false;
+  std::mutex replace_mu;  // one replacement at a time; the running_* below under it
+  std::vector<config::UpstreamConfig> running_upstreams;
+  std::vector<config::RouteConfig> running_routes;
+  config::DnsConfig running_dns;
 
   Impl(std::vector<net::io_context*> ctxs, ProxyDeps d) : px(d) {
     for (auto* c : ctxs) {
@@ -80,16 +84,77 @@ struct ProxyServer::Impl {
       if (w.spare_fd >= 0) ::close(w.spare_fd);
   }
 
+  // The route table of `cfg`'s upstreams, routes and dns, taking over what it keeps of `previous`,
+  // its names resolved (waiting up to 2 s for their first answers, as at start).
+  std::shared_ptr<RouteTable> make_table(const config::GatewayConfig& cfg, const RouteTable* previous) {
+    std::vector<std::shared_ptr<UpstreamTls>> tls =
+        px.deps.tls ? px.deps.tls->prepare(cfg.upstreams) : std::vector<std::shared_ptr<UpstreamTls>>{};
+    for (std::size_t i = 0; i < cfg.upstreams.size(); ++i)
+      if (cfg.upstreams[i].https && (i >= tls.size() || !tls[i]))
+        throw std::runtime_error("upstream '" + cfg.upstreams[i].name + "' is https but the proxy has no TLS profiles");
+    auto table = std::make_shared<RouteTable>(cfg, px.limits, tls, px.deps.metrics, workers.size(), previous);
+    table->start(std::chrono::milliseconds(2000));
+    if (px.deps.tls) px.deps.tls->adopt(std::move(tls));
+    running_upstreams = cfg.upstreams;
+    running_routes = cfg.routes;
+    running_dns = cfg.dns;
+    return table;
+  }
+
+  // On the worker's thread: `routes` becomes its table. Pools of upstreams it keeps unchanged (the
+  // same endpoints) carry over with their idle connections and keeper; the others retire: idle
+  // connections close now, busy ones when their request is answered.
+  void adopt(Worker& w, const std::shared_ptr<RouteTable>& routes) {
+    auto next = std::make_shared<WorkerTable>();
+    next->routes = routes;
+    std::vector<std::shared_ptr<Pool>> old;
+    if (w.table) old = w.table->pools;
+    for (Upstream& up : routes->upstreams()) {
+      std::shared_ptr<Pool> pool;
+      for (std::size_t i = 0; i < old.size() && !pool; ++i)
+        if (old[i] && w.table->routes->upstreams()[i].endpoints == up.endpoints) pool = std::exchange(old[i], nullptr);
+      if (!pool) {
+        pool = std::make_shared<Pool>();
+        if (up.conf.min_idle_conns > 0) net::co_spawn(*w.ctx, keep_warm(px, w, up, pool), net::detached);
+      }
+      next->pools.push_back(std::move(pool));
+    }
+    for (auto& pool : old) {
+      if (!pool) continue;
+      pool->retired = true;
+      pool->idle.clear();
+      if (pool->warm_timer) pool->warm_timer->cancel();
+    }
+    w.table = std::move(next);
+  }
+
+  // SIGHUP: see ProxyServer::replace_routes.
+  bool replace_routes(const config::GatewayConfig& cfg) {
+    std::lock_guard lock(replace_mu);
+    if (cfg.upstreams == running_upstreams && cfg.routes == running_routes && cfg.dns == running_dns) return false;
+    const std::shared_ptr<RouteTable> old = px.routes();
+    std::shared_ptr<RouteTable> table = make_table(cfg, old.get());
+    {
+      std::lock_guard routes_lock(px.routes_mu);
+      px.routes_ = table;
+    }
+    for (auto& w : workers) net::post(*w.ctx, [this, &w, table] { adopt(w, table); });
+    old->stop();  // the new table's resolver follows the names now
+    return true;
+  }
+
   void start() {
-    px.routes.build(px.deps.config, px.deps.metrics, workers.size());
-    // Names resolve off the request path; a normal start waits briefly for their first answers.
-    px.routes.start(std::chrono::milliseconds(2000));
+    auto table = make_table(px.deps.config, nullptr);
+    {
+      std::lock_guard routes_lock(px.routes_mu);
+      px.routes_ = table;
+    }
     tls_listener = px.deps.tls && px.deps.tls->listener();
     tcp::endpoint ep = make_endpoint(px.deps.config.listen);
     for (std::size_t i = 0; i < workers.size(); ++i) {
       auto& w = workers[i];
       w.index = i;
-      w.pools.resize(px.routes.upstreams().size());
+      adopt(w, table);  // (before the threads run: on this thread)
       w.acceptor = std::make_unique<tcp::acceptor>(*w.ctx);
       open_acceptor(*w.acceptor, ep, workers.size() > 1);
       if (i == 0) {
@@ -97,8 +162,6 @@ struct ProxyServer::Impl {
         ep.port(bound_port);  // port 0: the others join the port the first one got
       }
       net::co_spawn(*w.ctx, accept_loop(w), net::detached);
-      for (std::size_t u = 0; u < w.pools.size(); ++u)
-        if (px.routes.upstreams()[u].conf.min_idle_conns > 0) net::co_spawn(*w.ctx, keep_warm(px, w, u), net::detached);
       net::co_spawn(*w.ctx, w.timeouts.run(), net::detached);
     }
   }
@@ -155,7 +218,7 @@ struct ProxyServer::Impl {
   }
 
   void stop() {
-    px.routes.stop();
+    if (auto table = px.routes()) table->stop();
     for (auto& w : workers) {
       if (!w.acceptor) continue;
       net::post(*w.ctx, [a = w.acceptor.get()] {
@@ -186,15 +249,20 @@ void ProxyServer::start() { impl_->start(); }
 std::uint16_t ProxyServer::port() const { return impl_->bound_port; }
 void ProxyServer::stop() { impl_->stop(); }
 void ProxyServer::drain() { impl_->drain(); }
+bool ProxyServer::replace_routes(const config::GatewayConfig& next) { return impl_->replace_routes(next); }
 void ProxyServer::refresh_endpoint_gauges() const {
   const auto now_us = limiter::steady_now_us();
-  for (auto& u : impl_->px.routes.upstreams()) u.endpoints->refresh_gauges(now_us);
+  const auto table = impl_->px.routes();
+  if (!table) return;
+  for (auto& u : table->upstreams()) u.endpoints->refresh_gauges(now_us);
 }
 
 std::vector<UpstreamView> ProxyServer::upstreams_view() const {
   std::vector<UpstreamView> out;
   const auto now_us = limiter::steady_now_us();
-  for (auto& u : impl_->px.routes.upstreams()) {
+  const auto table = impl_->px.routes();
+  if (!table) return out;
+  for (auto& u : table->upstreams()) {
     UpstreamView v;
     v.name = u.conf.name;
     v.resolved = u.endpoints->resolved();

@@ -4,18 +4,24 @@
 
 namespace tollgate::proxy {
 
-void RouteTable::build(const config::GatewayConfig& config, Metrics& metrics, std::size_t workers) {
-  const config::ProxyLimits& limits = config.proxy;
+RouteTable::RouteTable(const config::GatewayConfig& config, const config::ProxyLimits& limits,
+                       std::vector<std::shared_ptr<UpstreamTls>> tls, Metrics& metrics, std::size_t workers,
+                       const RouteTable* previous) {
   std::vector<UpstreamEndpoints*> all;
-  for (const auto& u : config.upstreams) {
+  for (std::size_t i = 0; i < config.upstreams.size(); ++i) {
+    const config::UpstreamConfig& u = config.upstreams[i];
     Upstream up;
     up.index = upstreams_.size();
     up.conf = u;
+    up.tls = i < tls.size() ? tls[i] : nullptr;
     up.connect_timeout = milliseconds(u.connect_timeout_ms ? u.connect_timeout_ms : limits.connect_timeout_ms);
     up.response_timeout = milliseconds(u.response_timeout_ms ? u.response_timeout_ms : limits.response_timeout_ms);
     up.idle_timeout = milliseconds(u.idle_timeout_ms ? u.idle_timeout_ms : limits.upstream_idle_timeout_ms);
     up.metrics = &metrics.upstream(u.name);
-    up.endpoints = std::make_unique<UpstreamEndpoints>(u, workers, metrics, *up.metrics);
+    if (previous)
+      for (const Upstream& was : previous->upstreams_)
+        if (was.conf == u) up.endpoints = was.endpoints;  // unchanged: its health, sessions and pools go on
+    if (!up.endpoints) up.endpoints = std::make_shared<UpstreamEndpoints>(u, workers, metrics, *up.metrics);
     all.push_back(up.endpoints.get());
     upstreams_.push_back(std::move(up));
   }

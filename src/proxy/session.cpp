@@ -431,14 +431,16 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   std::string rewritten;  // the normalised target, when the client spelled it otherwise
   if (target.rewritten) rewritten.append(target.path).append(target.query);
   const std::string_view upstream_target = target.rewritten ? std::string_view(rewritten) : h.target;
-  const Route* route = px_.routes.route_for(target.path);
+  // The route table it starts on is the one it finishes on, whatever a SIGHUP swaps meanwhile.
+  const std::shared_ptr<WorkerTable> table = w_.table;
+  const Route* route = table->routes->route_for(target.path);
   if (route == nullptr) {
     count.bad_request(404);
     refusal = error_answer(404, "no_route", "no route for this path", id);
     co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
   }
   // Its names do not resolve yet: 503 before the limiter is asked, so no permit is taken.
-  if (Upstream& up = px_.routes.upstreams()[route->upstream]; !up.endpoints->resolved())
+  if (Upstream& up = table->routes->upstreams()[route->upstream]; !up.endpoints->resolved())
     co_return co_await answer_unresolved(px_, stream, version, keep, up, access.rec);
 
   const config::SwitchMode global = deps.switch_state.mode();
@@ -475,7 +477,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     const UpstreamRequest out{h, upstream_target, body, {}, id, client_ip_, sent_budget, deadline, latency,
                               plan.rule ? &signal : nullptr, stream.tls() != nullptr};
     const RateLimitFields none{{}, {}, id};
-    const bool open = co_await forward(px_, w_, stream, out, *route, none, access.rec);
+    const bool open = co_await forward(px_, w_, *table, stream, out, *route, none, access.rec);
     if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
     co_return open;
   }
@@ -553,7 +555,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   const UpstreamRequest out{h, upstream_target, body, verdict.shadow_header, id, client_ip_, sent_budget, deadline,
                             latency, &signal, stream.tls() != nullptr,
                             sd.decision.granted ? &plan.request : nullptr};
-  const bool open = co_await forward(px_, w_, stream, out, *route, fields, access.rec);
+  const bool open = co_await forward(px_, w_, *table, stream, out, *route, fields, access.rec);
   if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
   co_return open;
 }

@@ -72,6 +72,7 @@ std::string openssl_reason() {
   const unsigned long e = ERR_get_error();
   ERR_clear_error();
   if (e == 0) return "unknown error";
+  if (ERR_SYSTEM_ERROR(e)) return std::strerror(ERR_GET_REASON(e));  // a file that cannot be read: errno
   const char* r = ERR_reason_error_string(e);
   return r ? r : "error " + std::to_string(e);
 }
@@ -348,14 +349,6 @@ SSL* TlsServerProfile::new_connection(int fd) const {
 
 // ---- every profile ---------------------------------------------------------------------------
 
-struct TlsProfiles::Slot {
-  std::atomic<std::shared_ptr<const TlsClientProfile>> client;
-  std::atomic<std::int64_t> peer_not_after{0};
-  prometheus::Counter* handshakes[2] = {nullptr, nullptr};  // resumed false, true
-  prometheus::Gauge* peer_expiry = nullptr;                 // made on the first handshake
-  std::once_flag peer_once;
-};
-
 namespace {
 prometheus::Family<prometheus::Gauge>& expiry_family(prometheus::Registry& r) {
   return prometheus::BuildGauge()
@@ -366,26 +359,57 @@ prometheus::Family<prometheus::Gauge>& expiry_family(prometheus::Registry& r) {
 }
 }  // namespace
 
-TlsProfiles::TlsProfiles(const config::GatewayConfig& cfg, Metrics& metrics)
-    : cfg_(cfg), metrics_(metrics), slots_(new Slot[cfg.upstreams.size()]) {
+UpstreamTls::UpstreamTls(const config::UpstreamConfig& conf, std::shared_ptr<const TlsClientProfile> profile,
+                         Metrics& metrics)
+    : conf_(conf), metrics_(metrics), profile_(std::move(profile)) {
   auto& handshakes = prometheus::BuildCounter()
                          .Name("tollgate_upstream_tls_handshakes_total")
                          .Help("TLS handshakes with upstreams, by whether the session was resumed.")
                          .Register(metrics.registry);
-  for (std::size_t i = 0; i < cfg.upstreams.size(); ++i) {
-    const config::UpstreamConfig& u = cfg.upstreams[i];
-    if (!u.https) continue;
-    auto p = TlsClientProfile::load(u);
-    if (p->insecure())
-      std::cerr << "tollgate: warn: upstream '" << u.name << "' (" << u.url
-                << "): tls.insecure_skip_verify is true: its certificate and host name are NOT verified; anyone on "
-                   "the path can impersonate it"
-                << std::endl;
-    if (p->has_client_cert()) publish_expiry("client", u.name, p->client_cert_not_after());
-    slots_[i].client.store(std::move(p));
-    slots_[i].handshakes[0] = &handshakes.Add({{"upstream", u.name}, {"resumed", "false"}});
-    slots_[i].handshakes[1] = &handshakes.Add({{"upstream", u.name}, {"resumed", "true"}});
-  }
+  handshakes_[0] = &handshakes.Add({{"upstream", conf.name}, {"resumed", "false"}});
+  handshakes_[1] = &handshakes.Add({{"upstream", conf.name}, {"resumed", "true"}});
+}
+
+void UpstreamTls::swap(std::shared_ptr<const TlsClientProfile> p) {
+  profile_.store(std::move(p));
+  epoch_.fetch_add(1, std::memory_order_release);
+}
+
+void UpstreamTls::saw_peer_certificate(std::int64_t not_after) {
+  peer_not_after_.store(not_after, std::memory_order_relaxed);
+  std::call_once(peer_once_, [&] {
+    peer_expiry_ = &expiry_family(metrics_.registry).Add({{"use", "upstream"}, {"name", conf_.name}});
+  });
+  peer_expiry_->Set(static_cast<double>(not_after));
+}
+
+void UpstreamTls::count_handshake(bool resumed) { handshakes_[resumed ? 1 : 0]->Increment(); }
+
+void UpstreamTls::count_failure(const std::string& reason) {
+  // Rare, so the series is looked up here (Family::Add returns the existing one).
+  prometheus::BuildCounter()
+      .Name("tollgate_upstream_tls_failures_total")
+      .Help("TLS handshakes and verifications with upstreams that failed, by reason.")
+      .Register(metrics_.registry)
+      .Add({{"upstream", conf_.name}, {"reason", reason}})
+      .Increment();
+}
+
+std::shared_ptr<UpstreamTls> TlsProfiles::load_upstream(const config::UpstreamConfig& u) const {
+  auto p = TlsClientProfile::load(u);
+  if (p->insecure())
+    std::cerr << "tollgate: warn: upstream '" << u.name << "' (" << u.url
+              << "): tls.insecure_skip_verify is true: its certificate and host name are NOT verified; anyone on "
+                 "the path can impersonate it"
+              << std::endl;
+  if (p->has_client_cert()) publish_expiry("client", u.name, p->client_cert_not_after());
+  return std::make_shared<UpstreamTls>(u, std::move(p), metrics_);
+}
+
+TlsProfiles::TlsProfiles(const config::GatewayConfig& cfg, Metrics& metrics)
+    : listener_conf_(cfg.tls), metrics_(metrics) {
+  for (auto& u : prepare(cfg.upstreams))
+    if (u) upstreams_.push_back(std::move(u));
   if (cfg.tls.enabled()) {
     auto l = TlsServerProfile::load(cfg.tls);
     publish_expiry("listener", "listener", l->not_after());
@@ -406,38 +430,69 @@ void TlsProfiles::count_listener(std::string_view result) {
 
 TlsProfiles::~TlsProfiles() = default;
 
-std::shared_ptr<const TlsClientProfile> TlsProfiles::upstream(std::size_t i) const { return slots_[i].client.load(); }
+std::shared_ptr<UpstreamTls> TlsProfiles::upstream(std::string_view name) const {
+  std::lock_guard lock(mu_);
+  for (const auto& u : upstreams_)
+    if (u->conf().name == name) return u;
+  return nullptr;
+}
+
+std::vector<std::shared_ptr<UpstreamTls>> TlsProfiles::prepare(const std::vector<config::UpstreamConfig>& upstreams) const {
+  std::vector<std::shared_ptr<UpstreamTls>> out;
+  for (const auto& u : upstreams) {
+    if (!u.https) {
+      out.push_back(nullptr);
+      continue;
+    }
+    std::shared_ptr<UpstreamTls> kept;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& have : upstreams_)
+        if (have->conf() == u) kept = have;
+    }
+    out.push_back(kept ? std::move(kept) : load_upstream(u));
+  }
+  return out;
+}
+
+void TlsProfiles::adopt(std::vector<std::shared_ptr<UpstreamTls>> upstreams) {
+  std::erase(upstreams, nullptr);
+  std::lock_guard lock(mu_);
+  upstreams_ = std::move(upstreams);
+}
 
 bool TlsProfiles::any() const {
   if (listener_.load()) return true;
-  for (const auto& u : cfg_.upstreams)
-    if (u.https) return true;
-  return false;
+  std::lock_guard lock(mu_);
+  return !upstreams_.empty();
 }
 
-void TlsProfiles::publish_expiry(const std::string& use, const std::string& name, std::int64_t not_after) {
+void TlsProfiles::publish_expiry(const std::string& use, const std::string& name, std::int64_t not_after) const {
   expiry_family(metrics_.registry).Add({{"use", use}, {"name", name}}).Set(static_cast<double>(not_after));
 }
 
 TlsProfiles::ReloadReport TlsProfiles::reload() {
-  std::lock_guard lock(reload_mu_);
+  std::lock_guard reload_lock(reload_mu_);
   ReloadReport r;
-  for (std::size_t i = 0; i < cfg_.upstreams.size(); ++i) {
-    const config::UpstreamConfig& u = cfg_.upstreams[i];
-    if (!u.https) continue;
+  std::vector<std::shared_ptr<UpstreamTls>> list;
+  {
+    std::lock_guard lock(mu_);
+    list = upstreams_;
+  }
+  for (const auto& slot : list) {
+    const config::UpstreamConfig& u = slot->conf();
     try {
       auto p = TlsClientProfile::load(u);
       if (p->has_client_cert()) publish_expiry("client", u.name, p->client_cert_not_after());
-      slots_[i].client.store(std::move(p));
-      epoch_.fetch_add(1, std::memory_order_release);
+      slot->swap(std::move(p));
       r.reloaded.push_back("upstream " + u.name);
     } catch (const TlsLoadError& e) {
       r.errors.emplace_back(e.what());
     }
   }
-  if (cfg_.tls.enabled()) {
+  if (listener_conf_.enabled()) {
     try {
-      auto l = TlsServerProfile::load(cfg_.tls);
+      auto l = TlsServerProfile::load(listener_conf_);
       publish_expiry("listener", "listener", l->not_after());
       listener_.store(std::move(l));
       r.reloaded.emplace_back("listener");
@@ -448,27 +503,6 @@ TlsProfiles::ReloadReport TlsProfiles::reload() {
   return r;
 }
 
-void TlsProfiles::saw_peer_certificate(std::size_t i, std::int64_t not_after) {
-  Slot& s = slots_[i];
-  s.peer_not_after.store(not_after, std::memory_order_relaxed);
-  std::call_once(s.peer_once, [&] { s.peer_expiry = &expiry_family(metrics_.registry).Add({{"use", "upstream"}, {"name", cfg_.upstreams[i].name}}); });
-  s.peer_expiry->Set(static_cast<double>(not_after));
-}
-
-void TlsProfiles::count_handshake(std::size_t i, bool resumed) {
-  if (auto* c = slots_[i].handshakes[resumed ? 1 : 0]) c->Increment();
-}
-
-void TlsProfiles::count_failure(std::size_t i, const std::string& reason) {
-  // Rare, so the series is looked up here (Family::Add returns the existing one).
-  prometheus::BuildCounter()
-      .Name("tollgate_upstream_tls_failures_total")
-      .Help("TLS handshakes and verifications with upstreams that failed, by reason.")
-      .Register(metrics_.registry)
-      .Add({{"upstream", cfg_.upstreams[i].name}, {"reason", reason}})
-      .Increment();
-}
-
 std::vector<TlsProfiles::Status> TlsProfiles::status() const {
   std::vector<Status> out;
   if (auto l = listener_.load()) {
@@ -477,10 +511,10 @@ std::vector<TlsProfiles::Status> TlsProfiles::status() const {
     s.min_version = "1.2";
     out.push_back(std::move(s));
   }
-  for (std::size_t i = 0; i < cfg_.upstreams.size(); ++i) {
-    const config::UpstreamConfig& u = cfg_.upstreams[i];
-    auto p = slots_[i].client.load();
-    if (!p) continue;
+  std::lock_guard lock(mu_);
+  for (const auto& slot : upstreams_) {
+    const config::UpstreamConfig& u = slot->conf();
+    auto p = slot->profile();
     Status s;
     s.upstream = u.name;
     s.verify = !p->insecure();
@@ -488,7 +522,7 @@ std::vector<TlsProfiles::Status> TlsProfiles::status() const {
     s.server_name = p->server_name();
     s.min_version = u.tls.min_version == config::TlsVersion::tls1_3 ? "1.3" : "1.2";
     s.cert_not_after = p->client_cert_not_after();
-    s.peer_not_after = slots_[i].peer_not_after.load(std::memory_order_relaxed);
+    s.peer_not_after = slot->peer_not_after();
     out.push_back(std::move(s));
   }
   return out;

@@ -208,7 +208,7 @@ void endpoint_failed(Upstream& up, UpstreamEndpoint& e) {
   const EjectPolicy& p = up.endpoints->policy();
   if (!note_failure(*set, e, p, limiter::steady_now_us())) return;
   e.series.ejections->Increment();
-  e.series.up->Set(0);
+  up.endpoints->mark_ejected(e);
   const std::uint32_t k = std::min<std::uint32_t>(e.ejections.load(std::memory_order_relaxed), 10);
   log_line("tollgate: warn: upstream '", up.conf.name, "' endpoint ", e.label, " ejected for ",
            static_cast<long long>(p.base_us / 1000) * k, " ms after ", p.consecutive_failures, " failures in a row");
@@ -227,11 +227,11 @@ net::awaitable<void> return_permit(ProxyContext& px, const UpstreamRequest& req)
 // The worker's view of the upstream: its endpoints as the resolver last published them, and
 // (https) the TLS profile current now (new connections use it; pooled ones made under another are
 // not reused). Each is read again only after it changed.
-void refresh_view(ProxyContext& px, Pool& pool, const Upstream& up) {
+void refresh_view(Pool& pool, const Upstream& up) {
   if (pool.set_version != up.endpoints->version()) pool.set = up.endpoints->current(pool.set_version);
-  if (up.conf.https && pool.tls_epoch != px.deps.tls->epoch()) {
-    pool.tls_epoch = px.deps.tls->epoch();
-    pool.tls = px.deps.tls->upstream(up.index);
+  if (up.tls && pool.tls_epoch != up.tls->epoch()) {
+    pool.tls_epoch = up.tls->epoch();
+    pool.tls = up.tls->profile();
   }
 }
 
@@ -255,7 +255,7 @@ net::awaitable<bool> tls_failed(ProxyContext& px, TimedSocket& client, unsigned 
                                 const TlsFailure& f, AccessRecord& rec, bool counted = false) {
   if (!counted) {
     upstream_error(px, up, UpstreamError::connect);
-    px.deps.tls->count_failure(up.index, f.reason);
+    if (up.tls) up.tls->count_failure(f.reason);
   }
   rec.status = 502;
   const std::string detail = "upstream '" + up.conf.name + "': TLS: " + f.words;
@@ -308,7 +308,7 @@ std::unique_ptr<PooledConn> take_idle(ProxyContext& px, Pool& pool, const Upstre
 // TLS on a connection just made to its endpoint: the profile's SSL, resuming the worker's last
 // session with that endpoint, and the handshake under `deadline`. Counts the handshake (resumed or
 // not) and notes the upstream's certificate expiry after a full one. Null `failure`: it worked.
-net::awaitable<beast::error_code> start_tls(ProxyContext& px, std::size_t worker, const Upstream& up,
+net::awaitable<beast::error_code> start_tls(std::size_t worker, const Upstream& up,
                                            const TlsClientProfile& profile, PooledConn& conn, Deadline deadline,
                                            std::optional<TlsFailure>& failure) {
   TlsSessionCache& sessions = conn.endpoint->sessions[worker];
@@ -332,8 +332,8 @@ net::awaitable<beast::error_code> start_tls(ProxyContext& px, std::size_t worker
     co_return ec;
   }
   const bool resumed = SSL_session_reused(ssl) == 1;
-  px.deps.tls->count_handshake(up.index, resumed);
-  if (!resumed) px.deps.tls->saw_peer_certificate(up.index, certificate_not_after(SSL_get0_peer_certificate(ssl)));
+  up.tls->count_handshake(resumed);
+  if (!resumed) up.tls->saw_peer_certificate(certificate_not_after(SSL_get0_peer_certificate(ssl)));
   co_return ec;
 }
 
@@ -341,7 +341,7 @@ net::awaitable<beast::error_code> start_tls(ProxyContext& px, std::size_t worker
 // (https): the handshake shares the connect deadline, so a supplier that accepts but never
 // completes a handshake is a connect failure, not a response timeout. A TLS refusal is counted
 // and described in `failure`.
-net::awaitable<beast::error_code> open_connection(ProxyContext& px, Worker& w, const Upstream& up, PooledConn& conn,
+net::awaitable<beast::error_code> open_connection(Worker& w, const Upstream& up, PooledConn& conn,
                                                   const TlsClientProfile* profile, Deadline deadline,
                                                   std::optional<TlsFailure>& failure) {
   beast::error_code ec;
@@ -352,14 +352,16 @@ net::awaitable<beast::error_code> open_connection(ProxyContext& px, Worker& w, c
   conn.stream.socket().set_option(tcp::no_delay(true), ec);
   ec = {};
   if (profile == nullptr) co_return ec;
-  ec = co_await start_tls(px, w.index, up, *profile, conn, deadline, failure);
-  if (failure) px.deps.tls->count_failure(up.index, failure->reason);
+  ec = co_await start_tls(w.index, up, *profile, conn, deadline, failure);
+  if (failure) up.tls->count_failure(failure->reason);
   co_return ec;
 }
 
 // Called only when a response ended exactly at its message boundary; a byte already read past it
 // belongs to no request, so such a connection is closed.
+// A retired pool's upstream left the route table (SIGHUP): its connections close as they come back.
 void give_back(ProxyContext& px, Pool& pool, std::unique_ptr<PooledConn> c) {
+  if (pool.retired) return;
   if (c->buffer.size() != 0) {
     px.deps.metrics.upstream_conns_discarded.Increment();
     return;
@@ -493,10 +495,11 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
 
 }  // namespace
 
-net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, const UpstreamRequest& request,
-                             const Route& route, const RateLimitFields& fields, AccessRecord& rec) {
-  Upstream& up = px.routes.upstreams()[route.upstream];
-  Pool& pool = w.pools[route.upstream];
+net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, TimedSocket& client,
+                             const UpstreamRequest& request, const Route& route, const RateLimitFields& fields,
+                             AccessRecord& rec) {
+  Upstream& up = table.routes->upstreams()[route.upstream];
+  Pool& pool = *table.pools[route.upstream];
   const http1::RequestHead& rh = request.head;
   const unsigned version = rh.version_minor == 0 ? 10 : 11;
   const bool keep = rh.keep_alive && !w.draining;  // draining: this answer closes the connection
@@ -511,7 +514,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
     rewritten.emplace(request).target = joined;
   }
   const UpstreamRequest& req = rewritten ? *rewritten : request;
-  refresh_view(px, pool, up);
+  refresh_view(pool, up);
   if (pool.set->endpoints.empty()) {  // (the session answers this before the limiter: only a race gets here)
     co_await return_permit(px, req);
     co_return co_await answer_unresolved(px, client, version, keep, up, rec);
@@ -556,7 +559,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
       // (https) The profile is held for the handshake: a reload meanwhile may replace the pool's.
       const std::shared_ptr<const TlsClientProfile> profile = tls ? pool.tls : nullptr;
       last_tls.reset();
-      ec = co_await open_connection(px, w, up, *conn, profile.get(), connect_by, last_tls);
+      ec = co_await open_connection(w, up, *conn, profile.get(), connect_by, last_tls);
       if (ec) {
         // Nothing of the request was sent: another endpoint takes it at once, on the same permit.
         upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::connect);
@@ -672,9 +675,8 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, c
   co_return co_await relay(px, client, version, keep, std::move(conn), pool, up, res, framing, fields);
 }
 
-net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, std::size_t upstream) {
-  Upstream& up = px.routes.upstreams()[upstream];
-  Pool& pool = w.pools[upstream];
+net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, Upstream up, std::shared_ptr<Pool> kept) {
+  Pool& pool = *kept;
   const std::size_t want = up.conf.min_idle_conns;
   if (want == 0) co_return;
   net::steady_timer timer(*w.ctx);
@@ -682,8 +684,8 @@ net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, std::size_t upstream
   // A warm connection is replaced before it gets old enough for a request to find it stale.
   const auto max_age = up.idle_timeout * 3 / 4;
   std::uint32_t rr = 0;
-  while (!w.draining) {
-    refresh_view(px, pool, up);
+  while (!w.draining && !pool.retired) {
+    refresh_view(pool, up);
     const std::uint64_t generation = up.conf.https && pool.tls ? pool.tls->generation() : 0;
     // Close what a request could not use: too old, made under another profile, to an address
     // the name no longer gives, or closed (or written to) by the upstream meanwhile.
@@ -700,14 +702,14 @@ net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, std::size_t upstream
     }
     // Open what is missing, one at a time, each to the endpoint balancing picks now.
     bool failed = false;
-    while (fresh < want && !w.draining && !pool.set->endpoints.empty()) {
+    while (fresh < want && !w.draining && !pool.retired && !pool.set->endpoints.empty()) {
       const std::shared_ptr<const EndpointSet> set = pool.set;
       auto conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
       conn->endpoint = set->endpoints[pick_endpoint(*set, rr, limiter::steady_now_us(), nullptr, 0)];
       const std::shared_ptr<const TlsClientProfile> profile = up.conf.https ? pool.tls : nullptr;
       std::optional<TlsFailure> failure;
       const beast::error_code ec =
-          co_await open_connection(px, w, up, *conn, profile.get(), deadline_after(up.connect_timeout), failure);
+          co_await open_connection(w, up, *conn, profile.get(), deadline_after(up.connect_timeout), failure);
       if (ec) {
         upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::connect);
         endpoint_failed(up, *conn->endpoint);

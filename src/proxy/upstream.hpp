@@ -42,17 +42,19 @@ struct RateLimitFields {
 };
 
 // Keeps upstreams.<name>.min_idle_conns connections to the upstream open (and handshaken) in the
-// worker's pool ahead of requests, replacing them before they grow stale; runs until the worker
-// drains. Nothing to do when min_idle_conns is 0.
-net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, std::size_t upstream);
+// worker's `pool` ahead of requests, replacing them before they grow stale; runs until the worker
+// drains or the pool retires. Nothing to do when min_idle_conns is 0.
+net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, Upstream up, std::shared_ptr<Pool> pool);
 
 // The upstream's names do not resolve yet (the gateway started anyway): 503 upstream_unresolved,
 // counted (kind "unresolved"). Returns whether the client connection stays open.
 net::awaitable<bool> answer_unresolved(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
                                        AccessRecord& rec);
 
-// Returns whether the client connection stays open.
-net::awaitable<bool> forward(ProxyContext& px, Worker& w, TimedSocket& client, const UpstreamRequest& req,
-                             const Route& route, const RateLimitFields& fields, AccessRecord& rec);
+// Sends the request to `route` (of `table`, the one the request started on) and relays the
+// answer. Returns whether the client connection stays open.
+net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, TimedSocket& client,
+                             const UpstreamRequest& req, const Route& route, const RateLimitFields& fields,
+                             AccessRecord& rec);
 
 }  // namespace tollgate::proxy

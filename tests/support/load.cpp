@@ -53,7 +53,7 @@ class KeepAliveGet {
       sock_.reset();
       return {0, ec.message(), false};
     }
-    Answer a{res.result_int(), res.result_int() != 200 ? res.body().substr(0, 300) : std::string(), false};
+    Answer a{static_cast<int>(res.result_int()), res.result_int() != 200 ? res.body().substr(0, 300) : std::string(), false};
     if (!res.keep_alive()) sock_.reset();
     return a;
   }

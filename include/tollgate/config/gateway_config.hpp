@@ -20,6 +20,7 @@ struct Endpoint {
   std::string host;
   std::uint16_t port = 0;
   std::string to_string() const { return host + ":" + std::to_string(port); }
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 
 enum class TlsVersion : std::uint8_t { tls1_2, tls1_3 };  // "1.2", "1.3"
@@ -34,6 +35,7 @@ struct UpstreamTlsConfig {
   std::string key_file;
   TlsVersion min_version = TlsVersion::tls1_2;
   bool insecure_skip_verify = false;  // true only when written so; warned at every start
+  friend bool operator==(const UpstreamTlsConfig&, const UpstreamTlsConfig&) = default;
 };
 
 // The top-level "tls": the proxy listener serves HTTPS with this certificate and key.
@@ -50,6 +52,7 @@ struct UpstreamTarget {
   std::uint16_t port = 80;
   bool ip_literal = false;
   std::string host_header;  // Host for requests to it: host[:port], IPv6 in brackets, the port only when not the scheme's
+  friend bool operator==(const UpstreamTarget&, const UpstreamTarget&) = default;
 };
 
 // upstreams.<name>.eject: passive ejection of an endpoint that keeps failing.
@@ -57,6 +60,7 @@ struct EjectConfig {
   std::uint32_t consecutive_failures = 5;  // failures in a row that eject it
   std::uint32_t base_ms = 30'000;          // out this long the first time; k times it the k-th time in a row (at most 10x)
   std::uint32_t max_percent = 50;          // never more than this share of an upstream's endpoints out at once
+  friend bool operator==(const EjectConfig&, const EjectConfig&) = default;
 };
 
 struct UpstreamConfig {
@@ -74,6 +78,7 @@ struct UpstreamConfig {
   std::uint32_t dns_refresh_ms = 5'000;   // names are resolved again this often (or at the record's TTL, >= 1 s)
   std::uint32_t min_idle_conns = 0;       // per worker: connections kept open (and handshaken) ahead of requests
   EjectConfig eject;
+  friend bool operator==(const UpstreamConfig&, const UpstreamConfig&) = default;
 };
 
 struct RouteConfig {
@@ -82,11 +87,13 @@ struct RouteConfig {
   bool strip_prefix = false;             // forward the path without the prefix (then after the upstream's base path)
   std::uint32_t connect_timeout_ms = 0;   // 0: the upstream's
   std::uint32_t response_timeout_ms = 0;  // 0: the upstream's
+  friend bool operator==(const RouteConfig&, const RouteConfig&) = default;
 };
 
 // "dns": where upstream names are resolved.
 struct DnsConfig {
   std::vector<Endpoint> servers;  // empty: the system's (/etc/resolv.conf)
+  friend bool operator==(const DnsConfig&, const DnsConfig&) = default;
 };
 
 struct ProxyLimits {
@@ -204,8 +211,8 @@ Endpoint parse_endpoint(const std::string& text, const std::string& field);
 std::vector<std::string> config_field_paths();
 
 // The fields (JSON paths, e.g. "listen", "proxy.max_body_bytes") that differ between the running
-// file and a new version of it and that a reload does not apply: all but a file source's
-// limits.rules and limits.switch. Empty when either text is not JSON (the reload says why).
+// file and a new version of it and that a reload does not apply: all but upstreams, routes, dns
+// and a file source's limits.rules and limits.switch. Empty when either text is not JSON (the reload says why).
 std::vector<std::string> fields_needing_restart(const std::string& running_text, const std::string& new_text);
 
 }  // namespace tollgate::config

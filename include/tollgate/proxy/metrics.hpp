@@ -185,7 +185,8 @@ class Metrics {
   BucketMetrics& bucket(std::string_view name);
   UpstreamMetrics& upstream(std::string_view name);
   // An endpoint's series (made on first use); remove_endpoint drops its `up` gauge when the
-  // address leaves the upstream's set (its ejection count stays).
+  // address leaves the upstream's set (its ejection count stays). Counted: when a reloaded table
+  // holds the same endpoint in a new set, the gauge goes only when the last holder lets go.
   EndpointSeries endpoint(std::string_view upstream, std::string_view endpoint);
   void remove_endpoint(const EndpointSeries& s);
   // `quota`: the policy is checked on its own, so it has pass/fail series too.
@@ -206,6 +207,7 @@ class Metrics {
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<BucketMetrics>, std::less<>> buckets_;
   std::map<std::string, std::unique_ptr<UpstreamMetrics>, std::less<>> upstreams_;
+  std::map<const prometheus::Gauge*, int> endpoint_holders_;  // endpoint() calls not yet removed
   std::map<std::string, std::unique_ptr<PolicyMetrics>, std::less<>> policies_;
 };
 

@@ -54,6 +54,14 @@ class ProxyServer {
   std::uint16_t port() const;
   void stop();   // stops accepting
   void drain();  // stops accepting and closes connections as soon as they have no request in flight
+  // Applies `next`'s upstreams, routes and dns (SIGHUP). New requests take the new table; a request
+  // in flight finishes on the table it started on. An upstream whose configuration is unchanged
+  // keeps its endpoints (health, TLS sessions, pooled connections); the pools of upstreams that
+  // left or changed close their idle connections at once and the others as their requests end.
+  // New names get up to 2 s for their first answers, as at start. Returns false when those three
+  // fields are as running (nothing done). Throws (TlsLoadError naming the file, or
+  // std::runtime_error) when the table cannot be made; the running one then stays.
+  bool replace_routes(const config::GatewayConfig& next);
   // Every upstream's endpoints now (any thread).
   std::vector<UpstreamView> upstreams_view() const;
   // Brings tollgate_upstream_endpoint_up up to date with ejections that ended (any thread; /metrics

@@ -21,6 +21,7 @@ struct ssl_session_st;
 struct x509_st;
 namespace prometheus {
 class Counter;
+class Gauge;
 }
 
 namespace tollgate::proxy {
@@ -128,8 +129,41 @@ class TlsServerProfile {
   std::int64_t not_after_ = 0;
 };
 
-// Every TLS profile of the gateway, by upstream index (the order of config.upstreams). Reads are
-// lock-free (one atomic load per new connection); reload() swaps what loads and keeps the rest.
+// One https:// upstream's TLS: its profile (swapped whole when its files are re-read), the
+// counters of its handshakes and failures, and the expiry of the certificate it presented last.
+// Shared by every route table that has the upstream unchanged (a SIGHUP keeps it).
+class UpstreamTls {
+ public:
+  UpstreamTls(const config::UpstreamConfig& conf, std::shared_ptr<const TlsClientProfile> profile, Metrics& metrics);
+  UpstreamTls(const UpstreamTls&) = delete;
+  UpstreamTls& operator=(const UpstreamTls&) = delete;
+  std::shared_ptr<const TlsClientProfile> profile() const { return profile_.load(); }
+  // Bumped by every swap: a worker re-reads profile() only when it changed (one relaxed load per
+  // request instead of a shared_ptr's atomic load).
+  std::uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  const config::UpstreamConfig& conf() const { return conf_; }
+  // After a full handshake: the certificate's expiry, for the metric and the admin API.
+  void saw_peer_certificate(std::int64_t not_after);
+  std::int64_t peer_not_after() const { return peer_not_after_.load(std::memory_order_relaxed); }
+  void count_handshake(bool resumed);
+  void count_failure(const std::string& reason);
+
+ private:
+  friend class TlsProfiles;
+  void swap(std::shared_ptr<const TlsClientProfile> p);
+  const config::UpstreamConfig conf_;
+  Metrics& metrics_;
+  std::atomic<std::shared_ptr<const TlsClientProfile>> profile_;
+  std::atomic<std::uint64_t> epoch_{1};
+  std::atomic<std::int64_t> peer_not_after_{0};
+  prometheus::Counter* handshakes_[2] = {nullptr, nullptr};  // resumed false, true
+  prometheus::Gauge* peer_expiry_ = nullptr;                 // made on the first handshake
+  std::once_flag peer_once_;
+};
+
+// Every TLS profile of the gateway: the listener's and one UpstreamTls per https:// upstream of
+// the running route table. Requests reach an upstream's through the route table (no lookup);
+// reload() re-reads every file and swaps what loads, keeping the rest.
 class TlsProfiles {
  public:
   // Loads every profile; throws TlsLoadError at the first that fails (the start is refused).
@@ -137,10 +171,14 @@ class TlsProfiles {
   TlsProfiles(const config::GatewayConfig& cfg, Metrics& metrics);
   ~TlsProfiles();
 
-  std::shared_ptr<const TlsClientProfile> upstream(std::size_t i) const;
-  // Bumped by every reload: a worker re-reads upstream() only when it changed (one relaxed load
-  // per request instead of a shared_ptr's atomic load).
-  std::uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  // The running upstream's TLS by name (null: none, or not https).
+  std::shared_ptr<UpstreamTls> upstream(std::string_view name) const;
+  // For a new list of upstreams (a SIGHUP): an upstream whose configuration is unchanged keeps
+  // its UpstreamTls; a new or changed https one gets its files loaded now. Throws TlsLoadError
+  // naming the file, and then nothing changed. In the order of `upstreams` (null: plain http).
+  std::vector<std::shared_ptr<UpstreamTls>> prepare(const std::vector<config::UpstreamConfig>& upstreams) const;
+  // Makes a prepared list the running one (what reload() and status() cover).
+  void adopt(std::vector<std::shared_ptr<UpstreamTls>> upstreams);
   std::shared_ptr<const TlsServerProfile> listener() const { return listener_.load(); }
   bool any() const;
 
@@ -150,12 +188,6 @@ class TlsProfiles {
   };
   ReloadReport reload();
 
-  // After a full handshake with upstream `i`: its certificate's expiry, for the metric and the
-  // admin API.
-  void saw_peer_certificate(std::size_t i, std::int64_t not_after);
-  // Handshakes and failures, counted per upstream (names: config.upstreams[i].name).
-  void count_handshake(std::size_t i, bool resumed);
-  void count_failure(std::size_t i, const std::string& reason);
   // The listener's handshakes by result: "full", "resumed", "failed", "timeout" (stalled past
   // proxy.header_timeout_ms) or "plain_http" (an HTTP request sent to the HTTPS port).
   void count_listener(std::string_view result);
@@ -172,15 +204,15 @@ class TlsProfiles {
   std::vector<Status> status() const;
 
  private:
-  struct Slot;
-  void publish_expiry(const std::string& use, const std::string& name, std::int64_t not_after);
-  const config::GatewayConfig& cfg_;
+  std::shared_ptr<UpstreamTls> load_upstream(const config::UpstreamConfig& u) const;
+  void publish_expiry(const std::string& use, const std::string& name, std::int64_t not_after) const;
+  const config::ListenerTlsConfig listener_conf_;
   Metrics& metrics_;
-  std::unique_ptr<Slot[]> slots_;
+  mutable std::mutex mu_;                              // the list (admin thread and SIGHUP)
+  std::vector<std::shared_ptr<UpstreamTls>> upstreams_;  // https ones only, under mu_
   std::atomic<std::shared_ptr<const TlsServerProfile>> listener_;
   std::vector<std::pair<std::string_view, prometheus::Counter*>> listener_results_;
   std::mutex reload_mu_;
-  std::atomic<std::uint64_t> epoch_{1};
 };
 
 }  // namespace tollgate::proxy

@@ -135,5 +135,20 @@ TEST(MetricsExposition, TheStorePublishesIntoTheSameRegistry) {
   EXPECT_TRUE(has_line(t, "tollgate_requests_total{outcome=\"forwarded\"} 0"));
 }
 
+// Two holders of one endpoint's series (the running route table and the one a SIGHUP replaced):
+// its `up` gauge stays until the last lets go, and the survivor still writes to it.
+TEST(MetricsExposition, AnEndpointGaugeGoesWithItsLastHolder) {
+  Metrics m;
+  const EndpointSeries first = m.endpoint("ibe", "10.0.0.1:443");
+  const EndpointSeries second = m.endpoint("ibe", "10.0.0.1:443");
+  ASSERT_EQ(first.up, second.up);
+  first.up->Set(1);
+  m.remove_endpoint(first);
+  second.up->Set(0);  // still there: no use after free under ASan
+  EXPECT_TRUE(has_line(m.render(), "tollgate_upstream_endpoint_up{endpoint=\"10.0.0.1:443\",upstream=\"ibe\"} 0"));
+  m.remove_endpoint(second);
+  EXPECT_EQ(m.render().find("tollgate_upstream_endpoint_up{"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tollgate::proxy

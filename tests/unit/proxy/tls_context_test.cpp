@@ -114,9 +114,48 @@ TEST(TlsProfiles, AGatewayWithoutTlsHasNone) {
   Metrics metrics;
   TlsProfiles profiles(cfg, metrics);
   EXPECT_FALSE(profiles.any());
-  EXPECT_EQ(profiles.upstream(0), nullptr);
+  EXPECT_EQ(profiles.upstream("p"), nullptr);
   EXPECT_EQ(profiles.listener(), nullptr);
   EXPECT_TRUE(profiles.reload().reloaded.empty());
+}
+
+// A SIGHUP's new upstream list: an unchanged upstream keeps its TLS (profile, counters), a changed
+// one is loaded anew, a file that does not load refuses the whole list and nothing changes.
+TEST(TlsProfiles, PrepareKeepsTheUnchangedLoadsTheChangedAndRefusesABadFile) {
+  TempDir d;
+  config::GatewayConfig cfg;
+  cfg.upstreams.push_back(https_upstream());
+  Metrics metrics;
+  TlsProfiles profiles(cfg, metrics);
+  const std::shared_ptr<UpstreamTls> running = profiles.upstream("s");
+  ASSERT_NE(running, nullptr);
+
+  config::UpstreamConfig other = https_upstream();
+  other.name = "t";
+  config::UpstreamConfig plain;
+  plain.name = "p";
+  auto next = profiles.prepare({https_upstream(), plain, other});
+  ASSERT_EQ(next.size(), 3u);
+  EXPECT_EQ(next[0], running);  // unchanged: the same one
+  EXPECT_EQ(next[1], nullptr);  // plain http
+  ASSERT_NE(next[2], nullptr);
+  EXPECT_EQ(profiles.upstream("t"), nullptr);  // prepared, not yet running
+  profiles.adopt(next);
+  EXPECT_EQ(profiles.upstream("t"), next[2]);
+  EXPECT_EQ(profiles.status().size(), 2u);
+
+  config::UpstreamConfig changed = https_upstream();
+  changed.tls.server_name = "api.example";
+  const auto renamed = profiles.prepare({changed});
+  ASSERT_EQ(renamed.size(), 1u);
+  EXPECT_NE(renamed[0], running);  // what a connection to it is made with changed
+  EXPECT_EQ(renamed[0]->profile()->server_name(), "api.example");
+
+  config::UpstreamConfig broken = https_upstream();
+  broken.tls.ca_file = d.path + "/missing.pem";
+  EXPECT_THROW(profiles.prepare({https_upstream(), broken}), TlsLoadError);
+  EXPECT_EQ(profiles.upstream("s"), running);  // nothing adopted
+  EXPECT_EQ(profiles.upstream("t"), next[2]);
 }
 
 TEST(TlsProfiles, ListenerKeyMustNotBeWorldReadable) {
