@@ -5,6 +5,7 @@
 # and writes bench/results/<time>/summary.md (medians, min-max) with the raw output beside it.
 #   ROUNDS=3 DURATION=10 CONNS=64 bench/run.sh
 #   ONLY="T2B T2K" bench/run.sh     # those cases only (no Redis ceiling, hold or micro benchmarks)
+#   bench/hold.sh                   # the hold step alone (about a minute; see that script)
 #   ONLY="T1 N1 T1s N1s N1s3 T1sN N1sN N1sN3 HS" bench/run.sh   # plain against TLS upstreams, and
 #                                   # HS: TLS handshakes per second per core (openssl s_time)
 #   BENCH_BUILD=/other/build-bench bench/run.sh   # that build's binaries (tollgate, tollgate-mock-upstream,
@@ -364,10 +365,11 @@ if [[ -z $ONLY || " $ONLY " == *" HS "* ]]; then
   done
 fi
 
+# --- scale: requests held in a wait window (bench/hold.sh: a gateway of its own, in a fresh
+# process, with proxy.max_held and proxy.max_held_per_bucket above HOLD); micro benchmarks --------
 if [[ -z $ONLY ]]; then
-# --- scale: requests held in a wait window; micro benchmarks -------------------------------------
 echo "bench: holding $HOLD requests"
-taskset -c "$LOAD_CORE" python3 bench/hold.py "$T" "$(pid_of tollgate)" "$HOLD" /ibe/hold >"$OUT/raw/hold.json"
+TOLLGATE_BIN="$BIN/tollgate" HOLD="$HOLD" OUT="$OUT/raw/hold.json" bench/hold.sh >/dev/null
 echo "bench: micro benchmarks"
 taskset -c "$SERVER_CORE" "$BIN/tollgate-micro-bench" --benchmark_filter='^BM_(TryAcquire|LocalStore|Suffix)' \
   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true >"$OUT/raw/micro.txt" 2>&1

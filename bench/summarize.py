@@ -158,11 +158,13 @@ if ev:
 hold = os.path.join(out, "raw", "hold.json")
 if os.path.exists(hold):
     h = json.load(open(hold))
-    lines += ["", f"Holding {h['held']} requests at once (rule 200/s, cache 60 s): RSS base {h['rss_base_kib']} KiB, "
-              f"with the connections open {h['rss_connections_kib']} KiB, with every request held {h['rss_held_kib']} KiB "
-              f"-> {h['bytes_per_held_request']:.0f} bytes per held request ({h['bytes_per_connection_and_request']:.0f} "
-              f"with its connection); CPU while holding {h['cpu_cores_while_holding']:.3f} cores; after half the clients "
-              f"left, the rest were answered {h['answers']}; RSS afterwards {h['rss_after_kib']} KiB."]
+    answers = f"after half the clients left, the rest were answered {h['answers']}; " if "answers" in h else ""
+    lines += ["", f"Holding requests on one bucket (bench/hold.sh: rule 200/s, cache 60 s): {h['requests']} sent, "
+              f"{h['held']} held at the sample (tollgate_held_requests); RSS base {h['rss_base_kib']} KiB, "
+              f"with the connections open {h['rss_connections_kib']} KiB, with the requests held {h['rss_held_kib']} KiB "
+              f"-> {h['bytes_per_held_request']} bytes per held request ({h['bytes_per_held_request_with_connection']} "
+              f"with its connection); CPU while holding {h['cpu_cores_while_holding']:.3f} cores; {answers}"
+              f"RSS afterwards {h['rss_after_kib']} KiB."]
 micro = os.path.join(out, "raw", "micro.txt")
 if os.path.exists(micro):
     lines += ["", "```", *[l for l in open(micro).read().splitlines()

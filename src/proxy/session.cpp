@@ -1,6 +1,7 @@
 #include "session.hpp"
 
 #include <boost/beast/core/string.hpp>
+#include <cstdint>
 #include <optional>
 #include <random>
 #include <openssl/ssl.h>
@@ -25,16 +26,21 @@ namespace {
 
 // Writes the access log line when the request is done, whichever way it ended.
 struct LogOnExit {
+  // The line's own copies: made only when the log is on (a held request's frame carries a pointer,
+  // not four strings).
+  struct Text {
+    std::string method, path, bucket, policy;
+  };
   AccessLog* log;
   AccessRecord rec;
-  std::string method, path, bucket, policy;
+  std::unique_ptr<Text> text;  // set when log is
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   ~LogOnExit() {
     if (!log) return;
-    rec.method = method;
-    rec.path = path;
-    rec.bucket = bucket;
-    rec.policy = policy;
+    rec.method = text->method;
+    rec.path = text->path;
+    rec.bucket = text->bucket;
+    rec.policy = text->policy;
     rec.duration_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     log->write(rec);
   }
@@ -62,6 +68,31 @@ class HeadFields final : public HeaderSource {
  private:
   const http1::RequestHead& h_;
 };
+
+// A held request's timer and whether its client left meanwhile: shared with the handler watching
+// the socket, which may run after the hold is over.
+struct Hold {
+  explicit Hold(net::any_io_executor ex) : timer(std::move(ex)) {}
+  net::steady_timer timer;
+  beast::error_code ec;  // how the timer's wait ended (not looked at)
+  bool gone = false;
+};
+
+// The store's decision as an awaitable: the request is copied into the store's frame here, not
+// into a temporary of the caller's frame.
+net::awaitable<store::StoreDecision> acquire(store::BucketStore& store, const store::AcquireRequest& req) {
+  return store.try_acquire(req);
+}
+
+// Asio keeps the last coroutine frame a thread freed (up to 1 KiB) for the next frame it makes:
+// after the store's decision that is the store's frame (~570 bytes), and the next frame made is
+// the hold's timer wait, which would keep it for the whole wait. Awaiting a coroutine that awaits
+// another leaves the inner, small frame cached and frees the larger one.
+net::awaitable<void> nothing() { co_return; }
+net::awaitable<void> shed_cached_frame() { co_await nothing(); }
+
+// Why a request is answered before any rule (Session::check_early).
+enum class Early : std::uint8_t { none, transfer_encoding, target, host, method, budget };
 
 class Session {
  public:
@@ -93,7 +124,41 @@ class Session {
   net::awaitable<void> refuse_body_too_large();  // 413 naming proxy.max_body_bytes
   net::awaitable<void> answer_read_error(beast::error_code ec);
   net::awaitable<bool> handle(std::string_view body);
-  net::awaitable<bool> hold(BucketMetrics& bm, std::chrono::microseconds wait);
+  // The caller's time budget, if it sent one; what is wrong with it, if anything.
+  std::optional<std::string> read_budget_of(const http1::RequestHead& h, Budget& budget, bool& has_budget) const;
+  // Whether the gateway answers the request itself before any rule (and the budget, read).
+  Early check_early(const http1::RequestHead& h, const RequestTarget& target, unsigned version, Budget& budget,
+                    bool& has_budget) const;
+  void plan_for(const RequestTarget& target, const RuleViews* rules, config::SwitchMode global, const Budget* budget,
+                Plan& plan) const;
+  // The rare answers, each a coroutine of its own (see handle).
+  net::awaitable<bool> answer_early(Early e, const RequestTarget& target, unsigned version, bool keep,
+                                    OutcomeCounter& count);
+  net::awaitable<bool> answer_error(unsigned version, bool keep, int status, std::string_view code,
+                                    std::string_view detail);
+  net::awaitable<bool> answer_too_late(const Plan& plan, const Budget& budget, std::string_view path, unsigned version,
+                                       bool keep, LogOnExit& access);
+  // A reject (429) or unavailable (503) verdict.
+  net::awaitable<bool> answer_refused(const Plan& plan, const Verdict& verdict, std::string_view path, unsigned version,
+                                      bool keep, LogOnExit& access);
+  // The client left before its slot: its slot comes back now if nobody live queued behind it
+  // (with any abandoned ones it unblocks), or later with the ones after it. Returns false.
+  net::awaitable<bool> client_left(const Plan& plan, store::Reservation reservation, OutcomeCounter& count);
+  // An adaptive bucket paused while its request was held: the store is asked again.
+  net::awaitable<void> ask_again(Plan& plan, const RuleViews& rules, store::StoreDecision& sd, Verdict& verdict);
+  // After a hold on an adaptive bucket: whether a pause began while it waited, later than the one
+  // its slot was granted knowing of; then the request asks again with what is left of its window.
+  static bool paused_meanwhile(const BucketMetrics& bm, std::int64_t known_pause, std::int64_t window_end, int round,
+                               Plan& plan);
+  // An adaptive bucket's decision: its effective rate and pause, published.
+  static void note_adaptive(const Plan& plan, const RuleViews& rules, const store::StoreDecision& sd);
+  // A held request keeps its read buffer for the whole wait: the buffer comes down to the bytes
+  // it holds, and the views into them (head, body, target) are made again.
+  void compact_for_hold(std::string_view& body, RequestTarget& target);
+  // A hold: its timer set, the client watched, counted held (start_hold); then uncounted, and
+  // whether the client is still there (end_hold).
+  std::shared_ptr<Hold> start_hold(BucketMetrics& bm, std::chrono::microseconds wait);
+  bool end_hold(BucketMetrics& bm, const Hold& hold);
   // The upstream throttled a request `plan` governs: counted, and told to the store when
   // the rule adapts (cut, pause, logged once per episode).
   net::awaitable<void> report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal);
@@ -353,211 +418,261 @@ net::awaitable<void> Session::answer_read_error(beast::error_code ec) {
   co_await refuse(400, "bad_request", detail);
 }
 
+// A held request keeps Session::handle's coroutine frame for its whole wait, and g++ gives every
+// local of a coroutine (each branch's, and each temporary a co_await expression needs) a slot of
+// its own in that frame. So handle keeps only what a request needs from its decision to its
+// answer; the rare paths (the gateway's own answers, a client gone, an adaptive re-ask) are
+// coroutines of their own, whose frames exist only when they run, and the store is called through
+// functions that copy the request outside the frame.
+
 net::awaitable<bool> Session::handle(std::string_view body) {
-  TimedSocket& stream = *stream_;
   const http1::RequestHead& h = *head_;
-  const ProxyDeps& deps = px_.deps;
   const unsigned version = h.version_minor == 0 ? 10 : 11;
   const bool keep = h.keep_alive && !w_.draining;  // draining: answer, then close
   // Routes and rules see the normalised path, and the upstream gets that path: what is limited
   // is what the upstream acts on, however the client spelled it.
   RequestTarget target;
   parse_target(h.target, target);
-  LogOnExit access{deps.access_log && deps.access_log->enabled() ? deps.access_log : nullptr, {}, {}, {}, {}, {}};
+  LogOnExit access{px_.deps.access_log && px_.deps.access_log->enabled() ? px_.deps.access_log : nullptr, {}, {}};
   if (access.log) {
     access.rec.client = client_ip_;
-    access.method = std::string(h.method_text);
-    access.path = std::string(target.error == TargetError::none ? target.path : path_of(h.target));
+    access.text = std::make_unique<LogOnExit::Text>();
+    access.text->method = std::string(h.method_text);
+    access.text->path = std::string(target.error == TargetError::none ? target.path : path_of(h.target));
   }
-  const std::string_view id = request_id_.view();
-  access.rec.request_id = id;  // also where forward() finds it for a 502 or 504 of its own
-  OutcomeCounter count(deps.metrics, access.rec);
-  OwnAnswer refusal;  // a 4xx the gateway answers before any rule
-  bool close_after = false;
-  // The caller's time budget (proxy/deadline), counted from when its head was read. Each header
-  // at most once, and not empty: which of two would the upstream believe?
-  const std::chrono::steady_clock::time_point arrived = budget_from_;
+  access.rec.request_id = request_id_.view();  // also where forward() finds it for a 502 or 504 of its own
+  OutcomeCounter count(px_.deps.metrics, access.rec);
+  // The caller's time budget (proxy/deadline), counted from when its head was read (budget_from_).
   Budget budget;
   bool has_budget = false;
-  std::optional<std::string> bad_budget;
-  if (px_.settings.deadlines && (h.has(http1::Name::grpc_timeout) || h.has(http1::Name::request_timeout))) {
-    int grpc = 0, timeout = 0;
-    for (const http1::Field& f : h.all()) {
-      grpc += f.id == http1::Name::grpc_timeout;
-      timeout += f.id == http1::Name::request_timeout;
-    }
-    if (grpc > 1 || timeout > 1)
-      bad_budget = "grpc-timeout and Request-Timeout may each be sent once";
-    else if ((grpc && h.value(http1::Name::grpc_timeout).empty()) ||
-             (timeout && h.value(http1::Name::request_timeout).empty()))
-      bad_budget = "an empty grpc-timeout or Request-Timeout says no budget";
-    else
-      bad_budget = read_budget(h.value(http1::Name::grpc_timeout), h.value(http1::Name::request_timeout), budget, has_budget);
-  }
-  if (h.other_transfer_encoding) {
-    // Only chunked framing is understood; anything else could be read differently upstream.
-    count.bad_request(501);
-    refusal = error_answer(501, "unsupported_transfer_encoding",
-                           "only Transfer-Encoding: chunked is accepted", id);
-    close_after = true;
-  } else if (target.error != TargetError::none) {
-    count.bad_request(400);
-    refusal = error_answer(400, "bad_target", target_error_detail(target.error), id);
-    close_after = true;
-  } else if (const auto hosts = h.host_count; hosts > 1 || (hosts == 0 && version >= 11)) {
-    // RFC 9112 3.2: an HTTP/1.1 request has exactly one Host; an HTTP/1.0 one at most one. Which
-    // of two would the upstream believe?
-    count.bad_request(400);
-    refusal = error_answer(400, "bad_host",
-                           hosts > 1 ? "more than one Host header" : "an HTTP/1.1 request needs a Host header", id);
-    close_after = true;
-  } else if (h.method == http1::Method::connect || (h.method == http1::Method::trace && !limits_.allow_trace)) {
-    // CONNECT would ask for a tunnel the gateway does not make; TRACE echoes the request with its
-    // credentials (cross-site tracing) unless the operator allows it.
-    count.bad_request(405);
-    refusal = error_answer(405, "method_not_allowed",
-                           "the gateway forwards neither CONNECT nor (unless proxy.allow_trace) TRACE", id);
-    refusal.allow = limits_.allow_trace ? "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"
-                                        : "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
-  } else if (bad_budget) {
-    count.bad_request(400);
-    refusal = error_answer(400, "bad_deadline", *bad_budget, id);
-  }
-  if (access.rec.status != 0) {
-    linger_ = close_after;  // the rest of the request (a body of unknown framing) is not read
-    co_return co_await send_answer(stream, version, keep && !close_after, refusal, write_timeout());
-  }
+  if (const Early e = check_early(h, target, version, budget, has_budget); e != Early::none)
+    co_return co_await answer_early(e, target, version, keep, count);
 
   std::string rewritten;  // the normalised target, when the client spelled it otherwise
   if (target.rewritten) rewritten.append(target.path).append(target.query);
-  const std::string_view upstream_target = target.rewritten ? std::string_view(rewritten) : h.target;
   // The route table it starts on is the one it finishes on, whatever a SIGHUP swaps meanwhile.
   const std::shared_ptr<WorkerTable> table = w_.table;
   const Route* route = table->routes->route_for(target.path);
   if (route == nullptr) {
     count.bad_request(404);
-    refusal = error_answer(404, "no_route", "no route for this path", id);
-    co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
+    co_return co_await answer_error(version, keep, 404, "no_route", "no route for this path");
   }
   // Its names do not resolve yet: 503 before the limiter is asked, so no permit is taken.
   if (Upstream& up = table->routes->upstreams()[route->upstream]; !up.endpoints->resolved())
-    co_return co_await answer_unresolved(px_, stream, version, keep, up, access.rec);
+    co_return co_await answer_unresolved(px_, *stream_, version, keep, up, access.rec);
 
-  const config::SwitchMode global = deps.switch_state.mode();
+  const config::SwitchMode global = px_.deps.switch_state.mode();
   const std::shared_ptr<const RuleViews> rules = global == config::SwitchMode::off ? nullptr : rule_views();
-  const HeadFields headers(h);
-  const RequestFacts facts{target.match, client_ip_, headers, static_cast<std::int64_t>(deps.metrics.held.Value()),
-                           has_budget ? &budget : nullptr,
-                           std::chrono::duration_cast<std::chrono::microseconds>(arrived.time_since_epoch()).count()};
   Plan plan;
-  plan_request(facts, rules.get(), global, px_.settings, plan);
+  plan_for(target, rules.get(), global, has_budget ? &budget : nullptr, plan);
   count.use(rules.get());
-  if (access.log && plan.rule && plan.step != Step::bypass) access.bucket = plan.rule->bucket;
+  if (access.log && plan.rule && plan.step != Step::bypass) access.text->bucket = plan.rule->bucket;
   if (plan.step == Step::bad_key) {
     count.bad_request(400);
-    refusal = error_answer(400, "missing_client_key", plan.detail, id);
-    co_return co_await send_answer(stream, version, keep, refusal, write_timeout());
+    co_return co_await answer_error(version, keep, 400, "missing_client_key", plan.detail);
   }
-  // The upstream request's deadline fields, and the rule's latency estimate to feed.
-  const Budget* const sent_budget = has_budget ? &budget : nullptr;
-  const auto deadline = arrived + std::chrono::microseconds(budget.us);
-  LatencyEstimate* const latency = plan.rule ? &rules->metrics_of(*plan.rule).upstream_latency : nullptr;
   if (plan.step == Step::too_late) {
     // Its budget would run out before the upstream answered: 429 now, nothing reserved.
     count.planned(plan);
     access.rec.status = 429;
-    const Verdict v = too_late_verdict(plan, budget);
-    if (access.log) access.policy = v.bound;
-    const OwnAnswer answer = refused_answer(plan, v, target.path, 429, nullptr);
-    co_return co_await send_answer(stream, version, keep, answer, write_timeout());
+    co_return co_await answer_too_late(plan, budget, target.path, version, keep, access);
   }
   ThrottleSignal signal;  // what the upstream's answer says about its own limit
+  Verdict verdict;  // a plan without a decision forwards with no fields of the limiter's
+  const store::AcquireRequest* permit = nullptr;  // granted: given back if no upstream could take it
   if (plan.step != Step::decide) {
     count.planned(plan);
-    const UpstreamRequest out{h, upstream_target, body, {}, id, client_ip_, sent_budget, deadline, latency,
-                              plan.rule ? &signal : nullptr, stream.tls() != nullptr};
-    const RateLimitFields none{{}, {}, id};
-    const bool open = co_await forward(px_, w_, *table, stream, out, *route, none, access.rec);
-    if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
-    co_return open;
-  }
-  store::StoreDecision sd = co_await deps.store.try_acquire(plan.request);
-  BucketMetrics* const adaptive = plan.request.adaptive != limiter::Adaptive::off && sd.effective_rate > 0
-                                      ? &rules->metrics_of(*plan.rule)
-                                      : nullptr;
-  auto note_adaptive = [adaptive, &plan](const store::StoreDecision& d) {
-    if (adaptive == nullptr || !(d.effective_rate > 0)) return;
-    adaptive->adaptive().effective_rate.Set(d.effective_rate);
-    if (plan.request.adaptive == limiter::Adaptive::on && d.paused_us > 0) adaptive->raise_pause(limiter::steady_now_us() + d.paused_us);
-  };
-  note_adaptive(sd);
-  Verdict verdict = verdict_for(plan, sd);
-  count.decided(plan, sd, verdict);
-  switch (verdict.action) {
-    case Action::forward:
-      break;
-    case Action::unavailable: {
-      const OwnAnswer answer = refused_answer(plan, verdict, target.path, 503, nullptr);
-      co_return co_await send_answer(stream, version, keep, answer, write_timeout());
-    }
-    case Action::reject: {
-      if (access.log) access.policy = verdict.bound;
-      const RateLimitFields fields{verdict.policy_header, verdict.limit_header, id};
-      const OwnAnswer answer = refused_answer(plan, verdict, target.path, 429, &fields);
-      co_return co_await send_answer(stream, version, keep, answer, write_timeout());
-    }
-    case Action::hold: {
+  } else {
+    store::StoreDecision sd = co_await acquire(px_.deps.store, plan.request);
+    note_adaptive(plan, *rules, sd);
+    verdict = verdict_for(plan, sd);
+    count.decided(plan, sd, verdict);
+    if (verdict.action == Action::hold) {
       BucketMetrics& bm = rules->metrics_of(*plan.rule);
+      const bool adaptive = plan.request.adaptive == limiter::Adaptive::on && sd.effective_rate > 0;
       // Only an adaptive bucket's hold may need it: no clock read otherwise.
       const std::int64_t window_end = adaptive ? limiter::steady_now_us() + plan.request.timeout_us : 0;
       // The pause this slot was granted knowing of (the decision's own, not the shared marker: another
       // thread may have raised that for a pause the store began just after this grant): only a
       // later one voids it.
       std::int64_t known_pause = adaptive && sd.paused_us > 0 ? limiter::steady_now_us() + sd.paused_us : 0;
-      for (int round = 0;; ++round) {
-        if (!co_await hold(bm, std::chrono::microseconds(verdict.wait_us))) {
-          // The client left before its slot: its slot comes back now if nobody live queued behind
-          // it (with any abandoned ones it unblocks), or later with the ones after it.
-          const store::RefundResult given = co_await deps.store.refund_slots(plan.request, sd.reservation);
-          count.client_gone(given.reservations());
-          co_return false;
-        }
+      compact_for_hold(body, target);
+      for (int round = 0; verdict.action == Action::hold; ++round) {
+        // Held on a timer (never a thread), the client watched meanwhile: its slot comes back if
+        // it leaves first.
+        co_await shed_cached_frame();
+        std::shared_ptr<Hold> held = start_hold(bm, std::chrono::microseconds(verdict.wait_us));
+        co_await held->timer.async_wait(with(held->ec));
+        if (!end_hold(bm, *held)) co_return co_await client_left(plan, sd.reservation, count);
         // An adaptive bucket paused while it waited (the upstream said Retry-After): its slot
         // went with the pause. It asks again with what is left of its window: a slot after the
         // pause, or a 429 saying when. (A pause known when the slot was granted, give or take the
         // few milliseconds by which gateways' readings of it differ, does not count.)
-        if (adaptive == nullptr || plan.request.adaptive != limiter::Adaptive::on) break;
-        const std::int64_t now = limiter::steady_now_us();
-        const std::int64_t pause = bm.pause_until_us.load(std::memory_order_relaxed);
-        if (pause <= now || pause <= known_pause + 5'000) break;
-        // At most three times; the fourth asks only for a permit now.
-        plan.request.timeout_us = round < 3 ? std::max<std::int64_t>(0, window_end - now) : 0;
-        sd = co_await deps.store.try_acquire(plan.request);
-        note_adaptive(sd);
+        if (!adaptive || !paused_meanwhile(bm, known_pause, window_end, round, plan)) break;
+        co_await ask_again(plan, *rules, sd, verdict);
         known_pause = sd.paused_us > 0 ? limiter::steady_now_us() + sd.paused_us : 0;
-        verdict = verdict_for(plan, sd);
-        if (verdict.action == Action::hold) continue;
-        if (verdict.action == Action::forward) break;
-        // Counted as delayed when it was held; the pause that caught it is counted here.
-        if (verdict.action == Action::reject) bm.adaptive().paused_rejections.Increment();
-        if (access.log) access.policy = verdict.bound;
-        access.rec.status = verdict.action == Action::reject ? 429 : 503;
-        const RateLimitFields fields{verdict.policy_header, verdict.limit_header, id};
-        const OwnAnswer answer = refused_answer(plan, verdict, target.path, access.rec.status,
-                                                verdict.action == Action::reject ? &fields : nullptr);
-        co_return co_await send_answer(stream, version, keep, answer, write_timeout());
+        if (verdict.action == Action::reject) {
+          // Counted as delayed when it was held; the pause that caught it is counted here.
+          bm.adaptive().paused_rejections.Increment();
+          access.rec.status = 429;
+        } else if (verdict.action == Action::unavailable) {
+          access.rec.status = 503;
+        }
       }
+    }
+    if (verdict.action == Action::reject || verdict.action == Action::unavailable)
+      co_return co_await answer_refused(plan, verdict, target.path, version, keep, access);
+    if (sd.decision.granted) permit = &plan.request;
+  }
+  // X-Tollgate-Shadow: only the gateway says that (a client's is never forwarded).
+  const RateLimitFields fields{verdict.policy_header, verdict.limit_header, request_id_.view()};
+  const UpstreamRequest out{h, target.rewritten ? std::string_view(rewritten) : h.target, body, verdict.shadow_header,
+                            request_id_.view(), client_ip_, has_budget ? &budget : nullptr,
+                            budget_from_ + std::chrono::microseconds(budget.us),
+                            plan.rule ? &rules->metrics_of(*plan.rule).upstream_latency : nullptr,
+                            plan.rule ? &signal : nullptr, stream_->tls() != nullptr,
+                            permit};
+  const bool open = co_await forward(px_, w_, *table, *stream_, out, *route, fields, access.rec);
+  if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
+  co_return open;
+}
+
+std::optional<std::string> Session::read_budget_of(const http1::RequestHead& h, Budget& budget,
+                                                   bool& has_budget) const {
+  // Each header at most once, and not empty: which of two would the upstream believe?
+  if (!px_.settings.deadlines || !(h.has(http1::Name::grpc_timeout) || h.has(http1::Name::request_timeout)))
+    return std::nullopt;
+  int grpc = 0, timeout = 0;
+  for (const http1::Field& f : h.all()) {
+    grpc += f.id == http1::Name::grpc_timeout;
+    timeout += f.id == http1::Name::request_timeout;
+  }
+  if (grpc > 1 || timeout > 1) return "grpc-timeout and Request-Timeout may each be sent once";
+  if ((grpc && h.value(http1::Name::grpc_timeout).empty()) ||
+      (timeout && h.value(http1::Name::request_timeout).empty()))
+    return "an empty grpc-timeout or Request-Timeout says no budget";
+  return read_budget(h.value(http1::Name::grpc_timeout), h.value(http1::Name::request_timeout), budget, has_budget);
+}
+
+Early Session::check_early(const http1::RequestHead& h, const RequestTarget& target, unsigned version, Budget& budget,
+                           bool& has_budget) const {
+  const bool bad_budget = read_budget_of(h, budget, has_budget).has_value();
+  if (h.other_transfer_encoding) return Early::transfer_encoding;
+  if (target.error != TargetError::none) return Early::target;
+  if (const auto hosts = h.host_count; hosts > 1 || (hosts == 0 && version >= 11)) return Early::host;
+  if (h.method == http1::Method::connect || (h.method == http1::Method::trace && !limits_.allow_trace))
+    return Early::method;
+  return bad_budget ? Early::budget : Early::none;
+}
+
+void Session::plan_for(const RequestTarget& target, const RuleViews* rules, config::SwitchMode global,
+                       const Budget* budget, Plan& plan) const {
+  const HeadFields headers(*head_);
+  const std::int64_t arrived_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(budget_from_.time_since_epoch()).count();
+  const RequestFacts facts{target.match, client_ip_, headers, static_cast<std::int64_t>(px_.deps.metrics.held.Value()),
+                           budget, arrived_us};
+  plan_request(facts, rules, global, px_.settings, plan);
+}
+
+net::awaitable<bool> Session::answer_early(Early e, const RequestTarget& target, unsigned version, bool keep,
+                                           OutcomeCounter& count) {
+  const http1::RequestHead& h = *head_;
+  OwnAnswer answer;
+  bool close_after = true;  // the rest of the request (a body of unknown framing) is not read
+  switch (e) {
+    case Early::none:  // not called with none
+    case Early::transfer_encoding:
+      // Only chunked framing is understood; anything else could be read differently upstream.
+      answer = error_answer(501, "unsupported_transfer_encoding", "only Transfer-Encoding: chunked is accepted",
+                            request_id_.view());
+      break;
+    case Early::target:
+      answer = error_answer(400, "bad_target", target_error_detail(target.error), request_id_.view());
+      break;
+    case Early::host:
+      // RFC 9112 3.2: an HTTP/1.1 request has exactly one Host; an HTTP/1.0 one at most one. Which
+      // of two would the upstream believe?
+      answer = error_answer(400, "bad_host",
+                            h.host_count > 1 ? "more than one Host header" : "an HTTP/1.1 request needs a Host header",
+                            request_id_.view());
+      break;
+    case Early::method:
+      // CONNECT would ask for a tunnel the gateway does not make; TRACE echoes the request with its
+      // credentials (cross-site tracing) unless the operator allows it.
+      answer = error_answer(405, "method_not_allowed",
+                            "the gateway forwards neither CONNECT nor (unless proxy.allow_trace) TRACE",
+                            request_id_.view());
+      answer.allow = limits_.allow_trace ? "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"
+                                         : "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+      close_after = false;
+      break;
+    case Early::budget: {
+      Budget ignored;
+      bool has = false;
+      const std::optional<std::string> why = read_budget_of(h, ignored, has);
+      answer = error_answer(400, "bad_deadline", why ? std::string_view(*why) : std::string_view(), request_id_.view());
+      close_after = false;
       break;
     }
   }
-  // X-Tollgate-Shadow: only the gateway says that (a client's is never forwarded).
-  const RateLimitFields fields{verdict.policy_header, verdict.limit_header, id};
-  const UpstreamRequest out{h, upstream_target, body, verdict.shadow_header, id, client_ip_, sent_budget, deadline,
-                            latency, &signal, stream.tls() != nullptr,
-                            sd.decision.granted ? &plan.request : nullptr};
-  const bool open = co_await forward(px_, w_, *table, stream, out, *route, fields, access.rec);
-  if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
-  co_return open;
+  count.bad_request(answer.status);
+  linger_ = close_after;
+  co_return co_await send_answer(*stream_, version, keep && !close_after, answer, write_timeout());
+}
+
+net::awaitable<bool> Session::answer_error(unsigned version, bool keep, int status, std::string_view code,
+                                           std::string_view detail) {
+  const OwnAnswer answer = error_answer(status, code, detail, request_id_.view());
+  co_return co_await send_answer(*stream_, version, keep, answer, write_timeout());
+}
+
+net::awaitable<bool> Session::answer_too_late(const Plan& plan, const Budget& budget, std::string_view path,
+                                              unsigned version, bool keep, LogOnExit& access) {
+  const Verdict v = too_late_verdict(plan, budget);
+  if (access.log) access.text->policy = v.bound;
+  const OwnAnswer answer = refused_answer(plan, v, path, 429, nullptr);
+  co_return co_await send_answer(*stream_, version, keep, answer, write_timeout());
+}
+
+net::awaitable<bool> Session::answer_refused(const Plan& plan, const Verdict& verdict, std::string_view path,
+                                             unsigned version, bool keep, LogOnExit& access) {
+  const bool reject = verdict.action == Action::reject;
+  if (reject && access.log) access.text->policy = verdict.bound;
+  const RateLimitFields fields{verdict.policy_header, verdict.limit_header, request_id_.view()};
+  const OwnAnswer answer = refused_answer(plan, verdict, path, reject ? 429 : 503, reject ? &fields : nullptr);
+  co_return co_await send_answer(*stream_, version, keep, answer, write_timeout());
+}
+
+net::awaitable<bool> Session::client_left(const Plan& plan, store::Reservation reservation, OutcomeCounter& count) {
+  const store::RefundResult given = co_await px_.deps.store.refund_slots(plan.request, reservation);
+  count.client_gone(given.reservations());
+  co_return false;
+}
+
+net::awaitable<void> Session::ask_again(Plan& plan, const RuleViews& rules, store::StoreDecision& sd,
+                                        Verdict& verdict) {
+  sd = co_await px_.deps.store.try_acquire(plan.request);
+  note_adaptive(plan, rules, sd);
+  verdict = verdict_for(plan, sd);
+}
+
+bool Session::paused_meanwhile(const BucketMetrics& bm, std::int64_t known_pause, std::int64_t window_end, int round,
+                               Plan& plan) {
+  const std::int64_t now = limiter::steady_now_us();
+  const std::int64_t pause = bm.pause_until_us.load(std::memory_order_relaxed);
+  if (pause <= now || pause <= known_pause + 5'000) return false;
+  // At most three times; the fourth asks only for a permit now.
+  plan.request.timeout_us = round < 3 ? std::max<std::int64_t>(0, window_end - now) : 0;
+  return true;
+}
+
+void Session::note_adaptive(const Plan& plan, const RuleViews& rules, const store::StoreDecision& sd) {
+  if (plan.request.adaptive == limiter::Adaptive::off || !(sd.effective_rate > 0)) return;
+  BucketMetrics& bm = rules.metrics_of(*plan.rule);
+  bm.adaptive().effective_rate.Set(sd.effective_rate);
+  if (plan.request.adaptive == limiter::Adaptive::on && sd.paused_us > 0)
+    bm.raise_pause(limiter::steady_now_us() + sd.paused_us);
 }
 
 net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal) {
@@ -589,15 +704,28 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
            pause_ms > 0 ? ", paused " + std::to_string(pause_ms) + " ms" : std::string());
 }
 
-// Holds a request until its slot on a timer (never a thread), watching the client meanwhile.
-// Returns false if the client closed its connection before the slot.
-net::awaitable<bool> Session::hold(BucketMetrics& bm, std::chrono::microseconds wait) {
+void Session::compact_for_hold(std::string_view& body, RequestTarget& target) {
+  // Most requests fit the idle read's 1 KiB; a larger head or body grew the buffer by 16 KiB
+  // reads. Less than 512 bytes to give back is not worth a copy.
+  if (buffer_.capacity() - buffer_.size() < 512) return;
+  const std::string_view before = view(buffer_);
+  // The body is a view into the buffer (Content-Length), into body_ (chunked, decoded), or empty.
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(body.data()),
+                       from = reinterpret_cast<std::uintptr_t>(before.data());
+  const bool body_in_buffer = !body.empty() && at >= from && at < from + before.size();
+  const std::size_t body_at = body_in_buffer ? at - from : 0;
+  buffer_.shrink_to_fit();
+  const std::string_view now = view(buffer_);
+  if (now.data() == before.data()) return;  // not moved (the allocation failed)
+  std::size_t scanned = 0;
+  http1::parse_request_head(now, limits_.max_header_bytes, *head_, scanned);
+  if (body_in_buffer) body = now.substr(body_at, body.size());
+  parse_target(head_->target, target);
+}
+
+// Watches the client while its request waits for its slot: a close or reset ends the wait.
+std::shared_ptr<Hold> Session::start_hold(BucketMetrics& bm, std::chrono::microseconds wait) {
   TimedSocket& stream = *stream_;
-  struct Hold {
-    explicit Hold(net::any_io_executor ex) : timer(std::move(ex)) {}
-    net::steady_timer timer;
-    bool gone = false;
-  };
   auto h = std::make_shared<Hold>(stream.get_executor());
   h->timer.expires_after(wait);
   auto& sock = stream.socket();
@@ -611,16 +739,17 @@ net::awaitable<bool> Session::hold(BucketMetrics& bm, std::chrono::microseconds 
       h->timer.cancel();
     }
   });
-  Metrics& metrics = px_.deps.metrics;
-  metrics.held.Increment();
+  px_.deps.metrics.held.Increment();
   bm.held.Increment();
-  beast::error_code ec;
-  co_await h->timer.async_wait(with(ec));
-  metrics.held.Decrement();
+  return h;
+}
+
+bool Session::end_hold(BucketMetrics& bm, const Hold& hold) {
+  px_.deps.metrics.held.Decrement();
   bm.held.Decrement();
   beast::error_code ignored;
-  sock.cancel(ignored);
-  co_return !h->gone;
+  stream_->socket().cancel(ignored);
+  return !hold.gone;
 }
 
 }  // namespace
