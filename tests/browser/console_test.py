@@ -316,10 +316,17 @@ def main():
         if token in driver.current_url or driver.get_cookies():
             fail("the token is in the URL or a cookie was set")
         errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
-        # The wrong-token PUT is an expected 401 in the network log; nothing else may fail.
-        unexpected = [e for e in errors if "/admin/switch" not in e.get("message", "")]
+        # The wrong-token PUT is the one expected failure in the network log (Chromium: ".../admin/switch
+        # - Failed to load resource: the server responded with a status of 401"); nothing else may fail,
+        # not even another refusal of the switch.
+        def expected_401(e):
+            m = e.get("message", "")
+            return "/admin/switch" in m and "status of 401" in m
+        unexpected = [e for e in errors if not expected_401(e)]
         if unexpected:
             fail("browser errors: " + "; ".join(e["message"] for e in unexpected))
+        if sum(1 for e in errors if expected_401(e)) > 1:
+            fail("more than the one wrong-token 401: " + "; ".join(e["message"] for e in errors))
 
         # Back to enforce (through the API) for the screenshot, with the traffic still running.
         http("PUT", admin + "/admin/switch", json.dumps({"state": "enforce"}).encode(),

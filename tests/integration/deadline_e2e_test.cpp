@@ -1,8 +1,11 @@
 // Deadline-aware admission end to end: the real gateway and mock upstream.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "support/stack.hpp"
 
@@ -20,6 +23,7 @@ class DeadlineE2E : public ::testing::Test {
     json config = base_config(upstream.port);
     config["limits"]["rules"][0]["cache"] = 1.0;  // 5/s, a wait window of 1 s
     config["proxy"]["default_upstream_latency_ms"] = 20;
+    config["access_log"] = log_dir + "/access.log";  // each request's duration, as the gateway measured it
     gw = std::make_unique<GatewayProcess>(config);
     ASSERT_GT(gw->port, 0) << gw->proc->output();
   }
@@ -27,7 +31,19 @@ class DeadlineE2E : public ::testing::Test {
   HttpResponse search(std::vector<std::pair<std::string, std::string>> headers) const {
     return http_request(gw->port, {"GET", "/ibe/shopping/search", std::move(headers), {}});
   }
+  // The access log's lines with this status, as JSON.
+  std::vector<json> logged(int status) const {
+    std::vector<json> out;
+    std::ifstream in(log_dir + "/access.log");
+    std::string line;
+    while (std::getline(in, line)) {
+      const json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("status", 0) == status) out.push_back(j);
+    }
+    return out;
+  }
   MockUpstream upstream;
+  std::string log_dir = temp_dir();
   std::unique_ptr<GatewayProcess> gw;
 };
 
@@ -57,6 +73,15 @@ TEST_F(DeadlineE2E, AShortBudgetIsRefusedAtOnceAndConsumesNothingALongerOneWaits
   }
   // Nothing was reserved by them: the queue only shrank meanwhile.
   EXPECT_LE(debt(), before);
+  // At once, as the gateway measured it: a refusal that first waited out the 80 ms it had would
+  // take at least that. The median, so that one scheduling stall of a loaded machine is not a
+  // failure.
+  std::vector<json> refused;
+  ASSERT_TRUE(eventually([&] { return (refused = logged(429)).size() == 10; }, 5s)) << refused.size();
+  std::vector<double> took_ms;
+  for (const json& j : refused) took_ms.push_back(j["duration_ms"].get<double>());
+  std::sort(took_ms.begin(), took_ms.end());
+  EXPECT_LT(took_ms[took_ms.size() / 2], 40.0) << "median of " << took_ms.size() << " refusals";
 
   // A 1 s budget covers the queue plus the upstream: it waits its turn and passes.
   const HttpResponse ok = search({{"Request-Timeout", "1"}});

@@ -134,7 +134,12 @@ TEST_F(QuotaE2E, MaxShareKeepsASecondClientQueuedWhileTheFirstIsRefused) {
                              {"burst", 1}, {"cache", 1.0}, {"maxShare", 0.3}, {"keyBy", "header:X-Client"}}});
   auto gw = gateway(rules);
   auto heavy = std::async(std::launch::async, [&] { return burst(*gw, "/search", 8, {{"X-Client", "heavy"}}); });
-  std::this_thread::sleep_for(50ms);  // heavy's requests are queued by now
+  // heavy's three waiting places are taken before light asks: the first maxShare refusal says so
+  // (a counter, so the check cannot miss it; a sleep would only hope).
+  ASSERT_TRUE(eventually([&] {
+    return metric_series(http_get(gw->admin_port, "/metrics").body, "tollgate_policy_rejections_total",
+                         {{"policy", "/search#maxShare"}}).value_or(0) >= 1;
+  }, 5s));
   const auto light = burst(*gw, "/search", 2, {{"X-Client", "light"}});
   const auto h = heavy.get();
   // heavy: the stored permit plus 3 waiting (perhaps one more if a slot is released during the
