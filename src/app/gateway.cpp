@@ -213,7 +213,7 @@ void Gateway::start() {
   }
   fit_connections_to_fd_limit(m.cfg, n);
   m.store = m.make_store(raw);
-  m.access_log = std::make_unique<proxy::AccessLog>(m.cfg.access_log);
+  m.access_log = std::make_unique<proxy::AccessLog>(m.cfg.access_log, &m.metrics.access_log_dropped);
   m.proxy = std::make_unique<proxy::ProxyServer>(
       raw, proxy::ProxyDeps{m.cfg, m.snapshots, m.switch_state, *m.store, m.metrics, m.access_log.get(), &m.refusals, m.tls.get()});
   m.proxy->start();
@@ -302,30 +302,33 @@ int Gateway::run() {
         for (const auto& e : t.errors) std::cout << "tollgate: SIGHUP: TLS reload refused, keeping the old context: " << e << std::endl;
         if (!t.reloaded.empty()) std::cout << "tollgate: SIGHUP: TLS files re-read (" << t.reloaded.size() << " contexts)" << std::endl;
       }
-      // The file's upstreams, routes and dns (a new route table), and then its rules (a file
-      // source) or MySQL's. A file that does not parse, whose rules are rejected or whose table
-      // cannot be made (a TLS file that does not load) is refused whole: table and rules stay.
-      std::string refused;
-      try {
+      // The file's upstreams, routes and dns (a new route table) and its rules (a file source) or
+      // MySQL's. With the file source the table is applied inside the rules' load, after the rules
+      // loaded and before they are swapped in: a file that does not parse, whose rules are rejected
+      // or whose table cannot be made (a TLS file that does not load) is refused whole, counted as
+      // a failed load, and table and rules both stay.
+      auto apply_table = [&m] {
         const config::GatewayConfig next = config::load_gateway_config(m.cfg.path);
-        if (m.cfg.limits.source == config::RuleSource::file)
-          (void)config::FileSource::from_rows(next.limits.rows, next.limits.switch_mode);
         if (m.proxy->replace_routes(next))
           std::cout << "tollgate: SIGHUP: route table replaced (" << next.upstreams.size() << " upstreams, "
                     << next.routes.size() << " routes); requests in flight finish on the old one" << std::endl;
-      } catch (const std::exception& e) {
-        refused = e.what();
-      }
-      if (!refused.empty() && m.cfg.limits.source == config::RuleSource::file) {
-        std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << m.snapshots.get()->version
-                  << " and the route table: " << refused << std::endl;
+      };
+      config::ReloadResult r;
+      if (m.cfg.limits.source == config::RuleSource::file) {
+        r = m.config_manager->reload(apply_table);
+        if (!r.ok)
+          std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << " and the route table: " << r.error
+                    << std::endl;
       } else {
-        if (!refused.empty())
-          std::cout << "tollgate: SIGHUP: " << m.cfg.path << " refused, keeping the route table: " << refused << std::endl;
-        const config::ReloadResult r = m.config_manager->reload();
-        if (r.ok) std::cout << "tollgate: SIGHUP: config v" << r.version << " loaded" << std::endl;
-        else std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << ": " << r.error << std::endl;
+        try {
+          apply_table();
+        } catch (const std::exception& e) {
+          std::cout << "tollgate: SIGHUP: " << m.cfg.path << " refused, keeping the route table: " << e.what() << std::endl;
+        }
+        r = m.config_manager->reload();
+        if (!r.ok) std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << ": " << r.error << std::endl;
       }
+      if (r.ok) std::cout << "tollgate: SIGHUP: config v" << r.version << " loaded" << std::endl;
       if (std::ifstream in{m.cfg.path}) {
         const std::string now{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
         const std::vector<std::string> fields = config::fields_needing_restart(m.cfg.text, now);

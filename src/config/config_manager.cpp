@@ -39,7 +39,7 @@ void ConfigManager::install(ValidatedRules rules, std::string origin, bool fallb
   }
 }
 
-ReloadResult ConfigManager::load_and_swap(bool force) {
+ReloadResult ConfigManager::load_and_swap(bool force, const std::function<void()>& accept) {
   std::lock_guard lock(load_mu_);
   ReloadResult out;
   const std::int64_t now_ms = SwitchState::now_ms();
@@ -57,6 +57,7 @@ ReloadResult ConfigManager::load_and_swap(bool force) {
       return out;
     }
     LoadResult loaded = source_->load();
+    if (accept) accept();
     if (auto prev = snapshots_.get()) keep_last_good(loaded.rules, *prev);
     // The fingerprint taken before the load: a change made during the load shows on the next poll.
     last_fingerprint_ = fp;
@@ -103,7 +104,7 @@ ReloadResult ConfigManager::load_and_swap(bool force) {
   return out;
 }
 
-ReloadResult ConfigManager::reload() { return load_and_swap(true); }
+ReloadResult ConfigManager::reload(const std::function<void()>& accept) { return load_and_swap(true, accept); }
 
 void ConfigManager::start() {
   if (!source_->polled() || thread_.joinable()) return;

@@ -2,8 +2,11 @@
 
 #include <chrono>
 #include <ctime>
+#include <prometheus/counter.h>
 #include <spdlog/async_logger.h>
+#include <spdlog/details/null_mutex.h>
 #include <spdlog/details/thread_pool.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <stdexcept>
@@ -32,6 +35,30 @@ void json_string(std::string& out, std::string_view s) {
   }
   out.push_back('"');
 }
+
+// The writer thread's sink: the file or stdout sink, flushed after every line (a line is never held
+// back while the gateway is quiet, and container logs read stdout line by line), and each line
+// written (or failed) taken off the count of queued lines. Only the pool's one thread calls it.
+class LineSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+ public:
+  LineSink(spdlog::sink_ptr inner, std::shared_ptr<std::atomic<std::size_t>> queued)
+      : inner_(std::move(inner)), queued_(std::move(queued)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    struct Done {
+      std::atomic<std::size_t>& queued;
+      ~Done() { queued.fetch_sub(1, std::memory_order_release); }
+    } done{*queued_};
+    inner_->log(msg);
+    inner_->flush();
+  }
+  void flush_() override { inner_->flush(); }
+
+ private:
+  spdlog::sink_ptr inner_;
+  std::shared_ptr<std::atomic<std::size_t>> queued_;
+};
 
 std::string now_iso() {
   using namespace std::chrono;
@@ -77,7 +104,8 @@ std::string access_line(const AccessRecord& r) {
   return out;
 }
 
-AccessLog::AccessLog(const std::string& target) {
+AccessLog::AccessLog(const std::string& target, prometheus::Counter* dropped_total, std::size_t max_queued)
+    : dropped_total_(dropped_total), max_queued_(max_queued > 0 ? max_queued : 1) {
   if (target == "off" || target.empty()) return;
   spdlog::sink_ptr sink;
   if (target == "stdout") {
@@ -90,13 +118,13 @@ AccessLog::AccessLog(const std::string& target) {
     }
   }
   sink->set_pattern("%v");  // the line as access_line made it, and a newline
-  pool_ = std::make_shared<spdlog::details::thread_pool>(kMaxQueued, 1);
-  logger_ = std::make_shared<spdlog::async_logger>("access", std::move(sink), pool_,
-                                                    spdlog::async_overflow_policy::overrun_oldest);
+  // The queue holds only lines (no flush messages: the sink flushes each line itself), and
+  // write() never lets more than max_queued_ wait, so it never fills: the overflow policy is
+  // only a guarantee that a request thread never blocks on it.
+  pool_ = std::make_shared<spdlog::details::thread_pool>(max_queued_, 1);
+  logger_ = std::make_shared<spdlog::async_logger>("access", std::make_shared<LineSink>(std::move(sink), queued_),
+                                                    pool_, spdlog::async_overflow_policy::overrun_oldest);
   logger_->set_level(spdlog::level::info);
-  // Each line leaves the writer thread's buffer as it is written: a line is never held back
-  // while the gateway is quiet, and container logs read stdout line by line.
-  logger_->flush_on(spdlog::level::info);
 }
 
 // The writer thread writes what is queued before it stops (the pool's destructor joins it after
@@ -108,10 +136,16 @@ AccessLog::~AccessLog() {
 
 void AccessLog::write(const AccessRecord& r) {
   if (!logger_) return;
+  // Past the bound the new line is dropped, never one already queued: what is written stays in
+  // order, and the count says how many lines are missing.
+  if (queued_->fetch_add(1, std::memory_order_acq_rel) >= max_queued_) {
+    queued_->fetch_sub(1, std::memory_order_relaxed);
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    if (dropped_total_) dropped_total_->Increment();
+    return;
+  }
   const std::string line = access_line(r);
   logger_->log(spdlog::level::info, spdlog::string_view_t(line.data(), line.size()));
 }
-
-std::uint64_t AccessLog::dropped() const { return pool_ ? pool_->overrun_counter() : 0; }
 
 }  // namespace tollgate::proxy

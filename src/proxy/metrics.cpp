@@ -154,7 +154,11 @@ Metrics::Metrics()
       permits_returned(counters(registry, "tollgate_permits_returned_total",
                                 "Granted requests that no upstream endpoint could take (nothing sent): their "
                                 "permits given back to their buckets (up to the burst).")
-                           .Add({})) {
+                           .Add({})),
+      access_log_dropped(counters(registry, "tollgate_access_log_dropped_total",
+                                  "Access-log lines dropped because the writer's queue was full (a slow disk or "
+                                  "a full stdout pipe).")
+                             .Add({})) {
   auto& requests = counters(registry, "tollgate_requests_total", "Requests by throttling outcome.");
   for (std::size_t i = 0; i < kOutcomes; ++i)
     outcomes_[i] = &requests.Add({{"outcome", outcome_name(static_cast<Outcome>(i))}});

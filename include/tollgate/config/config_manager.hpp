@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -41,8 +42,11 @@ class ConfigManager {
                 std::chrono::milliseconds poll_interval);
   ~ConfigManager();
 
-  // Loads now and swaps in the result (forced: no fingerprint shortcut). Never throws.
-  ReloadResult reload();
+  // Loads now and swaps in the result (forced: no fingerprint shortcut). `accept`, when given,
+  // runs after a successful load and before the swap: when it throws, the load counts as failed
+  // with its message and nothing is swapped (a SIGHUP applies the file's route table there, so
+  // that a file is applied whole or not at all). Never throws.
+  ReloadResult reload(const std::function<void()>& accept = {});
   // One poll: checks the fingerprint and loads only when it changed (what the thread does).
   ReloadResult poll_once() { return load_and_swap(false); }
   // Installs rules read elsewhere: the file at start, or the fallback while the source is down.
@@ -54,7 +58,7 @@ class ConfigManager {
   std::chrono::milliseconds poll_interval() const { return poll_; }
 
  private:
-  ReloadResult load_and_swap(bool force);
+  ReloadResult load_and_swap(bool force, const std::function<void()>& accept = {});
   void loop();
   void log_rejections(const ValidatedRules& rules);
 

@@ -178,6 +178,7 @@ class Metrics {
   prometheus::Counter& upstream_conns_discarded;
   prometheus::Counter& upstream_retries;     // requests sent again after a reused connection failed
   prometheus::Counter& permits_returned;     // granted requests no endpoint could take: permits given back
+  prometheus::Counter& access_log_dropped;   // access-log lines dropped: the writer's queue was full
 
   // Per-bucket, per-policy and per-upstream series, made on first use and kept (names come from
   // the rules and the config). A lookup takes a lock: callers keep the reference (RuleViews,
