@@ -20,18 +20,9 @@ WRAP=${WRAP:-}
 [[ -x $BIN ]] || { echo "hold.sh: no gateway binary at $BIN (set TOLLGATE_BIN)" >&2; exit 1; }
 command -v nginx >/dev/null || { echo "hold.sh: needs nginx (Debian: nginx-light)" >&2; exit 1; }
 
-W=$(mktemp -d /tmp/tollgate-hold-XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 0.5
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$W"
-}
-trap cleanup EXIT
+source bench/common.sh
+bench_workdir hold
 if (($(nproc) >= 2)); then LOAD_CORE=0; SERVER_CORE=1; else LOAD_CORE=0; SERVER_CORE=0; fi
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 ulimit -n 65536 2>/dev/null || true
 
 UP=$(free_port); T=$(free_port); TA=$(free_port)
@@ -46,7 +37,7 @@ PIDS+=($!)
 cat >"$W/hold.json" <<JSON
 {"listen": "127.0.0.1:$T", "threads": 1, "admin": {"listen": "127.0.0.1:$TA"},
  "upstreams": {"up": {"url": "http://127.0.0.1:$UP"}}, "routes": [{"prefix": "/", "upstream": "up"}],
- "proxy": {"max_held": 1000000, "max_held_per_bucket": 1000000},
+ "proxy": {"max_held": 1000000, "max_held_per_bucket": 1000000, "drain_timeout_ms": 1000},
  "limits": {"store": "local", "rules": [
    {"configId": 3, "interfaceUrl": "/hold", "rateLimit": 200, "burst": 1, "cache": 60, "status": 1}]}}
 JSON
