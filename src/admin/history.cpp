@@ -59,13 +59,7 @@ History::History(proxy::Metrics& metrics, config::SnapshotHolder& snapshots) : m
 }
 
 void History::sample(std::int64_t now_ms) {
-  // The buckets of the active rules, and their series (made here if no request has yet).
-  std::vector<std::pair<std::string, proxy::BucketMetrics*>> buckets;
-  if (auto snap = snapshots_.get()) {
-    std::set<std::string_view> seen;
-    for (const auto& r : snap->rules)
-      if (seen.insert(r.bucket).second) buckets.emplace_back(r.bucket, &metrics_.bucket(r.bucket));
-  }
+  std::shared_ptr<const config::Snapshot> snap = snapshots_.get();
   std::vector<std::pair<std::string, std::vector<double>>> upstream_now;
   metrics_.each_upstream([&](const std::string& name, const proxy::UpstreamMetrics& u) {
     std::vector<double> v = cumulative_counts(u.latency.histogram());
@@ -78,41 +72,81 @@ void History::sample(std::int64_t now_ms) {
   const std::size_t slot = seq % kSeconds;
   at_ms_[slot] = now_ms;
   if (seq == 0) started_ms_ = now_ms;
-  // Buckets no rule has any more leave; the others are updated in place.
-  std::set<std::string_view> names;
-  for (const auto& b : buckets) names.insert(b.first);
-  for (auto it = series_.begin(); it != series_.end();) it = names.contains(it->first) ? std::next(it) : series_.erase(it);
-  for (auto& [name, bm] : buckets) {
-    auto [it, fresh] = series_.try_emplace(name);
-    Series& s = it->second;
-    if (fresh || s.metrics != bm) {
-      s = Series{};
-      s.metrics = bm;
-      s.first_seq = seq;
-      for (std::size_t o = 0; o < proxy::kOutcomes; ++o) s.counts[o] = bm->total(static_cast<proxy::Outcome>(o));
-      s.wait.push(cumulative_counts(bm->wait.histogram()));
+  if (snap != tracked_of_) {
+    // A new snapshot: buckets no rule has any more leave, new ones start from their counts now.
+    std::set<std::string_view> names;
+    if (snap)
+      for (const auto& r : snap->rules) names.insert(r.bucket);
+    for (auto it = series_.begin(); it != series_.end();) it = names.contains(it->first) ? std::next(it) : series_.erase(it);
+    tracked_.clear();
+    tracked_.reserve(names.size());
+    for (std::string_view name : names) {
+      proxy::BucketMetrics* bm = &metrics_.bucket(name);  // made here if no request has yet
+      auto [it, fresh] = series_.try_emplace(std::string(name));
+      Series& x = it->second;
+      if (fresh || x.metrics != bm) {
+        x = Series{};
+        x.metrics = bm;
+        x.first_seq = seq;
+        bool seen = false;
+        for (std::size_t o = 0; o < proxy::kOutcomes; ++o) {
+          x.counts[o] = bm->total(static_cast<proxy::Outcome>(o));
+          seen = seen || x.counts[o] > 0;
+        }
+        // A wait is observed only with an outcome: no outcome yet, no observation to read.
+        if (seen) x.wait_at = cumulative_counts(bm->wait.histogram());
+      }
+      tracked_.push_back({&x, bm});
     }
+    tracked_of_ = std::move(snap);
+  }
+  for (const Tracked& t : tracked_) {
+    Series& x = *t.series;
+    proxy::BucketMetrics& bm = *t.metrics;
     std::array<double, proxy::kOutcomes> counts{};
-    for (std::size_t o = 0; o < proxy::kOutcomes; ++o) counts[o] = bm->total(static_cast<proxy::Outcome>(o));
+    bool moved = false;
+    for (std::size_t o = 0; o < proxy::kOutcomes; ++o) {
+      counts[o] = bm.total(static_cast<proxy::Outcome>(o));
+      moved = moved || counts[o] != x.counts[o];
+    }
+    const auto held = static_cast<float>(bm.held.Value());
+    if (!moved && held == 0) {
+      // A zero sample: nothing to write while the ring holds only zeros; the busy part goes once
+      // its last non-zero sample has left the ring.
+      if (!x.busy) continue;
+      if (seq - x.busy_seq >= kSeconds) {
+        x.busy.reset();
+        continue;
+      }
+      x.busy->ring[slot] = Sample{};
+      x.busy->wait.push(x.wait_at);
+      continue;
+    }
+    if (!x.busy) {
+      x.busy = std::make_unique<Busy>();
+      x.busy->wait.push(x.wait_at);  // where the histogram stood while the bucket was quiet
+    }
     auto delta = [&](proxy::Outcome o) {
       const auto i = static_cast<std::size_t>(o);
-      return static_cast<float>(std::max(0.0, counts[i] - s.counts[i]));
+      return static_cast<float>(std::max(0.0, counts[i] - x.counts[i]));
     };
-    Sample x;
-    x.forwarded = delta(proxy::Outcome::forwarded);
-    x.delayed = delta(proxy::Outcome::delayed);
-    x.rejected = delta(proxy::Outcome::rejected);
-    x.shadow_rejected = delta(proxy::Outcome::shadow_rejected);
-    x.bypassed = delta(proxy::Outcome::bypassed);
-    x.store_error = delta(proxy::Outcome::store_error);
-    x.held = static_cast<float>(bm->held.Value());
-    std::vector<double> hist = cumulative_counts(bm->wait.histogram());
-    const std::vector<double> second = minus(hist, s.wait.newest());
-    x.wait_p50_ms = as_float(histogram_quantile(0.5, bounds_, second));
-    x.wait_p99_ms = as_float(histogram_quantile(0.99, bounds_, second));
-    s.wait.push(std::move(hist));
-    s.counts = counts;
-    s.ring[slot] = x;
+    Sample v;
+    v.forwarded = delta(proxy::Outcome::forwarded);
+    v.delayed = delta(proxy::Outcome::delayed);
+    v.rejected = delta(proxy::Outcome::rejected);
+    v.shadow_rejected = delta(proxy::Outcome::shadow_rejected);
+    v.bypassed = delta(proxy::Outcome::bypassed);
+    v.store_error = delta(proxy::Outcome::store_error);
+    v.held = held;
+    std::vector<double> hist = moved ? cumulative_counts(bm.wait.histogram()) : x.wait_at;
+    const std::vector<double> second = minus(hist, x.busy->wait.newest());
+    v.wait_p50_ms = as_float(histogram_quantile(0.5, bounds_, second));
+    v.wait_p99_ms = as_float(histogram_quantile(0.99, bounds_, second));
+    x.wait_at = hist;
+    x.busy->wait.push(std::move(hist));
+    x.counts = counts;
+    x.busy->ring[slot] = v;
+    x.busy_seq = seq;
   }
 
   std::map<std::string, UpstreamSeries, std::less<>> ups;
@@ -129,6 +163,13 @@ void History::sample(std::int64_t now_ms) {
 std::uint64_t History::seq() const {
   std::lock_guard lock(mu_);
   return seq_;
+}
+
+std::size_t History::busy_buckets() const {
+  std::lock_guard lock(mu_);
+  std::size_t n = 0;
+  for (const auto& [name, series] : series_) n += series.busy != nullptr;
+  return n;
 }
 
 json History::to_json(std::optional<std::uint64_t> since) const {
@@ -153,7 +194,8 @@ json History::to_json(std::optional<std::uint64_t> since) const {
     for (const auto& [name, series] : series_) {
       Copy c{name, series.first_seq, {}};
       c.samples.reserve(seq_ - from);
-      for (std::uint64_t s = from; s < seq_; ++s) c.samples.push_back(series.ring[s % kSeconds]);
+      for (std::uint64_t s = from; s < seq_; ++s)
+        c.samples.push_back(series.busy ? series.busy->ring[s % kSeconds] : Sample{});
       copies.push_back(std::move(c));
     }
   }
@@ -200,10 +242,11 @@ std::optional<History::Window> History::window(const std::string& bucket) const 
   if (it == series_.end() || seq_ == 0) return std::nullopt;
   const Series& s = it->second;
   Window w;
+  if (!s.busy) return w;  // every sample of the last five minutes is zero
   const std::uint64_t newest = seq_ - 1;
-  w.last = s.ring[newest % kSeconds];
+  w.last = s.busy->ring[newest % kSeconds];
   for (std::uint64_t i = 0; i < kWindow && i <= newest - s.first_seq; ++i) {
-    const Sample& x = s.ring[(newest - i) % kSeconds];
+    const Sample& x = s.busy->ring[(newest - i) % kSeconds];
     w.sum.forwarded += x.forwarded;
     w.sum.delayed += x.delayed;
     w.sum.rejected += x.rejected;
@@ -213,7 +256,7 @@ std::optional<History::Window> History::window(const std::string& bucket) const 
     w.sum.held = std::max(w.sum.held, x.held);
     if (i < 10) w.rejected_10s += static_cast<std::uint64_t>(x.rejected);
   }
-  const std::vector<double> minute = minus(s.wait.newest(), s.wait.oldest());
+  const std::vector<double> minute = minus(s.busy->wait.newest(), s.busy->wait.oldest());
   w.wait_p50_ms = histogram_quantile(0.5, bounds_, minute);
   w.wait_p99_ms = histogram_quantile(0.99, bounds_, minute);
   return w;

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <memory>
 #include <string>
 
 namespace tollgate::proxy {
@@ -98,25 +99,35 @@ std::int64_t LatencyEstimate::bin_upper_us(int bin) {
   return ((std::int64_t{1} << e) * (5 + quarter) + 3) / 4 * 100;
 }
 
+LatencyEstimate::Counts& LatencyEstimate::counts() {
+  Counts* c = counts_.load(std::memory_order_acquire);
+  if (c) return *c;
+  auto fresh = std::make_unique<Counts>();  // value-initialised: every count 0
+  if (counts_.compare_exchange_strong(c, fresh.get(), std::memory_order_acq_rel)) return *fresh.release();
+  return *c;  // another thread made it first
+}
+
 void LatencyEstimate::advance(std::int64_t now_us) {
+  Counts* const counts = counts_.load(std::memory_order_acquire);
+  if (!counts) return;  // nothing recorded yet: no p90
   const std::int64_t slot = now_us / kSlotUs;
   std::int64_t seen = slot_.load(std::memory_order_acquire);
   if (slot <= seen) return;
   if (!slot_.compare_exchange_strong(seen, slot, std::memory_order_acq_rel)) return;  // another thread does it
   // The slots entered since `seen` start empty (the one for `slot` included).
   if (seen < 0 || slot - seen >= kSlots) {
-    for (auto& slot_counts : counts_)
+    for (auto& slot_counts : *counts)
       for (auto& c : slot_counts) c.store(0, std::memory_order_relaxed);
   } else {
     for (std::int64_t s = seen + 1; s <= slot; ++s)
-      for (auto& c : counts_[static_cast<std::size_t>(s % kSlots)]) c.store(0, std::memory_order_relaxed);
+      for (auto& c : (*counts)[static_cast<std::size_t>(s % kSlots)]) c.store(0, std::memory_order_relaxed);
   }
   // The p90 of the other slots (the finished ones of the last minute).
   std::array<std::uint64_t, kBins> sum{};
   std::uint64_t total = 0;
   for (std::size_t s = 0; s < kSlots; ++s)
     for (int b = 0; b < kBins; ++b) {
-      const std::uint32_t n = counts_[s][static_cast<std::size_t>(b)].load(std::memory_order_relaxed);
+      const std::uint32_t n = (*counts)[s][static_cast<std::size_t>(b)].load(std::memory_order_relaxed);
       sum[static_cast<std::size_t>(b)] += n;
       total += n;
     }
@@ -136,9 +147,10 @@ void LatencyEstimate::advance(std::int64_t now_us) {
 }
 
 void LatencyEstimate::record(std::int64_t latency_us, std::int64_t now_us) {
+  Counts& c = counts();
   advance(now_us);
   const std::int64_t slot = slot_.load(std::memory_order_relaxed);
-  counts_[static_cast<std::size_t>(slot % kSlots)][static_cast<std::size_t>(bin_of(latency_us))].fetch_add(
+  c[static_cast<std::size_t>(slot % kSlots)][static_cast<std::size_t>(bin_of(latency_us))].fetch_add(
       1, std::memory_order_relaxed);
 }
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -62,6 +63,8 @@ class History {
   std::optional<Window> window(const std::string& bucket) const;
   std::map<std::string, UpstreamWindow> upstreams() const;
   std::uint64_t seq() const;
+  // Buckets with a non-zero sample in the ring, the only ones that keep a ring.
+  std::size_t busy_buckets() const;
 
  private:
   // Cumulative figures at the last kWindow + 1 samples: differences give the window's counts.
@@ -72,12 +75,26 @@ class History {
     const std::vector<double>& newest() const { return at[(taken - 1) % at.size()]; }
     const std::vector<double>& oldest() const { return at[taken > at.size() ? taken % at.size() : 0]; }
   };
+  // What a bucket keeps while it is busy: kept from its first non-zero sample until the ring holds
+  // none (five minutes on), so that an idle rule costs its Series alone (a couple of hundred
+  // bytes, where the ring and the window take ~20 KiB): ten thousand rules, most of them quiet at
+  // any moment, would otherwise take 200 MB.
+  struct Busy {
+    std::array<Sample, kSeconds> ring{};  // zero before it was made
+    Cumulative wait;                      // the wait histogram's cumulative bucket counts
+  };
   struct Series {
     proxy::BucketMetrics* metrics = nullptr;
-    std::array<Sample, kSeconds> ring{};
     std::uint64_t first_seq = 0;  // its first sample
+    std::uint64_t busy_seq = 0;   // its last non-zero sample (while `busy`)
     std::array<double, proxy::kOutcomes> counts{};
-    Cumulative wait;  // the wait histogram's cumulative bucket counts
+    std::vector<double> wait_at;  // the wait histogram when last read (empty: no observation yet)
+    std::unique_ptr<Busy> busy;   // null: every sample in the ring is zero
+  };
+  // The buckets of one snapshot, with their series, made again only when the snapshot changes.
+  struct Tracked {
+    Series* series;
+    proxy::BucketMetrics* metrics;
   };
   struct UpstreamSeries {
     Cumulative latency;  // cumulative bucket counts, then the error counters
@@ -92,6 +109,8 @@ class History {
   std::array<std::int64_t, kSeconds> at_ms_{};
   std::int64_t started_ms_ = 0;  // the first sample's time: tells one process's samples from another's
   std::map<std::string, Series, std::less<>> series_;
+  std::shared_ptr<const config::Snapshot> tracked_of_;  // the snapshot `tracked_` was made from
+  std::vector<Tracked> tracked_;
   std::map<std::string, UpstreamSeries, std::less<>> upstreams_;
 };
 

@@ -157,6 +157,58 @@ TEST(History, TheWindowCoversTheLastMinute) {
   EXPECT_LE(*w->wait_p99_ms, 500.0);
 }
 
+// A bucket keeps its ring only while one of its samples in the ring is not zero: quiet rules cost
+// little (thousands of rules, most idle), and a bucket that wakes up again counts exactly as before.
+TEST(History, AQuietBucketKeepsNoRingAndWakesUpExact) {
+  HistoryFixture f;
+  proxy::BucketMetrics& a = f.metrics.bucket("/a");
+  f.history.sample(0);
+  EXPECT_EQ(f.history.busy_buckets(), 0u);  // neither rule has seen a request
+  a.count(Outcome::delayed);
+  a.wait.observe_us(100'000);
+  f.history.sample(1000);
+  EXPECT_EQ(f.history.busy_buckets(), 1u);
+  // Seconds 2 to 300: quiet, and the busy second is still in the ring.
+  for (std::int64_t s = 2; s <= static_cast<std::int64_t>(History::kSeconds); ++s) f.history.sample(s * 1000);
+  EXPECT_EQ(f.history.busy_buckets(), 1u);
+  json h = f.history.to_json(std::nullopt);
+  EXPECT_EQ(h["from_seq"], 1);
+  EXPECT_EQ(bucket_of(h, "/a")["delayed"][0], 1);
+  // One more: the busy second has left the ring, and so has the ring.
+  f.history.sample(301'000);
+  EXPECT_EQ(f.history.busy_buckets(), 0u);
+  h = f.history.to_json(std::nullopt);
+  for (const auto& v : bucket_of(h, "/a")["delayed"]) EXPECT_EQ(v, 0);
+  auto w = f.history.window("/a");
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->sum.delayed, 0);
+  EXPECT_FALSE(w->wait_p50_ms);
+  // Awake again: the second's own counts and waits (in the (1 ms, 5 ms] bucket), not the old
+  // 100 ms one.
+  a.count(Outcome::delayed);
+  a.count(Outcome::delayed);
+  a.wait.observe_us(2'000);
+  a.wait.observe_us(2'000);
+  f.history.sample(302'000);
+  EXPECT_EQ(f.history.busy_buckets(), 1u);
+  h = f.history.to_json(301);
+  EXPECT_EQ(bucket_of(h, "/a")["delayed"], json::array({2}));
+  EXPECT_GT(bucket_of(h, "/a")["wait_p50_ms"][0].get<double>(), 1.0);
+  EXPECT_LE(bucket_of(h, "/a")["wait_p99_ms"][0].get<double>(), 5.0);
+  w = f.history.window("/a");
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->last.delayed, 2);
+  EXPECT_EQ(w->sum.delayed, 2);
+  ASSERT_TRUE(w->wait_p50_ms && w->wait_p99_ms);
+  EXPECT_GT(*w->wait_p50_ms, 1.0);
+  EXPECT_LE(*w->wait_p99_ms, 5.0);
+  // A bucket that only holds requests (none answered yet) is busy too.
+  f.metrics.bucket("/b").held.Set(3);
+  f.history.sample(303'000);
+  EXPECT_EQ(f.history.busy_buckets(), 2u);
+  EXPECT_EQ(bucket_of(f.history.to_json(302), "/b")["held"], json::array({3}));
+}
+
 TEST(History, UpstreamLatencyAndErrorsOverTheWindow) {
   HistoryFixture f;
   proxy::UpstreamMetrics& u = f.metrics.upstream("ibe");
