@@ -9,7 +9,7 @@
 Everything is a slope, (Ir(N_HI) - Ir(N_LO)) / (N_HI - N_LO): start-up, the listener's set-up and
 shutdown are the same in both runs and cancel, which a single run divided by N would not do.
 """
-import collections, re, subprocess, sys
+import collections, json, re, subprocess, sys
 
 
 def total(path):
@@ -350,6 +350,10 @@ def report(runs_tsv, out_txt, header):
         lines.append(f"{case:<5} " + " ".join(f"{v:>13.2f}" for v in per))
     text = "\n".join(lines) + "\n"
     open(out_txt, "w").write(text)
+    # The slopes and notes again, for bench/report.py.
+    notes = {c: sorted(runs[c].items())[-1][1][2] for c in slope}
+    json.dump({c: {"ir": slope[c], "note": notes[c]} for c in slope},
+              open(re.sub(r"\.txt$", "", out_txt) + ".json", "w"), indent=1)
     print(text, end="")
 
 

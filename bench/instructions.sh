@@ -99,7 +99,7 @@ fi
 # The acquire script for RS comes from the same build's tollgate-sim, if there is one.
 TOLLGATE_SIM=${TOLLGATE_SIM:-$(dirname "$TOLLGATE_BIN")/tollgate-sim}
 
-STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+STAMP=${STAMP:-$(date -u +%Y%m%dT%H%M%SZ)}  # bench/report.sh names its runs
 OUT=$ROOT/bench/results/instructions-$STAMP
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/tollgate-instr-XXXXXX)

@@ -29,20 +29,28 @@ def phases(rows):
     return out
 
 
-def summary(name, rows):
-    print(f"{name}:")
-    print(f"  allowance  received  refused  refused%  accepted/allowed   (seconds {SETTLE}.. of each phase)")
+def phase_figures(rows):
+    """Per phase, after its first SETTLE seconds: the allowance, what the supplier received and
+    refused, the share refused (%) and what was accepted against what it allowed (%)."""
+    out = []
     for ph in phases(rows):
         s = ph[SETTLE:]
         rec = sum(r["received"] for r in s)
         thr = sum(r["throttled"] for r in s)
-        allow = ph[0]["allowance"]
-        share = 100 * thr / rec if rec else 0
         # What it allowed: its rate over the window, plus the permits held at the start, less those
         # still held at the end (as in adaptive_e2e_test.cpp).
-        allowed = allow * len(s) + ph[SETTLE - 1]["supplier_tokens_end"] - s[-1]["supplier_tokens_end"]
-        good = 100 * (rec - thr) / allowed if allowed > 0 else 0
-        print(f"  {allow:9.0f}  {rec:8.0f}  {thr:7.0f}  {share:7.2f}%  {good:15.1f}%")
+        allowed = ph[0]["allowance"] * len(s) + ph[SETTLE - 1]["supplier_tokens_end"] - s[-1]["supplier_tokens_end"]
+        out.append({"allowance": ph[0]["allowance"], "received": rec, "refused": thr,
+                    "refused_pct": 100 * thr / rec if rec else 0,
+                    "used_pct": 100 * (rec - thr) / allowed if allowed > 0 else 0})
+    return out
+
+
+def summary(name, rows):
+    print(f"{name}:")
+    print(f"  allowance  received  refused  refused%  accepted/allowed   (seconds {SETTLE}.. of each phase)")
+    for f in phase_figures(rows):
+        print(f"  {f['allowance']:9.0f}  {f['received']:8.0f}  {f['refused']:7.0f}  {f['refused_pct']:7.2f}%  {f['used_pct']:15.1f}%")
     total_r = sum(r["received"] for r in rows)
     total_t = sum(r["throttled"] for r in rows)
     print(f"  whole run: received {total_r:.0f}, refused {total_t:.0f} ({100 * total_t / max(total_r, 1):.2f}%)")

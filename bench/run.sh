@@ -4,7 +4,8 @@
 # the cases in interleaved rounds (A B C ... A B C ...), stops exactly the processes it started,
 # and writes bench/results/<time>/summary.md (medians, min-max) with the raw output beside it.
 #   ROUNDS=3 DURATION=10 CONNS=64 bench/run.sh
-#   ONLY="T2B T2K" bench/run.sh     # those cases only (no Redis ceiling, hold or micro benchmarks)
+#   ONLY="T2B T2K" bench/run.sh     # those cases only (no Redis ceiling, hold or micro benchmarks;
+#                                   # REDIS_CEILING=1 adds the ceiling)
 #   bench/hold.sh                   # the hold step alone (about a minute; see that script)
 #   ONLY="T1 N1 T1s N1s N1s3 T1sN N1sN N1sN3 HS" bench/run.sh   # plain against TLS upstreams, and
 #                                   # HS: TLS handshakes per second per core (openssl s_time)
@@ -308,8 +309,8 @@ for r in $(seq 1 "$ROUNDS"); do
   for c in "${CASES[@]}"; do IFS='|' read -r n u p sc <<<"$c"; run_case "$n" "$u" "$p" "$r" "$DURATION" "$sc"; done
 done
 
-# --- Redis's ceiling for Tollgate's own script --------------------------------------------------
-if [[ -z $ONLY ]]; then
+# --- Redis's ceiling for Tollgate's own script (with ONLY, when REDIS_CEILING=1) ------------------
+if [[ -z $ONLY || ${REDIS_CEILING:-0} == 1 ]]; then
 echo "bench: redis-benchmark"
 SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$("$BIN/tollgate-sim" --redis-script)")
 # permits, timeout, mode, now (Redis TIME), one bucket, no parent, no quotas, no maxShare, its shape
@@ -331,7 +332,7 @@ for r in $(seq 1 "$ROUNDS"); do
   taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q -t ping_mbulk >>"$OUT/raw/redis-ping.txt" 2>&1
 done
 
-fi  # not ONLY
+fi  # not ONLY, or REDIS_CEILING
 
 # --- TLS handshakes per second per core (HS): openssl s_time against the keepalive_requests 1 TLS
 # upstream (nginx on the server core), the client on the load core: full handshakes (-new) and

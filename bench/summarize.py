@@ -170,6 +170,22 @@ if os.path.exists(micro):
     lines += ["", "```", *[l for l in open(micro).read().splitlines()
                            if l.startswith("BM_") and ("_median" in l or "IdleBuckets" in l or "ClientKeys" in l)], "```"]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+# The same medians (min, max) for bench/report.py.
+figures = {"cases": {n: {k: list(agg(n, k)) for k in ("rps", "p50", "p99", "proc_us", "core_us", "non2xx", "errors")}
+                     for n in runs},
+           "rounds": len(next(iter(runs.values()))), "duration_s": duration, "conns": int(conns),
+           "redis_ceiling": {k: statistics.median(v) for k, v in (("minimal", ev_min), ("lean", ev_lean), ("general", ev),
+                                                                  ("ping", ping)) if v}}
+for mode, rs in hs_runs.items():
+    figures.setdefault("handshakes", {})[mode] = {
+        "wall": statistics.median([r["n"] / r["wall"] for r in rs]),
+        "client_cpu": statistics.median([r["n"] / r["client_s"] for r in rs if r["client_s"] > 0] or [0]),
+        "server_cpu": statistics.median([r["n"] / r["server_s"] for r in rs if r["server_s"] > 0] or [0])}
+for n in ("N2", "T3"):
+    if n in runs:
+        figures["cases"][n]["admitted_per_s"] = statistics.median(
+            [(r["requests"] - r["non2xx"]) / duration for r in runs[n].values()])
+json.dump(figures, open(os.path.join(out, "summary.json"), "w"), indent=1)
 
 # Latency percentiles per case (medians), one PNG.
 dat = os.path.join(out, "latency.dat")
