@@ -290,6 +290,12 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
   const http1::BodyFraming framing = http1::request_body(h);
   if (framing.kind == http1::BodyKind::none) co_return h.head_bytes;
   const Deadline body_deadline = deadline_after(milliseconds(limits_.body_timeout_ms));
+  // A declared length over the limit is refused before any 100 Continue: a client that waits for
+  // it then never sends the body it would have to send only to be refused.
+  if (framing.kind == http1::BodyKind::length && framing.length > limits_.max_body_bytes) {
+    co_await refuse_body_too_large();
+    co_return 0;
+  }
   if (h.expect_continue && buffer_.size() == h.head_bytes) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     beast::error_code ec;
@@ -300,10 +306,6 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
   }
   std::size_t used = 0;
   if (framing.kind == http1::BodyKind::length) {
-    if (framing.length > limits_.max_body_bytes) {
-      co_await refuse_body_too_large();
-      co_return 0;
-    }
     used = h.head_bytes + framing.length;
     while (buffer_.size() < used) {
       if (const beast::error_code ec = co_await read_more(body_deadline)) {

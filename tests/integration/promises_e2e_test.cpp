@@ -348,6 +348,25 @@ TEST(Promises100Continue, TheGatewayAnswersContinueThenForwardsTheBody) {
   EXPECT_EQ(up.count("/ibe/pricing"), 1);
 }
 
+// A declared body over proxy.max_body_bytes: the client waiting for 100 Continue gets the 413 at
+// once instead (RFC 9110 allows a final status in its place), and never has to send the body.
+TEST(Promises100Continue, AnOversizeBodyGetsItsRefusalInsteadOfContinue) {
+  MockUpstream up;
+  json c = base_config(up.port);
+  c["proxy"]["max_body_bytes"] = 1024;
+  GatewayProcess gw(c);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  const int fd = dial(gw.port);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(send_all(fd, "POST /ibe/pricing HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                         "Content-Length: 1025\r\n\r\n"), 0);
+  std::string in;
+  ASSERT_TRUE(read_until(fd, in, "\r\n\r\n", 10s)) << "no answer: " << in;
+  EXPECT_EQ(in.rfind("HTTP/1.1 413", 0), 0u) << in;
+  ::close(fd);
+  EXPECT_EQ(up.stats()["total"], 0);
+}
+
 // ---- the config source's metrics ---------------------------------------------------------------
 
 // docs/operations.md: tollgate_config_loads_total{result}, tollgate_config_rejected_rows,
