@@ -20,7 +20,9 @@ class GatewayE2E : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_GT(upstream.port, 0) << upstream.proc->output();
-    gw = std::make_unique<Gateway>(base_config(upstream.port));
+    // The 1/s rule with a 2.2 s window: the exact counts below hold however the decisions of a
+    // burst spread on a loaded machine, up to 0.8 s (support/stack.hpp).
+    gw = std::make_unique<Gateway>(paced_config(upstream.port));
     ASSERT_GT(gw->port, 0) << gw->proc->output();
     ASSERT_GT(gw->admin_port, 0) << gw->proc->output();
   }
@@ -35,7 +37,7 @@ TEST_F(GatewayE2E, BurstThenPacedThenRejected) {
   for (const auto& r : rs) {
     if (r.status != 429) continue;
     EXPECT_EQ(r.header("retry-after"), "1");
-    EXPECT_EQ(r.header("ratelimit-policy"), "\"/shopping/search\";q=5;w=1;burst=5");
+    EXPECT_EQ(r.header("ratelimit-policy"), kPacedPolicy);
     EXPECT_NE(r.header("ratelimit").find(";r=0;t=1"), std::string::npos);
     // Problem details (RFC 9457) of the RateLimit draft's "quota-exceeded" type, the fields
     // clients read before kept beside them.
@@ -48,17 +50,20 @@ TEST_F(GatewayE2E, BurstThenPacedThenRejected) {
     EXPECT_GT(body["retry_after_ms"].get<int>(), 0);
     EXPECT_LE(body["retry_after_ms"].get<int>(), 1000);
   }
-  // What reached the upstream: 5 at once, then one about 200 ms and one about 400 ms later.
+  // What reached the upstream: 5 at once, then the two held ones, released 1 s and 2 s after the
+  // first decision by the bucket's clock, however late their own decisions came. The first arrival
+  // is that decision plus its way to the upstream, hence the 200 ms below 1 s and 2 s; the late
+  // side is generous (a loaded 2-core machine).
   const json st = upstream.stats();
   ASSERT_EQ(st["paths"]["/ibe/shopping/search"]["count"], 7);
   auto arrivals = st["paths"]["/ibe/shopping/search"]["arrivals_us"].get<std::vector<std::int64_t>>();
   std::sort(arrivals.begin(), arrivals.end());
   const auto t0 = arrivals[0];
-  EXPECT_LT(arrivals[4] - t0, 150'000);  // the burst (generous: a loaded 2-core machine)
-  EXPECT_GE(arrivals[5] - t0, 150'000);
-  EXPECT_LE(arrivals[5] - t0, 350'000);
-  EXPECT_GE(arrivals[6] - t0, 350'000);
-  EXPECT_LE(arrivals[6] - t0, 600'000);
+  EXPECT_LT(arrivals[4] - t0, 800'000);  // the burst: within the 0.8 s the counts allow
+  EXPECT_GE(arrivals[5] - t0, 800'000);
+  EXPECT_LE(arrivals[5] - t0, 1'600'000);
+  EXPECT_GE(arrivals[6] - t0, 1'800'000);
+  EXPECT_LE(arrivals[6] - t0, 2'600'000);
 }
 
 TEST_F(GatewayE2E, SwitchOffForwardsEverything) {

@@ -527,16 +527,16 @@ int shadow_header_count(const std::vector<HttpResponse>& rs, const std::string& 
 }
 
 // docs/configuration.md and docs/operations.md (Switch states): limits.switch takes true/false or
-// "enforce"/"shadow"/"off" and is the switch at start. 20 requests at once at the 5/s rule (cache
-// 0.5 s) give 7 x 200 and 13 x 429 enforced; off (or false) forwards all 20, counted bypassed;
-// shadow forwards all 20, the 13 that would have been refused counted shadow_rejected and marked
-// to the upstream.
+// "enforce"/"shadow"/"off" and is the switch at start. 20 requests at once at the 1/s rule (burst
+// 5, cache 2.2 s: support/stack.hpp) give 7 x 200 and 13 x 429 enforced; off (or false) forwards
+// all 20, counted bypassed; shadow forwards all 20, the 13 that would have been refused counted
+// shadow_rejected and marked to the upstream.
 TEST(PromisesSwitchAtStart, OffFalseAndShadowAsConfigured) {
   MockUpstream up;
   const HttpRequest search{"GET", "/ibe/shopping/search?echo=1", {}, {}};
   for (const json& value : {json(false), json("off")}) {
     up.reset();
-    json c = base_config(up.port);
+    json c = paced_config(up.port);
     c["limits"]["switch"] = value;
     GatewayProcess gw(c);
     ASSERT_GT(gw.port, 0) << gw.proc->output();
@@ -557,7 +557,7 @@ TEST(PromisesSwitchAtStart, OffFalseAndShadowAsConfigured) {
   }
   {
     up.reset();
-    json c = base_config(up.port);
+    json c = paced_config(up.port);
     c["limits"]["switch"] = "shadow";
     GatewayProcess gw(c);
     ASSERT_GT(gw.port, 0) << gw.proc->output();
@@ -574,7 +574,7 @@ TEST(PromisesSwitchAtStart, OffFalseAndShadowAsConfigured) {
   }
   {  // the control: the same burst enforced
     up.reset();
-    GatewayProcess gw(base_config(up.port));
+    GatewayProcess gw(paced_config(up.port));
     ASSERT_GT(gw.port, 0) << gw.proc->output();
     const auto rs = concurrent_requests(gw.port, search, 20);
     EXPECT_EQ(count_status(rs, 200), 7);

@@ -50,6 +50,25 @@ inline nlohmann::json base_config(int upstream_port) {
        "rateLimit": 5, "cache": 0.5, "status": 1}]}})");
 }
 
+// The /shopping/search rule at 1/s, burst 5, a 2.2 s wait window, for the tests that count the
+// exact split of 20 requests sent at once. All at the same instant, they get 5 at once, 2 held (1 s
+// and 2 s on) and 13 refused (the next slot, 3 s on, is 0.8 s past the window): the same 7 and 13
+// as long as every decision falls within 0.8 s of the first, where base_config's 5/s with a 0.5 s
+// window gives 7 only within 0.1 s (its next slot, 600 ms on, is 100 ms past the window). The
+// refused ones would fit 0.8 s later, less the time their decision came after the first:
+// Retry-After 1.
+inline constexpr const char* kPacedPolicy = "\"/shopping/search\";q=1;w=1;burst=5";
+inline nlohmann::json paced_search_rule() {
+  return nlohmann::json::parse(R"({"configId": 1, "channelType": "IBE+", "interfaceNo": "S01",
+    "interfaceUrl": "/shopping/search", "rateLimit": 1, "burst": 5, "cache": 2.2, "status": 1})");
+}
+// base_config with that rule in place of its own.
+inline nlohmann::json paced_config(int upstream_port) {
+  nlohmann::json c = base_config(upstream_port);
+  c["limits"]["rules"] = nlohmann::json::array({paced_search_rule()});
+  return c;
+}
+
 // The original designs' per-client example as rules: per client IP 3/s and 20/min for the
 // whole IBE+ channel, and per client IP + path 2/s and 5/min for /login; /shopping/search keeps a
 // roomy bucket so that only the quotas bind. Sliding windows: a burst never gets more than a
