@@ -4,20 +4,18 @@
 // config-source metrics, retries and bad-request counts, --check, limits.switch at start,
 // proxy.deadline_headers: false and SIGINT; and the access log's bounded queue (in process).
 // Timing bounds are generous (a loaded 2-core machine under ASan); events are polled for.
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <fstream>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/registry.h>
@@ -34,40 +32,8 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// A blocking loopback connection whose sends give up after 5 s; `rcvbuf` > 0 shrinks its receive
-// buffer (set before connecting, so the window the peer sees is small too).
-int dial(int port, int rcvbuf = 0) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-  const timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// 0 when every byte went; otherwise the errno of the failed send.
-int send_all(int fd, std::string_view bytes) {
-  std::size_t sent = 0;
-  while (sent < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return n < 0 ? errno : EPIPE;
-    sent += static_cast<std::size_t>(n);
-  }
-  return 0;
-}
-
-bool readable(int fd, std::chrono::milliseconds timeout) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, static_cast<int>(timeout.count())) > 0;
-}
+// Blocking sends that give up after 5 s: a test never hangs on a gateway that stopped reading.
+constexpr SocketOptions kBoundedSends{.send_timeout = 5s};
 
 // What a connection delivered until it ended: its bytes and how it ended ("eof", "timeout" or the
 // errno's name, e.g. "Connection reset by peer").
@@ -130,7 +96,7 @@ TEST(PromisesLinger, ARefusedBodyGetsIts413AndAnOrderlyClose) {
   c["proxy"]["max_body_bytes"] = 1024;
   GatewayProcess gw(c);
   ASSERT_GT(gw.port, 0) << gw.proc->output();
-  const int fd = dial(gw.port);
+  const int fd = connect_loopback(gw.port, kBoundedSends);
   ASSERT_GE(fd, 0);
   constexpr std::size_t kBody = 256 * 1024;  // announced; far more than is sent
   const std::string piece(16 * 1024, 'b');
@@ -162,7 +128,7 @@ TEST(PromisesLinger, ARefusedBodyGetsIts413AndAnOrderlyClose) {
   // more) while it goes on reading; a client that keeps sending a byte every 100 ms is accepted for
   // about 1 s, then the socket is closed and the next bytes meet a reset (not at once: that would
   // be no lingering at all; not never: it is bounded).
-  const int slow = dial(gw.port);
+  const int slow = connect_loopback(gw.port, kBoundedSends);
   ASSERT_GE(slow, 0);
   ASSERT_EQ(send_all(slow, "POST /ibe/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n\r\n"), 0);
   std::string answer;
@@ -179,6 +145,64 @@ TEST(PromisesLinger, ARefusedBodyGetsIts413AndAnOrderlyClose) {
   EXPECT_TRUE(failed == ECONNRESET || failed == EPIPE) << std::strerror(failed);
   EXPECT_GE(lingered, 700ms);
   EXPECT_LT(lingered, 5s);
+}
+
+// The largest receive buffer the kernel grows a TCP socket's to (the third figure of
+// net.ipv4.tcp_rmem), or 0 when it cannot be read.
+std::size_t largest_receive_buffer() {
+  std::ifstream in("/proc/sys/net/ipv4/tcp_rmem");
+  std::size_t least = 0, initial = 0, largest = 0;
+  in >> least >> initial >> largest;
+  return in ? largest : 0;
+}
+
+// docs/security.md: the discarding is bounded in bytes as well as time, 1 MiB. A client that goes
+// on sending as fast as it can after its 413 is read from until 1 MiB more has arrived; then the
+// gateway closes with the rest unread and the client's sends fail (a reset). Counted in bytes, not
+// time, since a loaded machine could not tell "well before 1 s" from "at 1 s": the client's sends
+// accept at least the 1 MiB the gateway read, and at most that plus what waits unread between the
+// two (the gateway's receive buffer, as large as the kernel lets it grow, and the client's send
+// buffer, kept small). Read for 1 s with no bound in bytes, the gateway would take far more: the
+// client sends on loopback at hundreds of MiB a second.
+TEST(PromisesLinger, AClientStillSendingFastIsClosedOnceAMebibyteIsDiscarded) {
+  MockUpstream up;
+  json c = base_config(up.port);
+  c["proxy"]["max_body_bytes"] = 1024;
+  GatewayProcess gw(c);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  const std::size_t receive_buffer = largest_receive_buffer();
+  ASSERT_GT(receive_buffer, 0u) << "net.ipv4.tcp_rmem could not be read";
+  const int fd = connect_loopback(gw.port, {.send_buffer = 64 * 1024, .send_timeout = 5s});
+  ASSERT_GE(fd, 0);
+  int send_buffer = 0;
+  socklen_t len = sizeof send_buffer;
+  ASSERT_EQ(::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &send_buffer, &len), 0);
+  constexpr std::size_t kMiB = 1024 * 1024;
+  const std::string piece(64 * 1024, 'b');
+  const std::size_t most = kMiB + receive_buffer + static_cast<std::size_t>(send_buffer) + 2 * piece.size();
+  ASSERT_EQ(send_all(fd, "POST /ibe/upload HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(4 * most) +
+                             "\r\n\r\n"),
+            0);
+  std::string answer;
+  ASSERT_TRUE(read_until(fd, answer, "\r\n\r\n", 10s)) << "no answer to a body over the limit";
+  EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer;
+  // Counted by hand, not with send_all: the bytes each send accepted are the measure.
+  const auto t = Clock::now();
+  std::size_t accepted = 0;
+  int failed = 0;
+  while (failed == 0 && accepted <= most) {
+    const ssize_t n = ::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL);
+    if (n < 0) failed = errno;
+    else accepted += static_cast<std::size_t>(n);
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t);
+  ::close(fd);
+  EXPECT_TRUE(failed == ECONNRESET || failed == EPIPE)
+      << (failed ? std::strerror(failed) : "no send failed") << " after " << accepted << " bytes in " << took.count()
+      << " ms";
+  EXPECT_GE(accepted, kMiB) << "closed before 1 MiB was discarded";
+  EXPECT_LE(accepted, most) << "still reading past 1 MiB and the buffers, " << took.count() << " ms after the answer";
+  EXPECT_EQ(up.stats()["total"], 0);
 }
 
 // ---- the upstream pool's idle timeout ----------------------------------------------------------
@@ -211,6 +235,45 @@ TEST(PromisesUpstreamPool, AConnectionIdlePastTheTimeoutIsNotReusedAndIsCounted)
   EXPECT_EQ(up.count("/ibe/a"), 3);
 }
 
+// docs/configuration.md, upstreams.<name>.idle_timeout_ms: an upstream's own idle timeout for
+// its pooled connections, in place of proxy.upstream_idle_timeout_ms. Two upstreams, one of them
+// with its own 1 s, the other under the proxy's 10 s; one thread and one pooled connection each,
+// so that every request to an upstream takes the same pool. After 2.5 s idle, the first one's
+// connection is discarded (and counted) and a new one made; the second one's is reused.
+TEST(PromisesUpstreamPool, AnUpstreamsOwnIdleTimeoutOverridesTheProxys) {
+  MockUpstream brief, patient;
+  ASSERT_GT(brief.port, 0);
+  ASSERT_GT(patient.port, 0);
+  json c = base_config(brief.port);
+  c["threads"] = 1;
+  c["proxy"]["max_idle_upstream_conns"] = 1;
+  c["proxy"]["upstream_idle_timeout_ms"] = 10000;
+  c["upstreams"] = {{"brief", {{"url", "http://" + brief.endpoint()}, {"idle_timeout_ms", 1000}}},
+                    {"patient", {{"url", "http://" + patient.endpoint()}}}};
+  c["routes"] = json::array({{{"prefix", "/brief/"}, {"upstream", "brief"}}, {{"prefix", "/patient/"}, {"upstream", "patient"}}});
+  GatewayProcess gw(c);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  brief.reset();  // the counts restart at 0 (each stats request below is a connection too)
+  patient.reset();
+  for (int i = 0; i < 2; ++i) {  // the second at once: the pooled connection again
+    ASSERT_EQ(http_get(gw.port, "/brief/a").status, 200);
+    ASSERT_EQ(http_get(gw.port, "/patient/a").status, 200);
+  }
+  EXPECT_EQ(brief.stats()["connections"].get<int>() - 1, 1) << "a young pooled connection must be reused";
+  EXPECT_EQ(patient.stats()["connections"].get<int>() - 1, 1) << "a young pooled connection must be reused";
+  EXPECT_EQ(counter(gw, "tollgate_upstream_conns_discarded_total"), 0);
+  // Idle past the 1 s and well within the 10 s (nothing to poll for: the connections' age is the
+  // point), then a request to each.
+  std::this_thread::sleep_for(2500ms);
+  ASSERT_EQ(http_get(gw.port, "/brief/a").status, 200);
+  ASSERT_EQ(http_get(gw.port, "/patient/a").status, 200);
+  EXPECT_EQ(brief.stats()["connections"].get<int>() - 2, 2) << "a connection idle past its upstream's own timeout was reused";
+  EXPECT_EQ(patient.stats()["connections"].get<int>() - 2, 1) << "a connection within the proxy's timeout was not reused";
+  EXPECT_EQ(counter(gw, "tollgate_upstream_conns_discarded_total"), 1);
+  EXPECT_EQ(brief.count("/brief/a"), 3);
+  EXPECT_EQ(patient.count("/patient/a"), 3);
+}
+
 // ---- proxy.body_timeout_ms ---------------------------------------------------------------------
 
 // docs/configuration.md: proxy.body_timeout_ms bounds reading a request body; README: a request
@@ -223,14 +286,14 @@ TEST(PromisesTimeouts, ASlowRequestBodyIsCutOffAtTheBodyTimeout) {
   c["proxy"]["body_timeout_ms"] = 1000;
   GatewayProcess gw(c);
   ASSERT_GT(gw.port, 0) << gw.proc->output();
-  const int fd = dial(gw.port);
+  const int fd = connect_loopback(gw.port, kBoundedSends);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(send_all(fd, "POST /ibe/slow-body HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"), 0);
   const auto t = Clock::now();
   bool cut_off = false;
   std::string got;
   for (int i = 0; i < 99 && !cut_off; ++i) {  // never the whole body
-    if (::send(fd, "x", 1, MSG_NOSIGNAL) != 1) {
+    if (send_all(fd, "x") != 0) {
       cut_off = true;
       break;
     }
@@ -264,7 +327,7 @@ TEST(PromisesTimeouts, AClientThatDoesNotReadItsAnswerIsCutOff) {
   GatewayProcess gw(c);
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   constexpr std::size_t kSize = 32u << 20;
-  const int fd = dial(gw.port, 4096);
+  const int fd = connect_loopback(gw.port, {.receive_buffer = 4096, .send_timeout = 5s});
   ASSERT_GE(fd, 0);
   const auto t = Clock::now();
   ASSERT_EQ(send_all(fd, "GET /ibe/big?size=" + std::to_string(kSize) + " HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
@@ -311,7 +374,7 @@ TEST(Promises100Continue, TheGatewayAnswersContinueThenForwardsTheBody) {
   MockUpstream up;
   GatewayProcess gw(base_config(up.port));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
-  const int fd = dial(gw.port);
+  const int fd = connect_loopback(gw.port, kBoundedSends);
   ASSERT_GE(fd, 0);
   const std::string body = R"({"pax":1})";
   const std::string head = "POST /ibe/pricing?echo=1 HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
@@ -356,7 +419,7 @@ TEST(Promises100Continue, AnOversizeBodyGetsItsRefusalInsteadOfContinue) {
   c["proxy"]["max_body_bytes"] = 1024;
   GatewayProcess gw(c);
   ASSERT_GT(gw.port, 0) << gw.proc->output();
-  const int fd = dial(gw.port);
+  const int fd = connect_loopback(gw.port, kBoundedSends);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(send_all(fd, "POST /ibe/pricing HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
                          "Content-Length: 1025\r\n\r\n"), 0);

@@ -2,7 +2,6 @@
 // HTTP/1.1 client that sees exactly what the gateway sends: interim responses, framing, closes.
 #pragma once
 
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -100,13 +99,7 @@ class RawClient {
       ++connects_;
       in_.clear();
     }
-    std::size_t sent = 0;
-    while (sent < bytes.size()) {
-      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      sent += static_cast<std::size_t>(n);
-    }
-    return true;
+    return send_all(fd_, bytes) == 0;
   }
 
   // Reads one final response (1xx other than 101 are counted and skipped, as a client must).
@@ -222,8 +215,7 @@ class RawClient {
   bool fill(std::chrono::steady_clock::time_point deadline, Reply& r) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-    pollfd p{fd_, POLLIN, 0};
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) {
+    if (left <= 0 || !readable(fd_, std::chrono::milliseconds(left))) {
       r.error = "timeout";
       return false;
     }

@@ -1,3 +1,4 @@
+#include <cerrno>
 #include <utility>
 
 #include "support/http_client.hpp"
@@ -11,6 +12,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 namespace tollgate::testing {
@@ -81,15 +83,40 @@ HttpResponse http_request(const std::string& host, int port, const HttpRequest& 
   return concurrent_requests_to(host, port, req, 1, timeout).at(0);
 }
 
-int connect_loopback(int port) {
+int connect_loopback(int port, const SocketOptions& options) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  if (options.receive_buffer > 0)
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &options.receive_buffer, sizeof options.receive_buffer);
+  if (options.send_buffer > 0)
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &options.send_buffer, sizeof options.send_buffer);
+  if (options.send_timeout.count() > 0) {
+    const auto ms = options.send_timeout.count();
+    const timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
-  if (fd >= 0) ::close(fd);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
+  ::close(fd);
   return -1;
+}
+
+int send_all(int fd, std::string_view bytes) {
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return n < 0 ? errno : EPIPE;
+    sent += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
+bool readable(int fd, std::chrono::milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, static_cast<int>(timeout.count())) > 0;
 }
 
 RawConnection::RawConnection(int port, const std::string& bytes) {
@@ -108,19 +135,13 @@ std::string raw_exchange(int port, const std::string& bytes, std::chrono::millis
   std::string out;
   const int fd = connect_loopback(port);
   if (fd < 0) return out;
-  std::size_t sent = 0;
-  while (sent < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<std::size_t>(n);
-  }
+  (void)send_all(fd, bytes);  // cut short or not, what the server answered is read below
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   char buf[4096];
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    if (!readable(fd, left)) break;
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n <= 0) break;
     out.append(buf, static_cast<std::size_t>(n));

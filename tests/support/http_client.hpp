@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tollgate::testing {
@@ -40,8 +41,27 @@ HttpResponse http_request(const std::string& host, int port, const HttpRequest& 
 std::vector<HttpResponse> concurrent_requests(int port, const HttpRequest& req, int n,
                                               std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// What connect_loopback sets on the socket before connecting; the defaults leave it as the
+// kernel makes it.
+struct SocketOptions {
+  // Its receive buffer (> 0): set before connecting, so the window the peer sees is small too.
+  int receive_buffer = 0;
+  // Its send buffer (> 0), fixed: the kernel doubles the value and no longer grows it, so what
+  // a send accepted and the peer has not received yet stays under twice this.
+  int send_buffer = 0;
+  // How long a blocking send may wait for room before it fails with EAGAIN (0: for ever).
+  std::chrono::milliseconds send_timeout{0};
+};
+
 // A connected TCP socket to 127.0.0.1:port (blocking), or -1.
-int connect_loopback(int port);
+int connect_loopback(int port, const SocketOptions& options = {});
+
+// Sends every byte of `bytes` on a blocking socket: 0 when they all went, otherwise the errno of
+// the send that failed (EPIPE for a connection that took nothing more).
+int send_all(int fd, std::string_view bytes);
+
+// Whether `fd` has something to read (bytes, or the end of the connection) within `timeout`.
+bool readable(int fd, std::chrono::milliseconds timeout);
 
 // A raw TCP connection that sends `bytes` (if any) and stays open until close() or destruction.
 class RawConnection {
