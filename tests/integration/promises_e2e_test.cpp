@@ -32,6 +32,13 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
+// The base config with proxy.max_body_bytes at 1 KiB: the refusals of a body too large.
+json small_bodies(int upstream_port) {
+  json c = base_config(upstream_port);
+  c["proxy"]["max_body_bytes"] = 1024;
+  return c;
+}
+
 // Blocking sends that give up after 5 s: a test never hangs on a gateway that stopped reading.
 constexpr SocketOptions kBoundedSends{.send_timeout = 5s};
 
@@ -92,9 +99,7 @@ double counter(const GatewayProcess& gw, const std::string& name, const std::map
 // failed send never reads the 413).
 TEST(PromisesLinger, ARefusedBodyGetsIts413AndAnOrderlyClose) {
   MockUpstream up;
-  json c = base_config(up.port);
-  c["proxy"]["max_body_bytes"] = 1024;
-  GatewayProcess gw(c);
+  GatewayProcess gw(small_bodies(up.port));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   const int fd = connect_loopback(gw.port, kBoundedSends);
   ASSERT_GE(fd, 0);
@@ -166,9 +171,7 @@ std::size_t largest_receive_buffer() {
 // client sends on loopback at hundreds of MiB a second.
 TEST(PromisesLinger, AClientStillSendingFastIsClosedOnceAMebibyteIsDiscarded) {
   MockUpstream up;
-  json c = base_config(up.port);
-  c["proxy"]["max_body_bytes"] = 1024;
-  GatewayProcess gw(c);
+  GatewayProcess gw(small_bodies(up.port));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   const std::size_t receive_buffer = largest_receive_buffer();
   ASSERT_GT(receive_buffer, 0u) << "net.ipv4.tcp_rmem could not be read";
@@ -415,9 +418,7 @@ TEST(Promises100Continue, TheGatewayAnswersContinueThenForwardsTheBody) {
 // once instead (RFC 9110 allows a final status in its place), and never has to send the body.
 TEST(Promises100Continue, AnOversizeBodyGetsItsRefusalInsteadOfContinue) {
   MockUpstream up;
-  json c = base_config(up.port);
-  c["proxy"]["max_body_bytes"] = 1024;
-  GatewayProcess gw(c);
+  GatewayProcess gw(small_bodies(up.port));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   const int fd = connect_loopback(gw.port, kBoundedSends);
   ASSERT_GE(fd, 0);
