@@ -14,7 +14,7 @@ import glob
 import json
 import os
 import re
-import statistics
+import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -340,7 +340,7 @@ def table(F, m, d):
             note = f" [{F.t(f'ir.{case}.note')}]" if f"ir.{case}.note" in F and case in ("T1sN", "N1sN", "N1sN3") else ""
             L.append(f"| {case} | {what}{note} | **{F.t(f'ir.{case}')}** |")
     L += ["", "| ratio or difference | value |", "|---|---|"]
-    for k in sorted(k for k in F.items if k.startswith(("ratio.", "diff."))):
+    for k in [k for k in F.items if k.startswith(("ratio.", "diff."))]:  # in the order measured
         a, b = k.split(".", 1)[1].split("_")
         L.append(f"| {a} {'/' if k.startswith('ratio') else '-'} {b} | {F.t(k)} |")
     spreads = [c for c in ("T0", "T1", "N1") if f"ir.{c}.spread" in F]
@@ -433,7 +433,7 @@ def table(F, m, d):
     return "\n".join(L) + "\n"
 
 
-def apply(root, block, F):
+def apply(root, block, F, d):
     path = os.path.join(root, "docs", "BENCHMARKS.md")
     text = open(path).read()
     if BEGIN not in text or END not in text:
@@ -451,6 +451,9 @@ def apply(root, block, F):
         new = FIG.sub(sub, text)
         if new != text:
             open(doc, "w").write(new)
+    svg = os.path.join(d, "adaptive.svg")  # the adaptive run's plot goes with its figures
+    if os.path.exists(svg):
+        shutil.copyfile(svg, os.path.join(root, "docs", "adaptive.svg"))
     with open(os.path.join(root, "docs", "figures.json"), "w") as f:
         json.dump({k: {"text": v["text"], "unit": v["unit"]} for k, v in sorted(F.items.items())}, f, indent=1,
                   ensure_ascii=False)
@@ -474,7 +477,7 @@ def main():
     with open(os.path.join(d, "figures.json"), "w") as f:
         json.dump(F.items, f, indent=1, ensure_ascii=False)
     if len(sys.argv) > 3 and sys.argv[2] == "--apply":
-        apply(sys.argv[3], block, F)
+        apply(sys.argv[3], block, F, d)
     print(block)
 
 

@@ -115,6 +115,7 @@ if [[ $STEPS != none ]]; then
     BUILD=$B bench/adaptive.sh >"$OUT/adaptive.txt" 2>&1
     rm -rf "$OUT/adaptive"
     cp -r "$(ls -d bench/results/adaptive-* | tail -1)" "$OUT/adaptive"
+    cp docs/adaptive.svg "$OUT/adaptive.svg"  # the plot of this run, for the docs
   fi
   if step wall; then
     BENCH_BUILD=$B ROUNDS=3 DURATION=5 REDIS_CEILING=1 \

@@ -313,13 +313,22 @@ done
 if [[ -z $ONLY || ${REDIS_CEILING:-0} == 1 ]]; then
 echo "bench: redis-benchmark"
 SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$("$BIN/tollgate-sim" --redis-script)")
-# permits, timeout, mode, now (Redis TIME), one bucket, no parent, no quotas, no maxShare, its shape
-ARGS=(1 500000 0 "" 1 0 0 0 1 1000000000000 1 0 0 0 0)
+# permits, timeout, mode, now (Redis TIME), one bucket, no parent, no quotas, no maxShare, not adaptive, its shape
+ARGS=(1 500000 0 "" 1 0 0 0 0 1 1000000000000 1 0 0 0 0)
 # The lean script the store sends for T2's rule (Redis TIME, pay now, interval, size, then permits
 # and timeout: one decision a call) and the minimal token bucket (bench/minimal_bucket.lua), the
 # reference a Redis decision is measured against (its cost must not exceed it).
 LEAN_SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$("$BIN/tollgate-sim" --redis-lean-script)")
 MIN_SHA=$(redis-cli -p "$RP" SCRIPT LOAD "$(cat bench/minimal_bucket.lua)")
+# One call of each by hand first: a script that refuses its arguments makes redis-benchmark spin on
+# errors for ever instead of failing.
+for call in "$MIN_SHA 1 bench:{bucket} 1000000 1000000" "$LEAN_SHA 1 tollgate:{bench} '' 0 1 1000000000000 1 500000"; do
+  eval "set -- $call"
+  check=$(redis-cli -p "$RP" EVALSHA "$@" 2>&1 | head -1)
+  [[ $check != *ERR* ]] || { echo "bench: EVALSHA $call answered $check" >&2; exit 1; }
+done
+check=$(redis-cli -p "$RP" EVALSHA "$SHA" 1 "tollgate:{bench}" "${ARGS[@]}" 2>&1 | head -1)
+[[ $check != *ERR* ]] || { echo "bench: the general script refused its arguments: $check" >&2; exit 1; }
 for r in $(seq 1 "$ROUNDS"); do
   taskset -c "$LOAD_CORE" redis-benchmark -p "$RP" -c "$CONNS" -n 300000 -q \
     EVALSHA "$MIN_SHA" 1 "bench:{bucket}" 1000000 1000000 >>"$OUT/raw/redis-evalsha-minimal.txt" 2>&1
