@@ -178,7 +178,8 @@ TEST(History, AQuietBucketKeepsNoRingAndWakesUpExact) {
   f.history.sample(301'000);
   EXPECT_EQ(f.history.busy_buckets(), 0u);
   h = f.history.to_json(std::nullopt);
-  for (const auto& v : bucket_of(h, "/a")["delayed"]) EXPECT_EQ(v, 0);
+  const json quiet = bucket_of(h, "/a");  // named: a range-for over a temporary's member dangles
+  for (const auto& v : quiet["delayed"]) EXPECT_EQ(v, 0);
   auto w = f.history.window("/a");
   ASSERT_TRUE(w);
   EXPECT_EQ(w->sum.delayed, 0);
