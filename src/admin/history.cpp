@@ -96,13 +96,13 @@ void History::sample(std::int64_t now_ms) {
         // A wait is observed only with an outcome: no outcome yet, no observation to read.
         if (seen) x.wait_at = cumulative_counts(bm->wait.histogram());
       }
-      tracked_.push_back({&x, bm});
+      tracked_.push_back(&x);
     }
     tracked_of_ = std::move(snap);
   }
-  for (const Tracked& t : tracked_) {
-    Series& x = *t.series;
-    proxy::BucketMetrics& bm = *t.metrics;
+  for (Series* const tracked : tracked_) {
+    Series& x = *tracked;
+    proxy::BucketMetrics& bm = *x.metrics;
     std::array<double, proxy::kOutcomes> counts{};
     bool moved = false;
     for (std::size_t o = 0; o < proxy::kOutcomes; ++o) {

@@ -91,11 +91,6 @@ class History {
     std::vector<double> wait_at;  // the wait histogram when last read (empty: no observation yet)
     std::unique_ptr<Busy> busy;   // null: every sample in the ring is zero
   };
-  // The buckets of one snapshot, with their series, made again only when the snapshot changes.
-  struct Tracked {
-    Series* series;
-    proxy::BucketMetrics* metrics;
-  };
   struct UpstreamSeries {
     Cumulative latency;  // cumulative bucket counts, then the error counters
   };
@@ -110,7 +105,7 @@ class History {
   std::int64_t started_ms_ = 0;  // the first sample's time: tells one process's samples from another's
   std::map<std::string, Series, std::less<>> series_;
   std::shared_ptr<const config::Snapshot> tracked_of_;  // the snapshot `tracked_` was made from
-  std::vector<Tracked> tracked_;
+  std::vector<Series*> tracked_;  // its buckets' series, made again only when the snapshot changes
   std::map<std::string, UpstreamSeries, std::less<>> upstreams_;
 };
 
