@@ -131,7 +131,7 @@ void LatencyEstimate::advance(std::int64_t now_us) {
       sum[static_cast<std::size_t>(b)] += n;
       total += n;
     }
-  if (total == 0) {
+  if (total < kMinSamples) {
     p90_us_.store(-1, std::memory_order_release);
     return;
   }
@@ -159,6 +159,17 @@ std::optional<std::int64_t> LatencyEstimate::p90_us(std::int64_t now_us) {
   const std::int64_t v = p90_us_.load(std::memory_order_acquire);
   if (v < 0) return std::nullopt;
   return v;
+}
+
+bool LatencyEstimate::take_probe(std::int64_t now_us) {
+  const std::int64_t slot = now_us / kSlotUs;
+  std::int64_t last = probe_slot_.load(std::memory_order_relaxed);
+  const bool nth = refusals_.fetch_add(1, std::memory_order_relaxed) % kProbeEvery == kProbeEvery - 1;
+  if (nth) {
+    probe_slot_.store(slot, std::memory_order_relaxed);
+    return true;
+  }
+  return last < slot && probe_slot_.compare_exchange_strong(last, slot, std::memory_order_relaxed);
 }
 
 }  // namespace tollgate::proxy

@@ -24,6 +24,7 @@ const char* upstream_error_name(UpstreamError e) {
     case UpstreamError::reset: return "reset";
     case UpstreamError::timeout: return "timeout";
     case UpstreamError::unresolved: return "unresolved";
+    case UpstreamError::deadline: return "deadline";
     case UpstreamError::count_: break;
   }
   return "unknown";

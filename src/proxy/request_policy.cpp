@@ -112,14 +112,22 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
   req.adaptive = rule.has_bucket ? rule.adaptive : limiter::Adaptive::off;
   if (facts.budget && settings.deadlines && !out.shadow) {
     // The wait it may be given: what its budget leaves once the upstream has answered.
-    out.latency_us = rules->metrics_of(rule).upstream_latency.p90_us(facts.now_us).value_or(settings.default_latency_us);
+    LatencyEstimate& estimate = rules->metrics_of(rule).upstream_latency;
+    const std::optional<std::int64_t> measured = estimate.p90_us(facts.now_us);
+    out.latency_us = measured.value_or(settings.default_latency_us);
     const std::int64_t room = facts.budget->us - out.latency_us;
-    if (room < 0) {
+    if (room < 0 && !(measured && estimate.take_probe(facts.now_us))) {
       out.step = Step::too_late;
       out.outcome = Outcome::rejected;
       return;
     }
-    if (room < req.timeout_us) {
+    if (room < 0) {
+      // A probe: the measured p90 says it cannot make it, but only answers can say whether that is
+      // still true. It takes an immediate permit or none, and its deadline stays its own.
+      req.timeout_us = 0;
+      out.deadline_bound = true;
+      out.probe = true;
+    } else if (room < req.timeout_us) {
       req.timeout_us = room;
       out.deadline_bound = true;
     }

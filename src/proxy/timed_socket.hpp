@@ -3,10 +3,12 @@
 // around every read and write (Beast's tcp_stream) cost two trips through the reactor's timer queue
 // and its lock. One timer per worker ticks every kTick and cancels the pending operations of the
 // connections whose deadline has passed; they then report beast::error::timeout. A deadline is
-// honoured up to one tick late.
+// honoured up to one tick late; a caller's own deadline, which may be a few milliseconds away, is
+// kept to the timer's precision by a DeadlineCut.
 #pragma once
 
 #include <chrono>
+#include <memory>
 
 #include "http_io.hpp"
 
@@ -45,6 +47,8 @@ class TimedSocket {
     if (timed_out_) ec = beast::error::timeout;
   }
   bool timed_out() const { return timed_out_; }
+  // Times the connection out now: the operation in progress (or the next) ends with timeout.
+  void expire();
 
   // AsyncReadStream / AsyncWriteStream, so that Beast's algorithms run on it directly.
   using executor_type = net::any_io_executor;
@@ -83,6 +87,31 @@ net::awaitable<std::size_t> write_both(TimedSocket& stream, net::const_buffer fi
 // client session and the upstream side. A connection that timed out before is not read again.
 net::awaitable<beast::error_code> read_more(TimedSocket& stream, beast::flat_buffer& buffer, Clock::time_point deadline,
                                            std::size_t chunk = kReadChunk);
+
+// A caller's deadline on the upstream side, kept to the timer's precision rather than the tick:
+// armed when the request goes upstream, it times out the connection it watches (the one being
+// opened, written or awaited) at the deadline. It must watch no connection once the response head
+// is in, before that connection can go back to the pool. Costs a timer for requests with a budget
+// only.
+class DeadlineCut {
+ public:
+  DeadlineCut(const net::any_io_executor& ex, Clock::time_point at);
+  ~DeadlineCut();
+  DeadlineCut(const DeadlineCut&) = delete;
+  DeadlineCut& operator=(const DeadlineCut&) = delete;
+  void watch(TimedSocket* s) { state_->target = s; }  // null: none
+  // Whether the deadline passed while a connection was watched (what timed it out, if it did).
+  bool fired() const { return state_->fired; }
+
+ private:
+  struct State {
+    TimedSocket* target = nullptr;
+    bool fired = false;
+  };
+  // Shared with the timer's handler, which may already be queued when the cut goes.
+  std::shared_ptr<State> state_;
+  net::steady_timer timer_;
+};
 
 // The connections of one worker (one thread) and the tick that enforces their deadlines.
 class Timeouts {

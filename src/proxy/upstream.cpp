@@ -263,6 +263,19 @@ net::awaitable<bool> tls_failed(ProxyContext& px, TimedSocket& client, unsigned 
   co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
 }
 
+// The caller's own deadline passed before the response head came: 504, counted as `deadline`,
+// apart from upstream timeouts. The caller's budget ran out, so the endpoint is not marked failed.
+net::awaitable<bool> deadline_passed(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
+                                     AccessRecord& rec) {
+  upstream_error(px, up, UpstreamError::deadline);
+  rec.status = 504;
+  const OwnAnswer answer = error_answer(
+      504, "deadline_exceeded",
+      "upstream '" + up.conf.name + "': the caller's deadline (grpc-timeout, Request-Timeout) passed before the response",
+      rec.request_id);
+  co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
+}
+
 // Before any of the response went out: 504 for a deadline, 502 for anything else, counted.
 net::awaitable<bool> upstream_failed(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
                                      beast::error_code ec, UpstreamError kind, AccessRecord& rec,
@@ -533,6 +546,14 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
   std::size_t tried_count = 0;
   std::optional<TlsFailure> last_tls;
   beast::error_code last_connect;
+  // The caller's deadline to the timer's precision (the tick alone could cut it 100 ms late). It
+  // goes before `conn` does, so it never watches a connection that is gone or back in the pool.
+  std::optional<DeadlineCut> cut;
+  if (req.budget) cut.emplace(w.ctx->get_executor(), req.deadline);
+  // A timeout that the caller's deadline caused, not the upstream's own timeouts.
+  const auto by_deadline = [&](const beast::error_code& e, Deadline by) {
+    return e == beast::error::timeout && cut && (by == req.deadline || cut->fired());
+  };
   for (int attempt = 0;;) {
     beast::error_code ec;
     const EndpointSet& set = *pool.set;
@@ -549,17 +570,23 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
     const EndpointPtr& ep = set.endpoints[pick];
     conn = take_idle(px, pool, up, ep.get(), tls_generation);
     const bool reused = conn != nullptr;
+    if (cut && reused) cut->watch(&conn->stream);
     if (pool.warm_timer && pool.idle.size() < up.conf.min_idle_conns) pool.warm_timer->cancel();  // top it up now
     outstanding.on(ep.get());
     if (!reused) {
       conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
       conn->endpoint = ep;
+      if (cut) cut->watch(&conn->stream);
       auto connect_by = deadline_after(route.connect_timeout);
       if (req.budget && req.deadline < connect_by) connect_by = req.deadline;  // the caller's deadline first
       // (https) The profile is held for the handshake: a reload meanwhile may replace the pool's.
       const std::shared_ptr<const TlsClientProfile> profile = tls ? pool.tls : nullptr;
       last_tls.reset();
       ec = co_await open_connection(w, up, *conn, profile.get(), connect_by, last_tls);
+      if (ec && by_deadline(ec, connect_by)) {
+        co_await return_permit(px, req);  // nothing of it reached the upstream
+        co_return co_await deadline_passed(px, client, version, keep, up, rec);
+      }
       if (ec) {
         // Nothing of the request was sent: another endpoint takes it at once, on the same permit.
         upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::connect);
@@ -609,22 +636,26 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
       ++attempt;
       continue;
     }
+    if (by_deadline(ec, head_by)) {
+      if (req.latency) {
+        // Cut off at the caller's deadline: the upstream takes at least this long, and the
+        // estimate must learn it, or it would keep admitting requests that cannot make it.
+        const auto now = std::chrono::steady_clock::now();
+        req.latency->record(std::chrono::duration_cast<std::chrono::microseconds>(now - sent_at).count(),
+                            std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count());
+      }
+      co_return co_await deadline_passed(px, client, version, keep, up, rec);
+    }
     endpoint_failed(up, *conn->endpoint);
     // A fresh TLS connection refused on its first read: in TLS 1.3 the server checks the client
     // certificate after the client's handshake is done, so its alert arrives here.
     if (!reused && tls && is_tls_error(ec))
       co_return co_await tls_failed(px, client, version, keep, up,
                                     describe_tls_failure(conn->stream.tls(), static_cast<unsigned long>(ec.value())), rec);
-    if (req.latency && req.budget && ec == beast::error::timeout && head_by == req.deadline) {
-      // Cut off at the caller's deadline: the upstream takes at least this long, and the
-      // estimate must learn it, or it would keep admitting requests that cannot make it.
-      const auto now = std::chrono::steady_clock::now();
-      req.latency->record(std::chrono::duration_cast<std::chrono::microseconds>(now - sent_at).count(),
-                          std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count());
-    }
     co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::reset, rec, why);
   }
 
+  if (cut) cut->watch(nullptr);  // the head is in: the rest is under the response timeout
   const http1::ResponseHead& res = *conn->head;
   const auto head_at = std::chrono::steady_clock::now();
   const std::int64_t latency_us = std::chrono::duration_cast<std::chrono::microseconds>(head_at - sent_at).count();

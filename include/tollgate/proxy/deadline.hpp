@@ -42,11 +42,20 @@ std::optional<std::string> read_budget(std::string_view grpc_timeout, std::strin
 // request records with one relaxed atomic add; a count lost to a slot being recycled at that
 // instant only blurs an estimate. The histogram (3.8 KiB) is made by the first record: a rule
 // whose requests never reach an upstream costs no more than the object itself.
+//
+// The estimate refuses requests, and a refused request adds no sample: left alone, a few slow
+// answers would refuse every shorter budget until they left the window, with nothing to show the
+// upstream had recovered. Two things keep it honest: a p90 resting on fewer than kMinSamples
+// answers is no estimate (the configured default stands in), and a request the estimate would
+// refuse goes ahead as a probe, with only an immediate permit, if it is the tenth such refusal
+// or no probe went in the last slot (take_probe()), so that fresh answers keep arriving.
 class LatencyEstimate {
  public:
   static constexpr int kSlots = 12;
   static constexpr std::int64_t kSlotUs = 5'000'000;
   static constexpr int kBins = 80;
+  static constexpr std::uint64_t kMinSamples = 10;  // fewer answers in the window: no p90
+  static constexpr std::uint64_t kProbeEvery = 10;  // one in this many would-be refusals probes
 
   LatencyEstimate() = default;
   LatencyEstimate(const LatencyEstimate&) = delete;
@@ -56,6 +65,9 @@ class LatencyEstimate {
   void record(std::int64_t latency_us, std::int64_t now_us);
   // The p90 over the window as of the last slot change (nullopt: no response in the window).
   std::optional<std::int64_t> p90_us(std::int64_t now_us);
+  // Called for a request the p90 would refuse: true if it goes ahead as a probe instead (every
+  // kProbeEvery-th such request, and the first in a slot with no probe yet).
+  bool take_probe(std::int64_t now_us);
 
   static int bin_of(std::int64_t us);
   static std::int64_t bin_upper_us(int bin);
@@ -68,6 +80,8 @@ class LatencyEstimate {
   std::atomic<Counts*> counts_{nullptr};
   std::atomic<std::int64_t> slot_{-1};     // the current slot's number (now / kSlotUs)
   std::atomic<std::int64_t> p90_us_{-1};   // -1: no data
+  std::atomic<std::uint64_t> refusals_{0};      // requests the p90 would have refused
+  std::atomic<std::int64_t> probe_slot_{-1};    // the slot of the last probe
 };
 
 }  // namespace tollgate::proxy

@@ -40,7 +40,8 @@ const char* outcome_name(Outcome o);
 inline constexpr std::size_t kOutcomes = static_cast<std::size_t>(Outcome::count_);
 
 // unresolved: the upstream had no address yet (503 upstream_unresolved).
-enum class UpstreamError : int { connect, reset, timeout, unresolved, count_ };
+// deadline: the caller's own budget ran out before the response head (not the upstream's fault).
+enum class UpstreamError : int { connect, reset, timeout, unresolved, deadline, count_ };
 const char* upstream_error_name(UpstreamError e);
 inline constexpr std::size_t kUpstreamErrors = static_cast<std::size_t>(UpstreamError::count_);
 

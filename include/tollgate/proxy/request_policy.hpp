@@ -78,6 +78,7 @@ struct Plan {
   std::string keyed_bucket;              // a client-keyed bucket's name (request.bucket.name)
   std::int64_t latency_us = 0;           // the interface's upstream latency estimate (with a budget)
   bool deadline_bound = false;           // the budget shortened the wait the rule allows
+  bool probe = false;                    // the latency estimate would refuse it: it goes as a probe
 };
 
 // `rules` may be null (no rules loaded yet). The requests held on a rule's bucket are read from its

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "tollgate/proxy/deadline.hpp"
 #include "tollgate/proxy/request_policy.hpp"
@@ -82,6 +83,30 @@ TEST(LatencyEstimate, NinetiethPercentileOverTheLastMinute) {
   EXPECT_LE(*later, 100'000);
   // A minute with nothing: no data again.
   EXPECT_FALSE(e.p90_us(t0 + 15 * LatencyEstimate::kSlotUs));
+}
+
+TEST(LatencyEstimate, AFewSlowAnswersAreNoEstimate) {
+  // Three slow calls alone once set the p90 to them for a minute: too few answers to say anything.
+  LatencyEstimate e;
+  const std::int64_t t0 = 1'000'000'000;
+  for (int i = 0; i < 3; ++i) e.record(2'900'000, t0);
+  EXPECT_FALSE(e.p90_us(t0 + LatencyEstimate::kSlotUs));
+  for (std::uint64_t i = 3; i < LatencyEstimate::kMinSamples; ++i) e.record(2'900'000, t0 + LatencyEstimate::kSlotUs);
+  const auto p90 = e.p90_us(t0 + 2 * LatencyEstimate::kSlotUs);
+  ASSERT_TRUE(p90);
+  EXPECT_GE(*p90, 2'900'000);
+}
+
+TEST(LatencyEstimate, ProbesAreTheFirstRefusalOfASlotAndOneInTen) {
+  LatencyEstimate e;
+  const std::int64_t t0 = 1'000'000'000;
+  std::vector<int> probes;
+  for (int i = 0; i < 30; ++i)
+    if (e.take_probe(t0)) probes.push_back(i);
+  EXPECT_EQ(probes, (std::vector<int>{0, 9, 19, 29}));
+  // A new slot: its first refusal probes again.
+  EXPECT_TRUE(e.take_probe(t0 + LatencyEstimate::kSlotUs));
+  EXPECT_FALSE(e.take_probe(t0 + LatencyEstimate::kSlotUs));
 }
 
 TEST(LatencyEstimate, BinsCoverTheRangeInOrder) {
@@ -180,9 +205,64 @@ TEST_F(DeadlinePlans, TheInterfacesMeasuredLatencyReplacesTheDefault) {
   EXPECT_GE(p.latency_us, 200'000);
   EXPECT_LE(p.request.timeout_us, 100'000);
   Budget tight{150'000, false, true};
+  Plan probe;  // the slot's first request the estimate refuses goes ahead as a probe
+  plan(&tight, probe, t0 + LatencyEstimate::kSlotUs);
+  EXPECT_TRUE(probe.probe);
   Plan q;
   plan(&tight, q, t0 + LatencyEstimate::kSlotUs);
   EXPECT_EQ(q.step, Step::too_late);
+  EXPECT_FALSE(q.probe);
+}
+
+TEST_F(DeadlinePlans, RefusalsByAMeasuredEstimateLetProbesThroughThatRefreshIt) {
+  // Slow answers (2.9 s) make a 2 s budget too short; refused requests add no answers, so without
+  // probes the estimate would refuse every such request until the slow answers left the window.
+  LatencyEstimate& e = views->metrics_of(snap->rules[0]).upstream_latency;
+  std::int64_t now = 1'000'000'000;
+  for (int i = 0; i < 20; ++i) e.record(2'900'000, now);
+  now += LatencyEstimate::kSlotUs;
+  Budget b{2'000'000, true, false};
+  int refused = 0, probes = 0;
+  for (int i = 0; i < 40; ++i) {
+    Plan p;
+    plan(&b, p, now);
+    if (p.step == Step::too_late) {
+      ++refused;
+      continue;
+    }
+    ASSERT_EQ(p.step, Step::decide);
+    EXPECT_TRUE(p.probe);
+    EXPECT_EQ(p.request.timeout_us, 0);  // an immediate permit or nothing
+    ++probes;
+    e.record(30'000, now);  // the upstream has recovered: the probe is answered in 30 ms
+  }
+  EXPECT_EQ(probes, 5);  // the slot's first refusal, then every tenth (the 10th, 20th, 30th, 40th)
+  EXPECT_EQ(refused, 35);
+  // The probes' answers are the only ones of the next slots: once the slow ones leave the window
+  // (or are outnumbered), the budget fits again.
+  for (int slot = 1; slot <= LatencyEstimate::kSlots; ++slot) {
+    now += LatencyEstimate::kSlotUs;
+    for (int i = 0; i < 40; ++i) {
+      Plan p;
+      plan(&b, p, now);
+      if (p.step == Step::decide) e.record(30'000, now);
+    }
+  }
+  Plan after;
+  plan(&b, after, now);
+  EXPECT_EQ(after.step, Step::decide);
+  EXPECT_FALSE(after.probe);
+  EXPECT_LT(after.latency_us, 100'000);
+}
+
+TEST_F(DeadlinePlans, TheDefaultLatencyIsNeverProbed) {
+  // Without answers there is nothing to refresh: a budget under the default is refused every time.
+  Budget b{10'000, false, true};
+  for (int i = 0; i < 20; ++i) {
+    Plan p;
+    plan(&b, p);
+    EXPECT_EQ(p.step, Step::too_late) << i;
+  }
 }
 
 TEST_F(DeadlinePlans, TheStoresRefusalSaysTheDeadlineCutTheWait) {
