@@ -40,7 +40,7 @@ case "$cmd" in
       rm -f "$d/nodes.conf"
       redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
         --enable-debug-command local --cluster-enabled yes --cluster-config-file "$d/nodes.conf" \
-        --cluster-node-timeout 1000 --repl-diskless-sync-delay 0 --dir "$d" --pidfile "$d/pid" --logfile "$d/server.log" \
+        --cluster-node-timeout 1000 --cluster-require-full-coverage no --repl-diskless-sync-delay 0 --dir "$d" --pidfile "$d/pid" --logfile "$d/server.log" \
         </dev/null >>"$d/stdout.log" 2>&1 &
       echo $! >"$d/pid.launch"
     done

@@ -66,6 +66,10 @@ ReloadResult ConfigManager::load_and_swap(bool force, const std::function<void()
     const std::size_t active = static_cast<std::size_t>(
         std::count_if(loaded.rules.rules.begin(), loaded.rules.rules.end(), [](const Rule& r) { return r.enabled; }));
     snapshots_.set(make_snapshot(std::move(loaded.rules), ++version_, source_->describe()));
+    if (loaded.switch_error != last_switch_error_) {  // logged once per distinct problem
+      if (loaded.switch_error) log_line("tollgate: warn: ", *loaded.switch_error);
+      last_switch_error_ = loaded.switch_error;
+    }
     if (loaded.fleet_switch && loaded.fleet_switch != last_switch_) {
       const SwitchRecord& sw = *loaded.fleet_switch;
       if (switch_.mode() != sw.mode)

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -253,6 +254,12 @@ std::optional<T> row_number(const json& row, const char* key, RawRow& out) {
   if (!row.contains(key) || row.at(key).is_null()) return std::nullopt;
   const json& v = row.at(key);
   if constexpr (std::is_integral_v<T>) {
+    // An id past the type's range would wrap to another (negative) id: refused, not converted.
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) {
+      out.type_errors.push_back(std::string(key) + ": " + v.dump() + " is out of range (at most " +
+                                std::to_string(std::numeric_limits<T>::max()) + ")");
+      return std::nullopt;
+    }
     if (v.is_number_integer() || v.is_number_unsigned()) return v.get<T>();
     if (v.is_boolean() && std::string_view(key) == "status") return v.get<bool>() ? 1 : 0;
     out.type_errors.push_back(std::string(key) + ": must be an integer");

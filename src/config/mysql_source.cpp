@@ -26,6 +26,15 @@ namespace {
 const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode", "keyBy", "maxShare", "adaptive"};
 
 // Quota rows (window quotas of a rule), fingerprinted like the rules: any edit changes the CRC sum.
+// The switch row's states: what state, and revertTo when a revert is pending, may hold.
+constexpr const char* kStates = " is not 0 (off), 1 (enforce) or 2 (shadow)";
+std::optional<SwitchMode> switch_mode_of_state(int v) {
+  if (v == 0) return SwitchMode::off;
+  if (v == 1) return SwitchMode::enforce;
+  if (v == 2) return SwitchMode::shadow;
+  return std::nullopt;
+}
+
 const char* const kQuotaFingerprint =
     "(SELECT CONCAT(COUNT(*), '/', IFNULL(MAX(lastModifyTime), ''), '/', IFNULL(SUM(CRC32(CONCAT_WS('|', quotaId, "
     "IFNULL(configId,''), IFNULL(periodSeconds,''), IFNULL(limitCount,''), IFNULL(algorithm,''), IFNULL(keyBy,''), "
@@ -185,14 +194,27 @@ LoadResult MysqlSource::load() {
 
     std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
         "SELECT state, changedBy, CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED), "
-        "IFNULL(CAST(UNIX_TIMESTAMP(revertAt) * 1000 AS SIGNED), 0), IFNULL(revertTo, 1) "
+        "IFNULL(CAST(UNIX_TIMESTAMP(revertAt) * 1000 AS SIGNED), 0), IFNULL(revertTo, -1) "
         "FROM t_ratelimite_switch WHERE name = ?"));
     ps->setString(1, config_.switch_name);
     std::unique_ptr<sql::ResultSet> sw(ps->executeQuery());
-    auto mode_of = [](int v) { return v == 0 ? SwitchMode::off : v == 2 ? SwitchMode::shadow : SwitchMode::enforce; };
-    if (sw->next())
-      out.fleet_switch = SwitchRecord{mode_of(sw->getInt(1)), sw->getString(2), sw->getInt64(3), sw->getInt64(4),
-                                      mode_of(sw->getInt(5))};
+    if (sw->next()) {
+      // A state the gateway does not know is explained, never guessed at: the switch stays as it
+      // is. A pending revert to an unknown state is not done (tick() skips it) and not shown.
+      const std::string row = "t_ratelimite_switch[name=" + config_.switch_name + "]";
+      const int state = sw->getInt(1), revert_to = sw->getInt(5);
+      const std::int64_t revert_at = sw->getInt64(4);
+      const std::optional<SwitchMode> mode = switch_mode_of_state(state);
+      const std::optional<SwitchMode> then = switch_mode_of_state(revert_to);
+      if (!mode) {
+        out.switch_error = row + ".state: " + std::to_string(state) + kStates + "; the switch stays as it was";
+      } else {
+        if (revert_at != 0 && !then)
+          out.switch_error = row + ".revertTo: " + (revert_to == -1 ? std::string("NULL") : std::to_string(revert_to)) +
+                             kStates + "; the revert is not done";
+        out.fleet_switch = SwitchRecord{*mode, sw->getString(2), sw->getInt64(3), then ? revert_at : 0, then.value_or(*mode)};
+      }
+    }
     return out;
   });
 }
@@ -242,7 +264,7 @@ SwitchChange MysqlSource::write_switch(SwitchMode mode, const std::string& who, 
       std::unique_ptr<sql::ResultSet> rs(sel->executeQuery());
       rs->next();
       const int old_state = rs->getInt(1);
-      out.previous = old_state == 0 ? SwitchMode::off : old_state == 2 ? SwitchMode::shadow : SwitchMode::enforce;
+      out.previous = switch_mode_of_state(old_state).value_or(SwitchMode::enforce);  // the audit keeps the true value
       std::unique_ptr<sql::PreparedStatement> upd(c.prepareStatement(
           "UPDATE t_ratelimite_switch SET state = ?, changedBy = ?, changedAt = CURRENT_TIMESTAMP(3), "
           "revertAt = IF(? > 0, CURRENT_TIMESTAMP(3) + INTERVAL ? MICROSECOND, NULL), revertTo = IF(? > 0, ?, NULL) "
@@ -275,7 +297,7 @@ void MysqlSource::tick() {
     transaction(c, [&] {
       std::unique_ptr<sql::PreparedStatement> sel(c.prepareStatement(
           "SELECT state, revertTo FROM t_ratelimite_switch WHERE name = ? AND revertAt IS NOT NULL "
-          "AND revertAt <= CURRENT_TIMESTAMP(3) FOR UPDATE"));
+          "AND revertAt <= CURRENT_TIMESTAMP(3) AND revertTo IN (0, 1, 2) FOR UPDATE"));
       sel->setString(1, config_.switch_name);
       std::unique_ptr<sql::ResultSet> rs(sel->executeQuery());
       if (!rs->next()) return;

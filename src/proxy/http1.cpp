@@ -316,6 +316,8 @@ Bounds find_head(std::string_view buf, std::size_t max, std::size_t& scanned, bo
 // The field lines from p up to and including the final empty line at end - 2, and the framing
 // facts. p is the start of the line after the start line.
 Error parse_fields(const char* p, const char* end, Head& h, bool is_request) {
+  // A response is bounded by its bytes only (one field takes at least 4 of them).
+  const std::size_t max_fields = is_request ? kMaxFields : static_cast<std::size_t>(end - p);
   std::string_view te_value;
   std::size_t te_count = 0;
   bool keep_alive_token = false;
@@ -337,7 +339,7 @@ Error parse_fields(const char* p, const char* end, Head& h, bool is_request) {
     while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) --ve;
     p += 2;
 
-    if (h.count == kMaxFields) return Error::too_many_fields;
+    if (h.count == max_fields) return Error::too_many_fields;
     const Name id = recognise(name, name_len);
     const std::string_view value(v, static_cast<std::size_t>(ve - v));
     Field& f = h.fields.slot(h.count++);

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "support/mariadb.hpp"
 #include "support/stack.hpp"
@@ -239,6 +240,28 @@ TEST_F(MysqlE2E, RevertAfterIsFleetWideAndAudited) {
   EXPECT_EQ(db_server().sql(db, "SELECT oldState, newState, changedBy FROM t_ratelimite_switch_audit ORDER BY auditId"),
             "1\t2\tadmin@127.0.0.1\n2\t1\trevert_after\n");
   EXPECT_EQ(db_server().sql(db, "SELECT state, revertAt IS NULL FROM t_ratelimite_switch"), "1\t1\n");
+}
+
+TEST_F(MysqlE2E, AnUnknownSwitchStateIsExplainedAndNeverWritten) {
+  auto gw = start_gateway();
+  ASSERT_EQ(gw->admin_json("/admin/switch")["state"], "enforce");
+  // Off first, so that a state read as enforce (what 9 once meant) would show as a change.
+  ASSERT_EQ(gw->admin("PUT", "/admin/switch", R"({"state":"off"})").status, 200);
+  db_server().sql(db, "UPDATE t_ratelimite_switch SET state = 9, changedBy = 'typo' WHERE name = 'global'");
+  ASSERT_TRUE(gw->proc->wait_for_line("t_ratelimite_switch[name=global].state: 9 is not 0 (off), 1 (enforce) or 2 (shadow)", 5s))
+      << gw->proc->output();
+  EXPECT_EQ(gw->admin_json("/admin/switch")["state"], "off");  // as it was
+  EXPECT_EQ(admitted(*gw, "/ibe/shopping/search", 20), 20);
+
+  // A due revert to an unknown state: not done, not written, and said.
+  db_server().sql(db, "UPDATE t_ratelimite_switch SET state = 2, revertTo = 77, "
+                      "revertAt = CURRENT_TIMESTAMP(3) - INTERVAL 1 SECOND WHERE name = 'global'");
+  ASSERT_TRUE(eventually([&] { return gw->admin_json("/admin/switch")["state"] == "shadow"; }, 5s));
+  ASSERT_TRUE(gw->proc->wait_for_line("t_ratelimite_switch[name=global].revertTo: 77 is not 0", 5s)) << gw->proc->output();
+  std::this_thread::sleep_for(2500ms);  // two more polls, each of which would do a due revert
+  EXPECT_EQ(db_server().sql(db, "SELECT state, revertTo FROM t_ratelimite_switch WHERE name = 'global'"), "2\t77\n");
+  EXPECT_EQ(db_server().sql(db, "SELECT COUNT(*) FROM t_ratelimite_switch_audit WHERE newState NOT IN (0, 1, 2)"), "0\n");
+  EXPECT_EQ(gw->admin_json("/admin/switch")["state"], "shadow");
 }
 
 TEST_F(MysqlE2E, ReloadNowAndTokenName) {

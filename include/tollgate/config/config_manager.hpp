@@ -70,6 +70,7 @@ class ConfigManager {
   std::mutex load_mu_;  // one load at a time (poller, admin, signal)
   std::optional<std::string> last_fingerprint_;
   std::optional<SwitchRecord> last_switch_;
+  std::optional<std::string> last_switch_error_;
   std::set<std::string> logged_rejections_;
   std::uint64_t version_ = 0;
 

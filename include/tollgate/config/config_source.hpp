@@ -25,6 +25,7 @@ struct LoadResult {
   ValidatedRules rules;
   std::optional<SwitchMode> switch_mode;  // the file's start value
   std::optional<SwitchRecord> fleet_switch;  // set when the source carries the fleet's switch
+  std::optional<std::string> switch_error;    // the switch row is invalid (why): not applied
 };
 
 class ConfigSource {

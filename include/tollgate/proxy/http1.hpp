@@ -6,6 +6,7 @@
 // No Asio, no Beast, no I/O: pure functions over bytes (RFC 9110, RFC 9112).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace tollgate::proxy::http1 {
 
@@ -52,13 +54,16 @@ struct Field {
   Name id;
 };
 
+// A request may have this many fields (nginx has no count; a hundred is far more than clients
+// send). A response has no count of its own: its head is bounded by bytes only, as nginx bounds it
+// by proxy_buffer_size, so an upstream's answer is not lost for having many short fields.
 inline constexpr std::size_t kMaxFields = 100;
 
 enum class Error : std::uint8_t {
   none,
   need_more,              // the head (or chunked body) is not complete yet
   header_too_large,       // head longer than max_head_bytes (or trailer section over its limit)
-  too_many_fields,        // more than kMaxFields fields
+  too_many_fields,        // a request with more than kMaxFields fields
   bad_method,
   bad_target,
   bad_version,            // not HTTP/1.0 or HTTP/1.1, or junk after it
@@ -76,11 +81,13 @@ enum class Error : std::uint8_t {
 const char* describe(Error e) noexcept;
 
 // A head's fields, in wire order. The first kInline live in the object itself; a head with more
-// moves them once to kMaxFields slots on the heap, which the list keeps for its next heads. A
-// connection thus holds ~1 KiB for its head, not room for the rare hundred fields.
+// moves them to the heap, whose slots the list keeps for its next heads up to kKeptOnHeap (a rare
+// response with thousands of fields does not pin its slots to a pooled connection). A connection
+// thus holds ~1 KiB for its head, not room for the rare hundred fields.
 class FieldList {
  public:
   static constexpr std::size_t kInline = 24;
+  static constexpr std::size_t kKeptOnHeap = 128;
   FieldList() noexcept = default;
   FieldList(const FieldList&) = delete;  // data_ may point into the object itself
   FieldList& operator=(const FieldList&) = delete;
@@ -88,21 +95,27 @@ class FieldList {
   Field& operator[](std::size_t i) noexcept { return data_[i]; }
   const Field& operator[](std::size_t i) const noexcept { return data_[i]; }
   const Field* data() const noexcept { return data_; }
-  // The slot of field i (i < kMaxFields), the first `i` being in use.
+  // The slot of field i, the first `i` being in use.
   Field& slot(std::size_t i) {
-    if (i == kInline && data_ == inline_) {
-      if (!heap_) heap_ = std::make_unique<Field[]>(kMaxFields);
-      for (std::size_t k = 0; k < kInline; ++k) heap_[k] = inline_[k];
-      data_ = heap_.get();
+    if (data_ == inline_) {
+      if (i < kInline) return inline_[i];
+      heap_.assign(inline_, inline_ + kInline);  // i == kInline: the head outgrows the object
+    }
+    if (i >= heap_.size()) {
+      heap_.resize(std::max(i + 1, 2 * heap_.size()));
+      data_ = heap_.data();
     }
     return data_[i];
   }
-  // Back to the inline slots for the next head (the heap slots stay for later).
-  void clear() noexcept { data_ = inline_; }
+  // Back to the inline slots for the next head (the heap slots stay for later, up to kKeptOnHeap).
+  void clear() noexcept {
+    data_ = inline_;
+    if (heap_.capacity() > kKeptOnHeap) std::vector<Field>().swap(heap_);
+  }
 
  private:
   Field inline_[kInline];
-  std::unique_ptr<Field[]> heap_;
+  std::vector<Field> heap_;
   Field* data_ = inline_;
 };
 

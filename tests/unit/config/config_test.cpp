@@ -119,6 +119,17 @@ std::string adaptive_row(const std::string& extra) {
   return R"([{"configId": 1, "interfaceUrl": "/a", "rateLimit": 5, "status": 1)" + extra + "}]";
 }
 
+TEST(RuleValidation, AnIdPastItsRangeIsRefusedNotWrapped) {
+  // 2^63 + 5 would read as -9223372036854775803: another row's id, or a negative one.
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":9223372036854775813,"interfaceUrl":"/a","rateLimit":5,"status":1}])")),
+            "limits.rules[0].configId: 9223372036854775813 is out of range (at most 9223372036854775807)");
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":1,"interfaceUrl":"/a","rateLimit":5,"status":1,
+                                     "quotas":[{"quotaId":18446744073709551615,"periodSeconds":60,"limitCount":10}]}])")),
+            "limits.rules[0].quotas[0].quotaId: 18446744073709551615 is out of range (at most 9223372036854775807) (configId 1)");
+  // The largest id is an id.
+  EXPECT_EQ(error_of(with_rules(R"([{"configId":9223372036854775807,"interfaceUrl":"/a","rateLimit":5,"status":1}])")), "");
+}
+
 TEST(AdaptiveConfig, AcceptsOnShadowOffAndBooleansAndDefaultsToOff) {
   const std::pair<const char*, limiter::Adaptive> cases[] = {
       {"", limiter::Adaptive::off},

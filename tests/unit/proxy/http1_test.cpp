@@ -297,6 +297,23 @@ TEST(Http1Fields, MaxFields) {
   EXPECT_EQ(req(buf + "X-Last: 1\r\n\r\n", *h, 1 << 20), Error::too_many_fields);
 }
 
+// A response is bounded by its bytes only: an upstream's answer with many fields is relayed,
+// not turned into a 502 after the upstream did the work (the proxy's limit is 64 KiB of head).
+TEST(Http1Fields, AResponseHasNoFieldCountOnlyItsBytes) {
+  auto r = make<ResponseHead>();
+  std::string buf = "HTTP/1.1 200 OK\r\n";
+  for (int i = 0; i < 3000; ++i) buf += "X-" + std::to_string(i) + ": v\r\n";
+  ASSERT_EQ(res(buf + "Content-Length: 0\r\n\r\n", *r, 64 * 1024), Error::none);
+  EXPECT_EQ(r->count, 3001u);
+  EXPECT_EQ(r->fields[2999].name, "X-2999");
+  EXPECT_EQ(r->content_length, 0u);
+  EXPECT_EQ(res(buf + "\r\n", *r, 16 * 1024), Error::header_too_large);
+  // The next, small head on the same object: its own fields only, and the big slots let go.
+  ASSERT_EQ(res("HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n", *r), Error::none);
+  EXPECT_EQ(r->count, 1u);
+  EXPECT_EQ(r->fields[0].value, "1");
+}
+
 // Past FieldList::kInline fields the list moves to the heap; the next, smaller head on the same
 // object is back in the inline slots, and each head sees only its own fields.
 TEST(Http1Fields, ManyFieldsThenFewOnTheSameHead) {
