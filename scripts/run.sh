@@ -6,7 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh build
 scripts/build.sh -DTOLLGATE_BUILD_TESTS=OFF
-export TOLLGATE_ADMIN_TOKEN="${TOLLGATE_ADMIN_TOKEN:-change-me}"
+# The admin token: yours if TOLLGATE_ADMIN_TOKEN is set, otherwise a random one made for this run
+# (printed below), never a fixed word anyone could guess.
+if [[ -z "${TOLLGATE_ADMIN_TOKEN:-}" ]]; then
+  TOLLGATE_ADMIN_TOKEN=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+  token_note="a random one made for this run (set TOLLGATE_ADMIN_TOKEN to choose it)"
+else
+  token_note="yours, from TOLLGATE_ADMIN_TOKEN"
+fi
+export TOLLGATE_ADMIN_TOKEN
 ./build/tollgate-mock-upstream --port 9000 &
 mock=$!
 demo=""
@@ -18,7 +26,10 @@ trap 'kill $mock $demo 2>/dev/null || true' EXIT
 cat <<MSG
 
 Console: http://127.0.0.1:9901/  (demo traffic is running, so /shopping/search and /login are busy;
-         TOLLGATE_DEMO=0 scripts/run.sh for a quiet gateway. The admin token is "$TOLLGATE_ADMIN_TOKEN")
+         TOLLGATE_DEMO=0 scripts/run.sh for a quiet gateway)
+
+Admin token: $TOLLGATE_ADMIN_TOKEN
+             ($token_note)
 
 Try:
   curl -i http://127.0.0.1:8080/ibe/shopping/search          # 5/s, may wait up to 0.5 s

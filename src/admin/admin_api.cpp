@@ -1,10 +1,12 @@
 #include "tollgate/admin/admin_api.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "tollgate/admin/console_assets.hpp"
 #include "tollgate/limiter/clock.hpp"
@@ -45,12 +47,62 @@ std::optional<std::uint64_t> query_number(std::string_view query, std::string_vi
   }
   return std::nullopt;
 }
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+// Every value of a query parameter, percent-decoded ('+' as a space); `bad` set on a bad escape.
+std::vector<std::string> query_values(std::string_view query, std::string_view name, bool& bad) {
+  std::vector<std::string> out;
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view part = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (!part.starts_with(name) || part.size() < name.size() + 1 || part[name.size()] != '=') continue;
+    const std::string_view raw = part.substr(name.size() + 1);
+    std::string v;
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '+') {
+        v += ' ';
+      } else if (raw[i] == '%') {
+        const bool room = i + 2 < raw.size();
+        const int hi = room ? hex_digit(raw[i + 1]) : -1, lo = room ? hex_digit(raw[i + 2]) : -1;
+        if (hi < 0 || lo < 0) {
+          bad = true;
+          return {};
+        }
+        v += static_cast<char>(hi * 16 + lo);
+        i += 2;
+      } else {
+        v += raw[i];
+      }
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+std::string lowered(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
 }  // namespace
 
 AdminApi::AdminApi(AdminDeps deps)
     : deps_(std::move(deps)),
+      clock_(deps_.clock ? *deps_.clock : static_cast<const limiter::Clock&>(steady_)),
       auth_failures_(store::counter(deps_.metrics.registry, "tollgate_admin_auth_failures_total",
                                     "Admin requests refused for a missing or wrong token.")),
+      auth_lockouts_(store::counter(deps_.metrics.registry, "tollgate_admin_auth_lockouts_total",
+                                    "Peers locked out of the admin token check for spending their failure budget.")),
+      auth_refused_locked_(store::counter(deps_.metrics.registry, "tollgate_admin_auth_throttled_total",
+                                          "Admin requests answered 429 without checking their token, by reason.",
+                                          {{"reason", "locked_out"}})),
+      auth_refused_global_(store::counter(deps_.metrics.registry, "tollgate_admin_auth_throttled_total",
+                                          "Admin requests answered 429 without checking their token, by reason.",
+                                          {{"reason", "global_budget"}})),
       debts_(prometheus::BuildGauge()
                  .Name("tollgate_bucket_debt_seconds")
                  .Help("How far the bucket's next free slot is ahead of now.")
@@ -68,24 +120,124 @@ bool constant_time_equals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+namespace {
+void refill(double& tokens, limiter::Micros& at, double per_s, double burst, limiter::Micros now) {
+  if (now > at) tokens = std::min(burst, tokens + static_cast<double>(now - at) * per_s / 1e6);
+  at = std::max(at, now);
+}
+limiter::Micros wait_for_one(double tokens, double per_s) {
+  return tokens >= 1 ? 0 : static_cast<limiter::Micros>(std::ceil((1 - tokens) / per_s * 1e6));
+}
+}  // namespace
+
+void AuthBudget::refill_global(limiter::Micros now) {
+  if (global_at_ == 0) global_at_ = now;
+  refill(global_tokens_, global_at_, limits_.global_per_s, limits_.global_burst, now);
+}
+
+AuthBudget::Peer* AuthBudget::find_or_make(const std::string& peer, limiter::Micros now) {
+  if (auto it = peers_.find(peer); it != peers_.end()) return &it->second;
+  if (peers_.size() >= limits_.max_peers) {
+    // Forget the peers that are neither locked out, trusted, nor recently failing.
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      const Peer& p = it->second;
+      const bool stale = p.locked_until <= now && p.trusted_until <= now && now - p.last_failure > limits_.max_lockout_us;
+      it = stale ? peers_.erase(it) : std::next(it);
+    }
+    if (peers_.size() >= limits_.max_peers) return nullptr;
+  }
+  Peer& p = peers_[peer];
+  p.tokens = limits_.peer_burst;
+  p.at = now;
+  return &p;
+}
+
+AuthBudget::Admission AuthBudget::admit(const std::string& peer, limiter::Micros now) {
+  std::lock_guard lock(mu_);
+  const auto it = peers_.find(peer);
+  const Peer* p = it == peers_.end() ? nullptr : &it->second;
+  if (p && p->locked_until > now) return {Verdict::locked_out, p->locked_until - now};
+  refill_global(now);
+  if (global_tokens_ < 1 && !(p && p->trusted_until > now))
+    return {Verdict::throttled, wait_for_one(global_tokens_, limits_.global_per_s)};
+  return {};
+}
+
+limiter::Micros AuthBudget::failed(const std::string& peer, limiter::Micros now) {
+  std::lock_guard lock(mu_);
+  refill_global(now);
+  global_tokens_ = std::max(0.0, global_tokens_ - 1);
+  Peer* p = find_or_make(peer, now);
+  if (!p) return 0;  // too many peers to remember: the global budget alone holds
+  refill(p->tokens, p->at, limits_.peer_per_s, limits_.peer_burst, now);
+  if (p->level > 0 && now - p->last_failure > limits_.max_lockout_us) p->level = 0;  // quiet long enough
+  p->last_failure = now;
+  p->trusted_until = 0;
+  p->tokens = std::max(0.0, p->tokens - 1);
+  if (p->tokens >= 1) return 0;
+  // Its budget is spent: locked out, twice as long as the last time.
+  const limiter::Micros lockout = std::min(limits_.max_lockout_us, limits_.lockout_us << std::min(p->level, 20));
+  ++p->level;
+  p->locked_until = now + lockout;
+  // Nothing comes back while locked out: one try when it ends, and a wrong one doubles the next.
+  p->tokens = 0;
+  p->at = p->locked_until;
+  return lockout;
+}
+
+void AuthBudget::succeeded(const std::string& peer, limiter::Micros now) {
+  std::lock_guard lock(mu_);
+  Peer* p = find_or_make(peer, now);
+  if (!p) return;
+  p->tokens = limits_.peer_burst;
+  p->at = now;
+  p->level = 0;
+  p->locked_until = 0;
+  p->trusted_until = now + limits_.trusted_us;
+}
+
 std::optional<SimpleResponse> AdminApi::authorize(const SimpleRequest& req) {
   if (deps_.token.empty())
     return error(403, "read_only", "no admin token is configured: the admin API is read-only");
+  const std::int64_t now = clock_.now_us();
+  const std::string peer = req.peer.empty() ? "?" : req.peer;
+  // Over budget: answered without looking at the token, so that guessing learns nothing.
+  if (const AuthBudget::Admission a = auth_budget_.admit(peer, now); a.verdict != AuthBudget::Verdict::check) {
+    const bool locked = a.verdict == AuthBudget::Verdict::locked_out;
+    (locked ? auth_refused_locked_ : auth_refused_global_).Increment();
+    const std::int64_t retry_s = std::max<std::int64_t>(1, (a.retry_after_us + 999'999) / 1'000'000);
+    SimpleResponse refused =
+        error(429, locked ? "auth_locked_out" : "auth_throttled",
+              locked ? "too many wrong tokens from " + peer + ": locked out for " + std::to_string(retry_s) + " s"
+                     : "too many wrong admin tokens from all clients: try again in " + std::to_string(retry_s) + " s");
+    refused.headers.emplace_back("Retry-After", std::to_string(retry_s));
+    if (now - last_refusal_log_us_ >= kFailureLogIntervalUs || last_refusal_log_us_ == 0) {
+      last_refusal_log_us_ = now;
+      log_line("tollgate: warn: admin token not checked for ", peer, " (", req.method, " ", proxy::path_of(req.target),
+               "): ", (locked ? "locked out" : "the global failure budget is spent"), " for ", retry_s, " s");
+    }
+    return refused;
+  }
   constexpr std::string_view scheme = "Bearer ";
   const std::string_view auth = req.authorization;
   const bool has_bearer = auth.size() > scheme.size() && auth.substr(0, scheme.size()) == scheme;
-  if (has_bearer && constant_time_equals(auth.substr(scheme.size()), deps_.token)) return std::nullopt;
+  if (has_bearer && constant_time_equals(auth.substr(scheme.size()), deps_.token)) {
+    auth_budget_.succeeded(peer, now);
+    return std::nullopt;
+  }
   SimpleResponse denied = error(401, "unauthorized", has_bearer ? "wrong token" : "missing 'Authorization: Bearer <token>'");
   denied.delay_ms = kFailedAuthDelayMs;
   auth_failures_.Increment();
+  const limiter::Micros lockout = auth_budget_.failed(peer, now);
+  if (lockout > 0) auth_lockouts_.Increment();
   const auto n = static_cast<std::uint64_t>(auth_failures_.Value());
   // Logged, but at most once per interval: a guessing run must not flood the log either.
-  const std::int64_t now = limiter::steady_now_us();
   if (now - last_failure_log_us_ >= kFailureLogIntervalUs || last_failure_log_us_ == 0) {
     last_failure_log_us_ = now;
-    log_line("tollgate: warn: admin authentication failed from ", (req.peer.empty() ? "?" : req.peer), " (",
-             req.method, " ", proxy::path_of(req.target), ", ",
-             (has_bearer ? "wrong token" : "no bearer token"), "); ", n, " failed attempts since start");
+    log_line("tollgate: warn: admin authentication failed from ", peer, " (", req.method, " ",
+             proxy::path_of(req.target), ", ", (has_bearer ? "wrong token" : "no bearer token"), "); ", n,
+             " failed attempts since start",
+             lockout > 0 ? "; locked out for " + std::to_string((lockout + 999'999) / 1'000'000) + " s" : std::string());
   }
   return denied;
 }
@@ -123,7 +275,7 @@ SimpleResponse AdminApi::handle(const SimpleRequest& req) {
     }
     return error(405, "method_not_allowed", "use GET or PUT");
   }
-  if (path == "/admin/overview") return get ? get_overview() : error(405, "method_not_allowed", "use GET");
+  if (path == "/admin/overview") return get ? get_overview(query_of(req.target)) : error(405, "method_not_allowed", "use GET");
   if (path == "/admin/history") return get ? get_history(query_of(req.target)) : error(405, "method_not_allowed", "use GET");
   if (path == "/admin/refusals") return get ? get_refusals(query_of(req.target)) : error(405, "method_not_allowed", "use GET");
   if (path == "/" || path == "/ui" || path.starts_with("/ui/")) {
@@ -427,8 +579,53 @@ json sample_json(const History::Sample& x) {
 SimpleResponse compact_json(const json& j) { return {200, j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"}; }
 }  // namespace
 
-SimpleResponse AdminApi::get_overview() const {
+AdminApi::Selection AdminApi::select(const config::Snapshot& snap, std::string_view query, std::size_t default_top) const {
+  Selection out;
+  out.total = snap.rules.size();
+  bool bad = false;
+  const std::vector<std::string> named = query_values(query, "bucket", bad);
+  const std::vector<std::string> q = query_values(query, "q", bad);
+  if (bad) {
+    out.error = "bucket, q: a bad %-escape";
+    return out;
+  }
+  const auto top = query_number(query, "top", bad);
+  if (bad || (top && (*top < 1 || *top > kMaxTop))) {
+    out.error = "top: must be a whole number from 1 to " + std::to_string(kMaxTop);
+    return out;
+  }
+  const std::string needle = q.empty() ? std::string() : lowered(q.back());
+  const std::set<std::string, std::less<>> named_set(named.begin(), named.end());
+  std::vector<std::pair<double, const config::Rule*>> matched;
+  const auto activity = deps_.history ? deps_.history->activity() : std::map<std::string, double, std::less<>>{};
+  for (const auto& r : snap.rules) {
+    if (!named.empty() && !named_set.contains(r.bucket)) continue;
+    if (!needle.empty() && lowered(r.bucket).find(needle) == std::string::npos &&
+        lowered(r.channel_type).find(needle) == std::string::npos)
+      continue;
+    const auto a = activity.find(r.bucket);
+    matched.emplace_back(a == activity.end() ? 0.0 : a->second, &r);
+  }
+  out.matched = matched.size();
+  // Named buckets: all of them unless ?top= says otherwise; otherwise the default's busiest.
+  const std::size_t n = std::min<std::size_t>(matched.size(), top ? *top : named.empty() ? default_top : matched.size());
+  auto busier = [](const auto& x, const auto& y) {
+    if (x.first != y.first) return x.first > y.first;
+    return x.second->bucket < y.second->bucket;
+  };
+  std::partial_sort(matched.begin(), matched.begin() + static_cast<std::ptrdiff_t>(n), matched.end(), busier);
+  out.rules.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) out.rules.push_back(matched[i].second);
+  return out;
+}
+
+SimpleResponse AdminApi::get_overview(std::string_view query) const {
   auto snap = deps_.snapshots.get();
+  Selection sel;
+  if (snap) {
+    sel = select(*snap, query, kOverviewTop);
+    if (!sel.error.empty()) return error(400, "bad_request", sel.error);
+  }
   json out = {{"now_ms", config::SwitchState::now_ms()}, {"history_seq", deps_.history ? deps_.history->seq() : 0}};
   out["switch"] = json::parse(get_switch().body);
   const store::StoreHealth h = deps_.store.health();
@@ -449,20 +646,28 @@ SimpleResponse AdminApi::get_overview() const {
   out["refusals_total"] = deps_.refusals ? deps_.refusals->total() : 0;
 
   json buckets = json::array();
+  std::set<std::string_view> shown;
   if (snap) {
     out["config"] = {{"version", snap->version}, {"source", snap->source}, {"rejected_rows", snap->rejected.size()}};
-    // The stored permits and debt of every shared bucket, in one store read.
-    std::vector<const config::Rule*> probed;
+    // The listed buckets only: the busiest first, or those asked for.
+    out["buckets_total"] = sel.total;
+    out["buckets_matched"] = sel.matched;
+    out["buckets_omitted"] = sel.matched - sel.rules.size();
+    // The stored permits and debt of every listed shared bucket, in one store read.
+    std::map<const config::Rule*, std::size_t> probed;
     std::vector<store::BucketProbe> probes;
-    for (const auto& r : snap->rules) {
+    for (const config::Rule* rp : sel.rules) {
+      const config::Rule& r = *rp;
       if (!r.enabled || !r.has_bucket || r.key_by.kind != config::KeySpec::Kind::none) continue;
       const config::Rule* channel = r.channel ? &r : snap->channel_of(r);
-      probed.push_back(&r);
+      probed.emplace(&r, probes.size());
       probes.push_back({{r.bucket, r.params},
                         channel ? std::string_view(channel->channel_type) : std::string_view(r.bucket)});
     }
     const auto views = deps_.store.inspect_many(probes);
-    for (const auto& r : snap->rules) {
+    for (const config::Rule* rp : sel.rules) {
+      const config::Rule& r = *rp;
+      shown.insert(r.bucket);
       json b = {{"bucket", r.bucket},
                 {"configId", r.config_id},
                 {"channelType", r.channel_type},
@@ -479,10 +684,10 @@ SimpleResponse AdminApi::get_overview() const {
       if (r.key_by.kind != config::KeySpec::Kind::none) b["keyBy"] = r.key_by.text();
       b["stored_permits"] = nullptr;
       b["debt_s"] = nullptr;
-      for (std::size_t i = 0; i < probed.size(); ++i) {
-        if (probed[i] != &r || !views[i]) continue;
-        b["stored_permits"] = views[i]->stored;
-        b["debt_s"] = static_cast<double>(std::max<limiter::Micros>(0, views[i]->next_free - views[i]->now)) / 1e6;
+      if (const auto p = probed.find(&r); p != probed.end() && views[p->second]) {
+        const auto& v = views[p->second];
+        b["stored_permits"] = v->stored;
+        b["debt_s"] = static_cast<double>(std::max<limiter::Micros>(0, v->next_free - v->now)) / 1e6;
       }
       // Its upstream's response time (p90, last minute): what deadline admission reckons with.
       const auto p90 = deps_.metrics.bucket(r.bucket).upstream_latency.p90_us(limiter::steady_now_us());
@@ -511,6 +716,7 @@ SimpleResponse AdminApi::get_overview() const {
 
   json policies = json::array();
   deps_.metrics.each_policy([&](std::string_view rule, std::string_view policy, const proxy::PolicyMetrics& p) {
+    if (!shown.contains(rule)) return;  // the listed buckets' policies only
     json j = {{"rule", rule}, {"policy", policy}, {"bound", p.bound ? p.bound->Value() : 0.0}};
     if (p.passed) j["passed"] = p.passed->Value();
     if (p.failed) j["failed"] = p.failed->Value();
@@ -602,7 +808,20 @@ SimpleResponse AdminApi::get_history(std::string_view query) const {
   bool bad = false;
   const auto since = query_number(query, "since", bad);
   if (bad) return error(400, "bad_request", "since: must be a sample number (the \"seq\" of an earlier answer)");
-  return compact_json(deps_.history->to_json(since));
+  auto snap = deps_.snapshots.get();
+  if (!snap) return compact_json(deps_.history->to_json(since));
+  const Selection sel = select(*snap, query, kHistoryTop);
+  if (!sel.error.empty()) return error(400, "bad_request", sel.error);
+  std::vector<std::string> names;
+  names.reserve(sel.rules.size());
+  std::set<std::string_view> seen;
+  for (const config::Rule* r : sel.rules)
+    if (seen.insert(r->bucket).second) names.push_back(r->bucket);
+  json out = deps_.history->to_json(since, &names);
+  out["buckets_total"] = sel.total;
+  out["buckets_matched"] = sel.matched;
+  out["buckets_omitted"] = sel.matched - sel.rules.size();
+  return compact_json(out);
 }
 
 SimpleResponse AdminApi::get_refusals(std::string_view query) const {

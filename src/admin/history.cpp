@@ -172,7 +172,24 @@ std::size_t History::busy_buckets() const {
   return n;
 }
 
-json History::to_json(std::optional<std::uint64_t> since) const {
+std::map<std::string, double, std::less<>> History::activity() const {
+  std::lock_guard lock(mu_);
+  std::map<std::string, double, std::less<>> out;
+  if (seq_ == 0) return out;
+  const std::uint64_t newest = seq_ - 1;
+  for (const auto& [name, s] : series_) {
+    if (!s.busy) continue;
+    double sum = s.busy->ring[newest % kSeconds].held;
+    for (std::uint64_t i = 0; i < kWindow && i <= newest - s.first_seq; ++i) {
+      const Sample& x = s.busy->ring[(newest - i) % kSeconds];
+      sum += x.forwarded + x.delayed + x.rejected + x.shadow_rejected + x.bypassed + x.store_error;
+    }
+    out.emplace(name, sum);
+  }
+  return out;
+}
+
+json History::to_json(std::optional<std::uint64_t> since, const std::vector<std::string>* only) const {
   // Copied under the lock, written out after it: a large answer never holds up sample().
   struct Copy {
     std::string name;
@@ -190,13 +207,20 @@ json History::to_json(std::optional<std::uint64_t> since) const {
     const std::uint64_t oldest = seq_ > kSeconds ? seq_ - kSeconds : 0;
     from = !since ? oldest : *since >= seq_ ? seq_ : std::max(*since + 1, oldest);
     for (std::uint64_t s = from; s < seq_; ++s) at.push_back(at_ms_[s % kSeconds]);
-    copies.reserve(series_.size());
-    for (const auto& [name, series] : series_) {
+    auto copy = [&](const std::string& name, const Series& series) {
       Copy c{name, series.first_seq, {}};
       c.samples.reserve(seq_ - from);
       for (std::uint64_t s = from; s < seq_; ++s)
         c.samples.push_back(series.busy ? series.busy->ring[s % kSeconds] : Sample{});
       copies.push_back(std::move(c));
+    };
+    if (only) {
+      copies.reserve(only->size());
+      for (const std::string& name : *only)
+        if (auto it = series_.find(name); it != series_.end()) copy(it->first, it->second);
+    } else {
+      copies.reserve(series_.size());
+      for (const auto& [name, series] : series_) copy(name, series);
     }
   }
   json buckets = json::array();

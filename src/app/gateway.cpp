@@ -180,14 +180,19 @@ void fit_connections_to_fd_limit(config::GatewayConfig& cfg, unsigned threads) {
     if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
   }
   if (rl.rlim_cur == RLIM_INFINITY) return;
-  // Room kept: the idle upstream pools (per thread and upstream), and 64 for listeners, epoll and
-  // event descriptors, logs, Redis and MySQL connections.
+  // Room kept: the idle upstream pools (per thread and upstream), 64 for listeners, epoll and
+  // event descriptors, logs, Redis and MySQL connections, and the admin listener's own: its
+  // connections and the few it answers 503 at its cap. The proxy's cap is what is left, so a full
+  // proxy side never takes the descriptors the admin listener needs, nor the reverse.
+  const std::uint64_t admin_reserve = std::uint64_t{cfg.admin.max_connections} + admin::kAdminRefusalDescriptors;
   const std::uint64_t reserve =
-      64 + static_cast<std::uint64_t>(threads) * cfg.upstreams.size() * (cfg.proxy.max_idle_upstream_conns + 2);
+      64 + admin_reserve +
+      static_cast<std::uint64_t>(threads) * cfg.upstreams.size() * (cfg.proxy.max_idle_upstream_conns + 2);
   const std::uint64_t room = rl.rlim_cur > reserve * 2 ? rl.rlim_cur - reserve : rl.rlim_cur / 2;
   if (cfg.proxy.max_connections <= room) return;
   std::cerr << "tollgate: warn: proxy.max_connections " << cfg.proxy.max_connections << " does not fit the open-file limit "
-            << rl.rlim_cur << " (RLIMIT_NOFILE) with " << reserve << " descriptors kept for upstreams, stores and logs; using "
+            << rl.rlim_cur << " (RLIMIT_NOFILE) with " << reserve
+            << " descriptors kept for upstreams, stores, logs and the admin listener; using "
             << room << " (raise the limit, e.g. LimitNOFILE= or ulimit -n, to allow more)" << std::endl;
   cfg.proxy.max_connections = static_cast<std::uint32_t>(room);
 }
@@ -240,7 +245,8 @@ void Gateway::start() {
                                                                    [&m] { m.proxy->refresh_endpoint_gauges(); }});
   m.admin_server = std::make_unique<admin::AdminServer>(
       m.admin_ctx, m.cfg.admin.listen, [api = m.admin_api.get()](const admin::SimpleRequest& r) { return api->handle(r); },
-      &admin::AdminApi::runs_inline);
+      &admin::AdminApi::runs_inline,
+      admin::AdminServerOptions{m.cfg.admin.max_connections, m.cfg.admin.allowed_hosts, &m.metrics.registry});
   m.admin_server->start();
   m.config_manager->start();
   m.signals = std::make_unique<net::signal_set>(m.admin_ctx, SIGINT, SIGTERM, SIGHUP);

@@ -31,7 +31,7 @@ const std::vector<ObjectFields>& schema() {
       {"", {"listen", "threads", "access_log", "tls", "admin", "upstreams", "routes", "dns", "proxy", "limits"}},
       {"dns", {"servers"}},
       {"tls", {"cert_file", "key_file"}},
-      {"admin", {"listen", "token_env", "token_name"}},
+      {"admin", {"listen", "token_env", "token_name", "max_connections", "allowed_hosts"}},
       {"upstreams.<name>",
        {"url", "urls", "tls", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms", "dns_refresh_ms", "eject",
         "min_idle_conns"}},
@@ -400,6 +400,20 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     c.admin.token_name = get_string(a, "admin", "token_name", "");
     c.admin.listen = parse_endpoint(get_string(a, "admin", "listen", "127.0.0.1:9901"), "admin.listen");
     c.admin.token_env = get_string(a, "admin", "token_env", c.admin.token_env);
+    c.admin.max_connections =
+        static_cast<std::uint32_t>(get_uint(a, "admin", "max_connections", c.admin.max_connections, 1, 4096));
+    if (a.contains("allowed_hosts")) {
+      const json& h = a["allowed_hosts"];
+      if (!h.is_array()) fail("admin.allowed_hosts", "must be an array of host names");
+      for (std::size_t i = 0; i < h.size(); ++i) {
+        const std::string at = "admin.allowed_hosts[" + std::to_string(i) + "]";
+        if (!h[i].is_string() || h[i].get<std::string>().empty()) fail(at, "must be a non-empty string");
+        const std::string name = h[i].get<std::string>();
+        if (name.find_first_of(":/[] ") != std::string::npos)
+          fail(at, "must be a host name or IP address without a port (\"*\" allows any Host)");
+        c.admin.allowed_hosts.push_back(name);
+      }
+    }
   }
   if (!c.admin.token_env.empty()) {
     if (const char* t = std::getenv(c.admin.token_env.c_str())) c.admin.token = t;

@@ -8,6 +8,7 @@ python3-selenium) and checks what an operator would:
   - a switch change with a wrong token is refused with a visible message, and nothing changes;
   - a switch change with the right token (confirmed on the page) takes effect in the gateway,
     as the API says, and the page shows the pending revert;
+  - the search box lists the matching buckets alone, asked of the server;
   - the page loads with its security headers and no script or style errors (a CSP violation is one).
 Saves a screenshot (--screenshot). Exits 77 (ctest: skipped) when no browser is installed, unless
 TOLLGATE_REQUIRE_BROWSER=1 (scripts/test.sh sets it), when that is a failure.
@@ -277,6 +278,31 @@ def main():
         newer = json.loads(http("GET", f"{admin}/admin/history?since={seq - 1}")[2])
         if newer["from_seq"] != seq or len(newer["at_ms"]) != newer["seq"] - seq or not newer["at_ms"]:
             fail(f"?since={seq - 1} did not give exactly the samples after it: {newer['from_seq']}..{newer['seq']}")
+
+        # The search box: the table then shows the matching buckets alone (asked of the server, not
+        # filtered from the rows already shown), says how many matched, and charts them; the page
+        # asks for the history of the buckets it shows and of no others.
+        search = driver.find_element(By.ID, "bucket-search")
+        search.send_keys("CALM")
+
+        def shown_buckets():
+            return driver.execute_script(
+                "return [...document.querySelectorAll('#buckets tbody tr')].map(r => r.dataset.bucket);")
+        wait_until("only /calm listed", lambda: shown_buckets() == ["/calm"])
+        wait_until("the match count", lambda: '1 of 1 matching "CALM"' in text_of("buckets-shown") and text_of("buckets-shown"))
+        wait_until("the /calm chart", lambda: driver.execute_script(
+            "return !!document.querySelector(`tr[data-bucket='/calm'] svg polyline.fwd`);"))
+        asked = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name);")
+        if not any("/admin/overview?top=50&q=CALM" in u for u in asked):
+            fail("the search was not asked of the server: " + ", ".join(u for u in asked if "/admin/overview" in u))
+        unbounded = [u for u in asked if "/admin/history" in u and "bucket=" not in u]
+        if unbounded:
+            fail("the page asked for the history of every bucket: " + ", ".join(unbounded))
+        search.clear()
+        search.send_keys(" ")  # an input event; blank is no search
+        wait_until("every bucket listed again", lambda: sorted(shown_buckets()) == ["/busy", "/calm", "/supplier"])
+        if "3 of 3 shown" not in text_of("buckets-shown"):
+            fail(f"the shown count without a search: {text_of('buckets-shown')!r}")
 
         def api_switch():
             return json.loads(http("GET", admin + "/admin/switch")[2])

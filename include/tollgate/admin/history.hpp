@@ -59,7 +59,11 @@ class History {
 
   // {"interval_s":1,"capacity":300,"started_at_ms":T,"seq":N,"from_seq":F,"at_ms":[...],"buckets":[{"bucket":...,
   // "forwarded":[...],...}]}: the samples after `since` (all kept ones without it), oldest first.
-  nlohmann::json to_json(std::optional<std::uint64_t> since) const;
+  // `only`: those buckets alone (in that order; a name not tracked is left out), not every one.
+  nlohmann::json to_json(std::optional<std::uint64_t> since, const std::vector<std::string>* only = nullptr) const;
+  // Each busy bucket's traffic over the last kWindow samples (its outcomes, plus the requests held
+  // now): what "busiest first" ranks by. A bucket not listed had none for five minutes.
+  std::map<std::string, double, std::less<>> activity() const;
   std::optional<Window> window(const std::string& bucket) const;
   std::map<std::string, UpstreamWindow> upstreams() const;
   std::uint64_t seq() const;

@@ -127,6 +127,8 @@ struct AdminConfig {
   std::string token_env = "TOLLGATE_ADMIN_TOKEN";
   std::string token;       // resolved from token_env at load; empty: admin API is read-only
   std::string token_name;  // who the token's holder is, for the switch audit ("" = client address)
+  std::uint32_t max_connections = 64;      // open admin connections at most; their descriptors are kept
+  std::vector<std::string> allowed_hosts;  // Host names answered besides its own address and localhost
 };
 
 struct MysqlConfig {

@@ -5,8 +5,10 @@
 'use strict';
 
 const HISTORY = 300;          // samples kept per bucket (the server's ring)
+const SHOWN = 50;             // buckets asked for: the busiest, or the busiest matching the search
 const state = {
   overview: null,
+  query: '',                  // the search box: a part of a bucket's path or channel
   history: new Map(),         // bucket -> {forwarded:[], delayed:[], rejected:[], held:[]}
   seq: null,                  // the newest history sample we have
   started: null,              // and the gateway process it came from (its first sample's time)
@@ -56,31 +58,54 @@ function continues(h) {
   return state.seq !== null && h.started_at_ms === state.started && h.from_seq === state.seq + 1 && h.seq - 1 >= state.seq;
 }
 
-function mergeHistory(h) {
-  const names = new Set();
+// Appends an answer's samples; `drop` newest ones left out, so that every bucket's series ends at
+// the same sample (a whole-ring answer for new buckets may come a sample after the others).
+function mergeHistory(h, drop) {
   for (const b of h.buckets) {
-    names.add(b.bucket);
     let s = state.history.get(b.bucket);
     if (!s) { s = { forwarded: [], delayed: [], rejected: [], held: [] }; state.history.set(b.bucket, s); }
     for (const k of Object.keys(s)) {
-      for (const v of b[k]) s[k].push(v);
+      const values = drop ? b[k].slice(0, Math.max(0, b[k].length - drop)) : b[k];
+      for (const v of values) s[k].push(v);
       if (s[k].length > HISTORY) s[k].splice(0, s[k].length - HISTORY);
     }
   }
-  for (const name of [...state.history.keys()]) if (!names.has(name)) state.history.delete(name);
-  state.seq = h.seq - 1;
-  state.started = h.started_at_ms;
 }
 
+const bucketParams = (names) => names.map((n) => 'bucket=' + encodeURIComponent(n)).join('&');
+
+// The history of the buckets the overview shows, and of those alone: what we have continues from
+// the newest sample we hold; a bucket new to the table gets its whole ring once.
 async function pollHistory() {
-  if (state.seq !== null) {
-    const h = await getJson(`/admin/history?since=${state.seq}`);
-    if (continues(h)) { mergeHistory(h); return; }
+  const names = state.overview ? state.overview.buckets.map((b) => b.bucket) : [];
+  const shown = new Set(names);
+  for (const name of [...state.history.keys()]) if (!shown.has(name)) state.history.delete(name);
+  if (!names.length) return;
+  let fresh = names.filter((n) => !state.history.has(n));
+  const known = names.filter((n) => state.history.has(n));
+  if (known.length && state.seq !== null) {
+    const h = await getJson(`/admin/history?since=${state.seq}&${bucketParams(known)}`);
+    if (continues(h)) {
+      mergeHistory(h, 0);
+      state.seq = h.seq - 1;
+    } else {
+      // After a gap, or the gateway restarted: start again from the whole ring.
+      state.history.clear();
+      state.seq = null;
+      fresh = names;
+    }
   }
-  // The first read, or one that does not continue: start again from the whole ring.
-  state.history.clear();
-  state.seq = null;
-  mergeHistory(await getJson('/admin/history'));
+  if (!fresh.length) return;
+  const h = await getJson(`/admin/history?${bucketParams(fresh)}`);
+  if (state.seq === null || h.started_at_ms !== state.started) {
+    state.history.clear();
+    const all = h.buckets.length === names.length ? h : await getJson(`/admin/history?${bucketParams(names)}`);
+    mergeHistory(all, 0);
+    state.seq = all.seq - 1;
+    state.started = all.started_at_ms;
+    return;
+  }
+  mergeHistory(h, Math.max(0, h.seq - 1 - state.seq));
 }
 
 // A small SVG chart of the three series, scaled to their common maximum.
@@ -269,11 +294,25 @@ function renderPolicies(o) {
     el('td', { class: 'num' }, fmt(p.failed)), el('td', { class: 'num' }, fmt(p.bound)))));
 }
 
+// What the table shows: the busiest buckets, or the busiest that match the search box.
+function overviewPath() {
+  const q = state.query.trim();
+  return `/admin/overview?top=${SHOWN}` + (q ? `&q=${encodeURIComponent(q)}` : '');
+}
+
+function renderShown(o) {
+  const q = state.query.trim();
+  const matched = o.buckets_matched ?? o.buckets.length, total = o.buckets_total ?? o.buckets.length;
+  $('buckets-shown').textContent = q
+    ? `${o.buckets.length} of ${matched} matching "${q}" shown, busiest first (${total} buckets in all)`
+    : `${o.buckets.length} of ${total} shown, busiest first` + (o.buckets.length < total ? '; search to find the others' : '');
+}
+
 async function pollOverview() {
-  const o = await getJson('/admin/overview');
+  const o = await getJson(overviewPath());
   state.overview = o;
   state.clockOffset = o.now_ms - Date.now();
-  renderBuckets(o);
+  renderShown(o);
   renderSwitch(o);
   renderStore(o);
   renderUpstreams(o);
@@ -350,8 +389,9 @@ async function applySwitch() {
 
 async function tick() {
   try {
-    await pollHistory();
     await pollOverview();
+    await pollHistory();
+    renderBuckets(state.overview);
     await pollRefusals();
     if (Date.now() - state.lastRules > 5000) { await pollRules(); state.lastRules = Date.now(); }
     banner('');
@@ -359,6 +399,13 @@ async function tick() {
   } catch (e) {
     banner(`Cannot read the admin API: ${e.message}`);
   }
+}
+
+// One tick at a time: a search's early tick and the loop's never interleave their history reads.
+let running = null;
+function refresh() {
+  if (!running) running = tick().finally(() => { running = null; });
+  return running;
 }
 
 function start() {
@@ -370,10 +417,16 @@ function start() {
       if (state.overview) renderBuckets(state.overview);
     });
   }
+  // A search asks the server at once (and on every tick after), not only among the rows shown.
+  $('bucket-search').addEventListener('input', () => {
+    state.query = $('bucket-search').value;
+    clearTimeout(state.searchTimer);
+    state.searchTimer = setTimeout(refresh, 200);
+  });
   $('switch-apply').addEventListener('click', askSwitch);
   $('switch-confirm-yes').addEventListener('click', applySwitch);
   $('switch-confirm-no').addEventListener('click', () => { $('switch-confirm').hidden = true; state.pendingSwitch = null; message('Cancelled.', true); });
-  const loop = async () => { await tick(); setTimeout(loop, 1000); };
+  const loop = async () => { await refresh(); setTimeout(loop, 1000); };
   loop();
   setInterval(renderCountdown, 250);
 }

@@ -344,7 +344,9 @@ TEST(ConsoleApi, OverviewShowsBucketsStoreSwitchAndSaturation) {
   EXPECT_EQ(o["config"]["version"], 4);
   EXPECT_EQ(o["history_seq"], 2);
   ASSERT_EQ(o["buckets"].size(), 2u);
-  const json a = o["buckets"][0], b = o["buckets"][1];
+  // Busiest first: /b refused a request, /a's permits went through the store alone.
+  const json b = o["buckets"][0], a = o["buckets"][1];
+  EXPECT_EQ(b["bucket"], "/b");
   EXPECT_EQ(a["bucket"], "/a");
   EXPECT_EQ(a["rateLimit"], 5);
   EXPECT_DOUBLE_EQ(a["debt_s"].get<double>(), 0.4);
