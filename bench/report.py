@@ -129,10 +129,17 @@ def instructions(d, F):
 
 
 def micro(d, F):
-    runs = {}
+    runs, kb = {}, {}
     for b in load_json(os.path.join(d, "micro.json"))["benchmarks"]:
         if b.get("aggregate_name") == "median":
             runs[b["run_name"]] = b["real_time"] if "real_time" in b["run_name"] else b["cpu_time"]
+            if "KB" in b:
+                kb[b["run_name"]] = b["KB"]
+    for fid, name in (("overview", "BM_AdminOverview20k"), ("history", "BM_AdminHistory20k"),
+                      ("history_one", "BM_AdminHistoryOneBucket20k")):
+        if name in runs:  # milliseconds (the benchmarks' unit)
+            F.add(f"micro.admin_{fid}_ms", runs[name], f"{runs[name]:.1f} ms", "ms")
+            F.add(f"micro.admin_{fid}_kb", kb[name], f"{kb[name]:.0f} KB", "KB")
     def ns(fid, name, label):
         if name in runs:
             F.add(fid, runs[name], f"{runs[name]:.0f} ns", "ns")
@@ -262,6 +269,11 @@ def targets(F):
     row("each held request ≤ 4 KiB of RSS (its connection aside)", ["mem.held"],
         lambda: f"{F.t('mem.held')} at {F.t('mem.held_count')} held; {F.t('mem.held_pad1500')} with 1.5 KiB longer heads",
         lambda: F.v("mem.held") <= 4096, lambda: f"{4096 - F.v('mem.held'):+,.0f} B to spare")
+    row("the console's answers at 20,000 rules ≤ 200 KB and ≤ 50 ms", ["micro.admin_overview_ms", "micro.admin_history_ms"],
+        lambda: f"/admin/overview {F.t('micro.admin_overview_kb')} in {F.t('micro.admin_overview_ms')}, "
+                f"/admin/history {F.t('micro.admin_history_kb')} in {F.t('micro.admin_history_ms')}",
+        lambda: max(F.v("micro.admin_overview_kb"), F.v("micro.admin_history_kb")) <= 200
+        and max(F.v("micro.admin_overview_ms"), F.v("micro.admin_history_ms")) <= 50)
     row("100,000 idle keyed buckets ≤ 50 MB, in the gateway", ["mem.keyed_100k"],
         lambda: f"{F.t('mem.keyed_100k')} ({F.t('mem.keyed_bucket')} a bucket)",
         lambda: F.v("mem.keyed_100k") * 1.048576 <= 50, lambda: f"{50 - F.v('mem.keyed_100k') * 1.048576:+.1f} MB to spare")

@@ -18,7 +18,8 @@
 #   instructions   bench/instructions.sh, every case (plain, Redis, cluster, TLS), then T0 T1 N1
 #                  twice more: the spread between runs
 #   script-cost    bench/redis_script_cost.sh RA RF (the other script cases come with R0)
-#   micro          tollgate-micro-bench: decisions, suffix lookup (medians of 3), memory
+#   micro          tollgate-micro-bench: decisions, suffix lookup, the console's answers at 20,000 rules
+#                  (medians of 3), memory
 #   buckets        bench/idle_buckets.sh: 100,000 keyed buckets, 100,000 rules
 #   hold           bench/hold.sh three times (ANSWERS=0), once with 1.5 KiB longer heads
 #   tls-resumption bench/tls_resumption.sh at 1 to 64 clients
@@ -88,7 +89,7 @@ if [[ $STEPS != none ]]; then
     CASES="RA RF" bench/redis_script_cost.sh "$B/tollgate-sim" >"$OUT/script-cost.txt" 2>&1
   fi
   if step micro; then
-    taskset -c 1 "$B/tollgate-micro-bench" --benchmark_filter='^BM_(TryAcquire|LocalStore|Suffix)' \
+    taskset -c 1 "$B/tollgate-micro-bench" --benchmark_filter='^BM_(TryAcquire|LocalStore|Suffix|Admin)' \
       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_format=json >"$OUT/micro.json" 2>"$OUT/micro.log"
     # Memory: one fresh process each, so that none reuses another's freed pages.
     for f in IdleBucketsMemory ClientKeysMemory/10000/ ClientKeysMemory/100000/; do
