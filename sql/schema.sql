@@ -19,6 +19,7 @@ CREATE TABLE IF NOT EXISTS t_ratelimite_conf (
   keyBy          VARCHAR(80)  DEFAULT NULL COMMENT 'the token bucket per client: none, client_ip, client_ip_path, header:<Name>',
   maxShare       DOUBLE       DEFAULT NULL COMMENT '(0,1]: most of the wait window one client key may hold',
   adaptive       VARCHAR(8)   DEFAULT NULL COMMENT 'NULL/off; on: the rate follows upstream throttling; shadow: tracked, not applied',
+  matchCase      VARCHAR(16)  DEFAULT NULL COMMENT 'NULL: limits.match.case; sensitive or insensitive: how interfaceUrl compares with a path',
   PRIMARY KEY (configId)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 

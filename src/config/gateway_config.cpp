@@ -43,7 +43,8 @@ const std::vector<ObjectFields>& schema() {
         "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns", "upstream_idle_timeout_ms",
         "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket", "trusted_proxies", "allow_trace",
         "deadline_headers", "default_upstream_latency_ms"}},
-      {"limits", {"source", "store", "switch", "rules", "mysql", "redis", "missing_key", "max_client_keys"}},
+      {"limits", {"source", "store", "switch", "rules", "mysql", "redis", "missing_key", "max_client_keys", "match"}},
+      {"limits.match", {"case"}},
       {"limits.mysql",
        {"host", "port", "user", "database", "password_env", "poll_interval_ms", "connect_timeout_ms", "query_timeout_ms",
         "switch_name"}},
@@ -52,7 +53,7 @@ const std::vector<ObjectFields>& schema() {
         "key_prefix", "decision_timeout_ms", "connect_timeout_ms", "failure_policy", "local_divisor", "heartbeat_ms"}},
       {"limits.rules[]",
        {"configId", "channelType", "interfaceNo", "interfaceUrl", "rateLimit", "cache", "status", "burst",
-        "warmupSeconds", "scope", "mode", "lastModifyTime", "keyBy", "maxShare", "adaptive", "quotas"}},
+        "warmupSeconds", "scope", "mode", "lastModifyTime", "keyBy", "maxShare", "adaptive", "matchCase", "quotas"}},
       {"limits.rules[].quotas[]",
        {"quotaId", "periodSeconds", "limitCount", "algorithm", "keyBy", "status", "configId", "lastModifyTime"}},
   };
@@ -322,6 +323,7 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
   r.mode = row_string(row, "mode", r);
   r.key_by = row_string(row, "keyBy", r);
   r.max_share = row_number<double>(row, "maxShare", r);
+  r.match_case = row_string(row, "matchCase", r);
   if (row.contains("adaptive") && !row.at("adaptive").is_null()) {
     const json& v = row.at("adaptive");
     if (v.is_boolean()) r.adaptive = v.get<bool>() ? "on" : "off";
@@ -636,7 +638,14 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
         fail("limits.switch", "must be true, false, \"enforce\", \"shadow\" or \"off\"");
       }
     }
+    if (l.contains("match")) {
+      check_keys(l["match"], "limits.match", "limits.match");
+      c.limits.match_case = get_enum(l["match"], "limits.match", "case", MatchCase::sensitive,
+                                     {{"sensitive", MatchCase::sensitive}, {"insensitive", MatchCase::insensitive}});
+    }
+    c.limits.mysql.match_case = c.limits.match_case;
     if (l.contains("rules")) c.limits.rows = rows_from_json(l["rules"], "limits.rules");
+    for (RawRow& r : c.limits.rows) r.default_case = c.limits.match_case;
   }
   return c;
 }
@@ -705,6 +714,7 @@ std::vector<std::string> fields_needing_restart(const std::string& running_text,
     if (l.value("source", std::string("file")) != "file") return;
     l.erase("rules");
     l.erase("switch");
+    l.erase("match");
   };
   applied(a);
   applied(b);

@@ -23,7 +23,8 @@ namespace {
 
 // Tollgate's own, nullable columns: read only where the table has them, so the original table
 // (without them) keeps working.
-const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode", "keyBy", "maxShare", "adaptive"};
+const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode", "keyBy", "maxShare", "adaptive",
+                                         "matchCase"};
 
 // Quota rows (window quotas of a rule), fingerprinted like the rules: any edit changes the CRC sum.
 // The switch row's states: what state, and revertTo when a revert is pending, may hold.
@@ -163,6 +164,8 @@ LoadResult MysqlSource::load() {
       if (columns_.count("keyBy") && !rs->isNull("keyBy")) r.key_by = std::string(rs->getString("keyBy"));
       if (columns_.count("maxShare") && !rs->isNull("maxShare")) r.max_share = rs->getDouble("maxShare");
       if (columns_.count("adaptive") && !rs->isNull("adaptive")) r.adaptive = std::string(rs->getString("adaptive"));
+      if (columns_.count("matchCase") && !rs->isNull("matchCase")) r.match_case = std::string(rs->getString("matchCase"));
+      r.default_case = config_.match_case;
       rows.push_back(std::move(r));
     }
     std::vector<RejectedRow> orphans;

@@ -81,6 +81,8 @@ std::string check_interface_url(const std::string& url) {
         return "must write an escape with upper-case hex digits, as requests are matched" + at();
       const auto byte = static_cast<unsigned char>(value(url[i + 1]) * 16 + value(url[i + 2]));
       if (byte == '/' || byte == '\\') return "must not contain an encoded '/' or '\\' (such requests are refused)" + at();
+      if (byte < 0x20 || byte == 0x7f)
+        return "must not contain an encoded control character (such requests are refused)" + at();
       if (ascii_alnum(byte) || one_of(byte, "-._~"))
         return "must not escape a letter, digit or -._~ (requests are matched with it decoded)" + at();
       i += 2;
@@ -93,6 +95,10 @@ std::string check_interface_url(const std::string& url) {
     const std::size_t end = std::min(url.find('/', at), url.size());
     const std::string_view seg(url.data() + at, end - at);
     if (seg == "." || seg == "..") return "must not contain a '.' or '..' segment (requests are matched with them resolved)";
+    if (seg.ends_with("."))
+      return "must not end a segment with '.' (requests are matched with a segment's trailing dots cut)";
+    if (seg.starts_with("%20") || seg.ends_with("%20"))
+      return "must not begin or end a segment with %20 (such requests are refused)";
     at = end + 1;
   }
   return {};
@@ -226,6 +232,14 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   }
   if (row.interface_no) {
     if (auto why = check_interface_no(*row.interface_no); !why.empty()) return reject("interfaceNo", why);
+  }
+  if (!rule.channel) rule.match_case = row.default_case;
+  if (row.match_case) {
+    // Exact lower-case words, like mode; NULL/absent is limits.match.case.
+    if (*row.match_case == "sensitive") rule.match_case = MatchCase::sensitive;
+    else if (*row.match_case == "insensitive") rule.match_case = MatchCase::insensitive;
+    else return reject("matchCase", "must be \"sensitive\" or \"insensitive\"");
+    if (rule.channel) return reject("matchCase", "applies to an interfaceUrl, not to a channel limit");
   }
   const std::int64_t status = row.status.value_or(0);  // NOT NULL DEFAULT 0 in the table
   if (status != 0 && status != 1) return reject("status", "must be 0 or 1");
@@ -386,14 +400,33 @@ ValidatedRules settle_rows(std::vector<CheckedRow> checked, const std::vector<Ru
   struct Holder {
     std::int64_t config_id;
     bool kept;  // a rejected row's last valid version
+    bool folds = false;  // an interface rule matched case-insensitively
+    bool by_case = false;  // (a claim's answer) the URLs differ, but only in case
   };
   std::map<std::string, Holder> holders;  // enabled bucket -> the row that limits it
+  std::map<std::string, Holder> folded;   // enabled interfaceUrl in lower case -> its first row
   std::map<std::int64_t, bool> ids;
   // Claims a rule's URL (channel) for it; returns the earlier row that holds it instead, if any.
-  auto claim = [&holders](const Rule& rule, bool kept) -> const Holder* {
-    if (!rule.enabled) return nullptr;
-    auto [it, fresh] = holders.emplace(rule.bucket, Holder{rule.config_id, kept});
-    return fresh ? nullptr : &it->second;
+  // An interfaceUrl matched case-insensitively also holds every other spelling of its letters.
+  auto claim = [&holders, &folded](const Rule& rule, bool kept) -> std::optional<Holder> {
+    if (!rule.enabled) return std::nullopt;
+    const Holder me{rule.config_id, kept, !rule.channel && rule.match_case == MatchCase::insensitive};
+    std::string low;
+    if (!rule.channel) {
+      low = rule.interface_url;
+      for (char& c : low)  // ASCII letters only, as the suffix index folds them
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      auto it = folded.find(low);
+      if (it != folded.end() && (it->second.folds || me.folds) && !holders.count(rule.bucket)) {
+        Holder h = it->second;
+        h.by_case = true;
+        return h;
+      }
+    }
+    auto [it, fresh] = holders.emplace(rule.bucket, me);
+    if (!fresh) return it->second;
+    if (!rule.channel) folded.emplace(std::move(low), me);
+    return std::nullopt;
   };
 
   for (const CheckedRow& c : checked) {
@@ -408,10 +441,12 @@ ValidatedRules settle_rows(std::vector<CheckedRow> checked, const std::vector<Ru
       Rule rule = *c.rule;
       if (!ids.emplace(rule.config_id, true).second) {
         failure = RejectedRow{rule.config_id, c.origin, "configId", "duplicate configId"};
-      } else if (const Holder* h = claim(rule, false)) {
+      } else if (const std::optional<Holder> h = claim(rule, false)) {
         failure = RejectedRow{rule.config_id, c.origin, rule.channel ? "channelType" : "interfaceUrl",
                               "another enabled row (configId " + std::to_string(h->config_id) + ") already limits " +
                                   (rule.channel ? "channel " + rule.channel_type : rule.interface_url) +
+                                  (h->by_case ? " in another case, and one of them matches case-insensitively (matchCase)"
+                                              : "") +
                                   (h->kept ? " (its last valid version, in force while its edit is rejected)" : "")};
         may_keep = passed[rule.config_id] == 1;  // only this row has its configId
       } else {
@@ -423,7 +458,7 @@ ValidatedRules settle_rows(std::vector<CheckedRow> checked, const std::vector<Ru
     if (!failure) continue;
     // Rejected: the row's last valid version stays in force in its place, if it has one and no
     // earlier row holds that version's URL.
-    if (may_keep && old != nullptr && claim(*old, true) == nullptr) {
+    if (may_keep && old != nullptr && !claim(*old, true)) {
       ids.emplace(old->config_id, true);
       out.rules.push_back(*old);
       failure->kept_previous = true;

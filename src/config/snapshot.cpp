@@ -39,7 +39,7 @@ std::shared_ptr<const Snapshot> make_snapshot(ValidatedRules validated, std::uin
     const Rule& r = s->rules[i];
     if (!r.enabled) continue;
     if (r.channel) s->channels.emplace(r.channel_type, i);
-    else s->index.add(r.interface_url, i);
+    else s->index.add(r.interface_url, i, r.match_case == MatchCase::insensitive);
   }
   s->version = version;
   s->loaded_at_us = limiter::steady_now_us();

@@ -13,6 +13,10 @@ const char* target_error_detail(TargetError e) {
     case TargetError::encoded_separator:
       return "the request path must not contain an encoded '/' or '\\' (%2F, %5C) or a raw '\\'";
     case TargetError::control: return "the request target must not contain control characters, spaces or non-ASCII bytes";
+    case TargetError::encoded_control:
+      return "the request path must not contain an encoded control character (%00 to %1F, %7F)";
+    case TargetError::edge_space:
+      return "the request path must not begin or end a segment with an encoded space (%20)";
   }
   return "";
 }
@@ -39,13 +43,15 @@ bool needs_work(std::string_view p) {
     const char c = p[i];
     if (c == '%' || c == '\\' || c == ';') return true;
     if (c == '/' && i + 1 < p.size() && (p[i + 1] == '/' || p[i + 1] == '.')) return true;
+    if (c == '.' && (i + 1 == p.size() || p[i + 1] == '/')) return true;
   }
   return false;
 }
 
 // Percent-encoding normalisation (RFC 3986 6.2.2.1-2): unreserved characters decoded, the other
 // escapes kept with upper-case hex. Encoded separators are refused: an upstream that decodes them
-// would see another path than the one matched.
+// would see another path than the one matched; so are encoded control characters (a NUL cuts the
+// path short in some servers, and a tab or line end is trimmed by others).
 TargetError decode_unreserved(std::string_view in, std::string& out) {
   out.clear();
   out.reserve(in.size());
@@ -61,6 +67,7 @@ TargetError decode_unreserved(std::string_view in, std::string& out) {
     if (hi < 0 || lo < 0) return TargetError::bad_escape;
     const auto byte = static_cast<unsigned char>(hi * 16 + lo);
     if (byte == '/' || byte == '\\') return TargetError::encoded_separator;
+    if (byte < 0x20 || byte == 0x7F) return TargetError::encoded_control;
     if (is_unreserved(byte)) {
       out.push_back(static_cast<char>(byte));
     } else {
@@ -105,6 +112,28 @@ void normalise_segments(std::string_view in, std::string& out) {
   if (segments.empty() || trailing) out.push_back('/');
 }
 
+// The trailing '.'s of each segment cut ("search." is "search" to Windows, IIS and Spring's suffix
+// pattern match), a segment left empty dropped, and no trailing '/': the match form's last step,
+// in place. False when a segment then begins or ends with an encoded space, which servers that
+// trim names (Windows) or strings would cut: such a path is refused rather than matched.
+bool trim_segments(std::string& m) {
+  std::size_t w = 0;
+  for (std::size_t r = 0; r < m.size();) {
+    std::size_t end = m.find('/', r + 1);
+    if (end == std::string::npos) end = m.size();
+    std::size_t last = end;
+    while (last > r + 1 && m[last - 1] == '.') --last;
+    const std::string_view seg(m.data() + r + 1, last - r - 1);
+    if (seg.starts_with("%20") || seg.ends_with("%20")) return false;
+    if (!seg.empty())
+      for (std::size_t k = r; k < last; ++k) m[w++] = m[k];  // w <= k: moves bytes left only
+    r = end;
+  }
+  m.resize(w == 0 ? 1 : w);
+  if (w == 0) m[0] = '/';
+  return true;
+}
+
 }  // namespace
 
 void parse_target(std::string_view raw, RequestTarget& out) {
@@ -144,7 +173,7 @@ void parse_target(std::string_view raw, RequestTarget& out) {
   out.rewritten = out.path != path;
 
   // The match form: segment parameters cut ("/a;x/b" is "/a/b" to Tomcat and Spring, and "..;" is
-  // ".."), normalised again, without a trailing '/'.
+  // ".."), normalised again.
   std::string plain;
   plain.reserve(out.path.size());
   bool in_params = false;
@@ -154,7 +183,12 @@ void parse_target(std::string_view raw, RequestTarget& out) {
     if (!in_params) plain.push_back(c);
   }
   normalise_segments(plain, out.match_storage);
-  if (out.match_storage.size() > 1 && out.match_storage.back() == '/') out.match_storage.pop_back();
+  if (!trim_segments(out.match_storage)) {
+    out.error = TargetError::edge_space;
+    out.path = {};
+    out.rewritten = false;
+    return;
+  }
   out.match = out.match_storage == out.path ? out.path : std::string_view(out.match_storage);
 }
 

@@ -48,6 +48,8 @@ const std::shared_ptr<const config::Snapshot>& rules() {
     add("/search", "header:X-Api-Key", true);
     add("/pricing", "client_ip", false);
     add("/a/b/c", nullptr, true);
+    add("/Booking/Confirm", nullptr, false);
+    rows.back().match_case = "insensitive";  // the lowered-tail lookup, on arbitrary paths
     return config::make_snapshot(config::validate_rows(rows), 1, "fuzz");
   }();
   return snap;

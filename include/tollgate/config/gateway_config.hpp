@@ -142,6 +142,7 @@ struct MysqlConfig {
   std::uint32_t connect_timeout_ms = 2000;
   std::uint32_t query_timeout_ms = 2000;
   std::string switch_name = "global";   // the row of t_ratelimite_switch this fleet follows
+  MatchCase match_case = MatchCase::sensitive;  // limits.match.case (set by the parser): the rows' default
 };
 
 // The choice fields, as enums from parse time on (the JSON names are in the comments).
@@ -179,6 +180,7 @@ struct LimitsConfig {
   std::vector<RawRow> rows;      // source "mysql": the fallback while MySQL cannot be read at start
   MissingKey missing_key = MissingKey::anonymous;
   std::uint64_t max_client_keys = 100'000;  // in-process per-client entries before the oldest idle go
+  MatchCase match_case = MatchCase::sensitive;  // limits.match.case: a rule's matchCase when it has none
   MysqlConfig mysql;
   RedisConfig redis;
 };

@@ -27,6 +27,11 @@ struct KeySpec {
 // The spec a keyBy value names, or nullopt with `why` set.
 std::optional<KeySpec> parse_key_by(const std::string& text, std::string& why);
 
+// How a rule's interfaceUrl compares with a request path: byte for byte, or with ASCII letters in
+// either case (for a supplier whose server is case-insensitive, as IIS and ASP.NET Core are).
+// limits.match.case is the default; a row's matchCase overrides it.
+enum class MatchCase : std::uint8_t { sensitive, insensitive };
+
 // A row of t_ratelimite_quota (or a rule's "quotas" entry in the JSON file), before validation.
 struct RawQuota {
   std::optional<std::int64_t> quota_id;
@@ -66,6 +71,8 @@ struct RawRow {
   std::optional<std::string> key_by;      // Tollgate extension: the token bucket per client key
   std::optional<double> max_share;        // Tollgate extension: (0, 1] of the wait window per client key
   std::optional<std::string> adaptive;    // Tollgate extension: "on", "shadow" or "off" (default)
+  std::optional<std::string> match_case;  // Tollgate extension: matchCase, "sensitive" or "insensitive"
+  MatchCase default_case = MatchCase::sensitive;  // limits.match.case, set by the reader: matchCase when absent
   std::vector<RawQuota> quotas;           // its quota rows
   std::string origin;                     // where the row came from, for messages: "limits.rules[3]"
   std::vector<std::string> type_errors;   // "field: must be a number" found while reading
@@ -76,6 +83,7 @@ struct Rule {
   std::string channel_type;
   std::string interface_no;
   std::string interface_url;  // the URL suffix it governs (interface rules)
+  MatchCase match_case = MatchCase::sensitive;  // how interface_url is compared (interface rules)
   bool channel = false;       // a channel-wide limit: every interface rule of channel_type draws from it too
   SwitchMode mode = SwitchMode::enforce;  // this rule's own switch (the global one can override it)
   std::string bucket;         // the bucket's name: interface_url, or "channel:<channelType>"
@@ -142,9 +150,9 @@ void name_quota(Quota& q, const std::string& bucket);
 
 // Returns the first problem with an interfaceUrl, or empty when it is acceptable: '/' and then
 // segments of RFC 3986 path characters only (letters, digits, -._~!$&'()*+,=:@ and %XX), in the
-// normal form request paths are matched in (no ';', no '.' or '..' segment, escapes upper-case and
-// only for what must be escaped, never %2F or %5C), no empty segment, no trailing '/', at most 128
-// characters.
+// normal form request paths are matched in (no ';', no '.' or '..' segment, no segment ending in
+// '.', escapes upper-case and only for what must be escaped, never %2F, %5C, %00-%1F or %7F, no
+// %20 at either end of a segment), no empty segment, no trailing '/', at most 128 characters.
 std::string check_interface_url(const std::string& url);
 // The same for a channelType: an HTTP token (RFC 9110 tchar: letters, digits, !#$%&'*+-.^_`|~),
 // 1 to 24 characters.

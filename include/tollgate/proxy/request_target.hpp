@@ -16,13 +16,16 @@ enum class TargetError {
   bad_escape,         // '%' not followed by two hex digits
   encoded_separator,  // %2F or %5C in the path, or a raw '\': a separator some upstreams decode
   control,            // a control character, space or non-ASCII byte in the target
+  encoded_control,    // %00-%1F or %7F in the path: some upstreams cut the path at a decoded NUL
+  edge_space,         // %20 beginning or ending a path segment: some upstreams trim it
 };
 const char* target_error_detail(TargetError e);
 
 // RFC 3986 6.2.2 normalisation of the path, as forwarded: percent-encoded unreserved characters
 // decoded, other escapes upper-cased, dot segments removed, runs of '/' merged. `match` is what
-// routes and rules see: the normalised path without ';' segment parameters and without a
-// trailing '/' (so `/search;x` and `/search/` are limited as `/search`), then normalised again.
+// routes and rules see: the normalised path without ';' segment parameters, normalised again,
+// then without the trailing '.'s of each segment (a segment left empty is dropped, like '//') and
+// without a trailing '/': `/search;x`, `/search/` and `/search.` are limited as `/search`.
 // The views point into the raw target or into the struct's own storage: the struct must outlive
 // them and not be moved.
 struct RequestTarget {

@@ -246,6 +246,126 @@ TEST(Snapshot, DisabledRowsLimitNothing) {
   EXPECT_NE(snap->find_bucket("/off"), nullptr);  // still listed for the admin API
 }
 
+// limits.match.case and a rule's matchCase: how an interfaceUrl compares with a request path.
+std::string match_config(const std::string& match, const std::string& rules) {
+  std::string s = R"({"upstreams":{"ibe":{"url":"http://127.0.0.1:9000"}},
+  "routes":[{"prefix":"/","upstream":"ibe"}], "limits":{MATCH"rules":RULES}})";
+  s.replace(s.find("MATCH"), 5, match.empty() ? "" : R"("match": )" + match + ",");
+  s.replace(s.find("RULES"), 5, rules);
+  return s;
+}
+
+std::shared_ptr<const Snapshot> snapshot_of(const std::string& text) {
+  const GatewayConfig c = parse_gateway_config(text);
+  return make_snapshot(FileSource::from_rows(c.limits.rows, c.limits.switch_mode).rules, 1, "test");
+}
+
+TEST(MatchCase, DefaultIsSensitiveAndLimitsMatchCaseSetsItForEveryRule) {
+  const std::string rules = R"([{"configId": 1, "interfaceUrl": "/shopping/search", "rateLimit": 5, "status": 1},
+    {"configId": 2, "interfaceUrl": "/Pricing", "rateLimit": 5, "status": 1, "matchCase": "sensitive"}])";
+  EXPECT_EQ(parse_gateway_config(match_config("", rules)).limits.match_case, MatchCase::sensitive);
+  auto sensitive = snapshot_of(match_config("", rules));
+  EXPECT_EQ(sensitive->rules[0].match_case, MatchCase::sensitive);
+  EXPECT_NE(sensitive->match("/ibe/shopping/search"), nullptr);
+  EXPECT_EQ(sensitive->match("/ibe/SHOPPING/SEARCH"), nullptr);
+
+  const GatewayConfig c = parse_gateway_config(match_config(R"({"case": "insensitive"})", rules));
+  EXPECT_EQ(c.limits.match_case, MatchCase::insensitive);
+  EXPECT_EQ(c.limits.mysql.match_case, MatchCase::insensitive);  // MySQL rows take it as their default too
+  auto insensitive = snapshot_of(match_config(R"({"case": "insensitive"})", rules));
+  EXPECT_EQ(insensitive->rules[0].match_case, MatchCase::insensitive);
+  EXPECT_EQ(insensitive->match("/ibe/SHOPPING/SEARCH"), &insensitive->rules[0]);
+  EXPECT_EQ(insensitive->match("/ibe/Shopping/Search"), &insensitive->rules[0]);
+  // The row's own matchCase wins over the default.
+  EXPECT_EQ(insensitive->rules[1].match_case, MatchCase::sensitive);
+  EXPECT_NE(insensitive->match("/ibe/Pricing"), nullptr);
+  EXPECT_EQ(insensitive->match("/ibe/pricing"), nullptr);
+  // And the other way round.
+  auto one = snapshot_of(match_config(
+      "", R"([{"configId": 1, "interfaceUrl": "/a", "rateLimit": 5, "status": 1, "matchCase": "insensitive"}])"));
+  EXPECT_NE(one->match("/x/A"), nullptr);
+}
+
+TEST(MatchCase, BadValuesNameTheField) {
+  EXPECT_EQ(testing::error_of(match_config(R"({"case": "Insensitive"})", "[]")),
+            R"(limits.match.case: must be "sensitive" or "insensitive" (got "Insensitive"))");
+  EXPECT_EQ(testing::error_of(match_config(R"({"cases": "insensitive"})", "[]")), "limits.match.cases: unknown field");
+  EXPECT_EQ(testing::error_of(match_config(R"("insensitive")", "[]")), "limits.match: must be an object");
+  EXPECT_EQ(testing::error_of(with_rules(R"([{"configId": 1, "interfaceUrl": "/a", "rateLimit": 5, "status": 1,
+                                              "matchCase": "ci"}])")),
+            R"(limits.rules[0].matchCase: must be "sensitive" or "insensitive" (configId 1))");
+  EXPECT_EQ(testing::error_of(with_rules(R"([{"configId": 1, "interfaceUrl": "/a", "rateLimit": 5, "status": 1,
+                                              "matchCase": true}])")),
+            "limits.rules[0].matchCase: must be a string (configId 1)");
+  EXPECT_EQ(testing::error_of(with_rules(R"([{"configId": 1, "channelType": "IBE", "scope": "channel", "rateLimit": 5,
+                                              "status": 1, "matchCase": "insensitive"}])")),
+            "limits.rules[0].matchCase: applies to an interfaceUrl, not to a channel limit (configId 1)");
+}
+
+// Two enabled rows whose URLs differ only in case, one of them case-insensitive, would both match
+// one request: the later is rejected as the earlier's duplicate, naming the row and the field.
+TEST(MatchCase, RowsThatCollideWhenFoldedAreDuplicates) {
+  EXPECT_EQ(testing::error_of(with_rules(R"([{"configId": 1, "interfaceUrl": "/Search", "rateLimit": 5, "status": 1},
+    {"configId": 2, "interfaceUrl": "/search", "rateLimit": 5, "status": 1, "matchCase": "insensitive"}])")),
+            "limits.rules[1].interfaceUrl: another enabled row (configId 1) already limits /search in another case, "
+            "and one of them matches case-insensitively (matchCase) (configId 2)");
+  EXPECT_NE(testing::error_of(with_rules(R"([{"configId": 1, "interfaceUrl": "/SEARCH", "rateLimit": 5, "status": 1,
+    "matchCase": "insensitive"}, {"configId": 2, "interfaceUrl": "/search", "rateLimit": 5, "status": 1}])")), "");
+  EXPECT_NE(testing::error_of(match_config(R"({"case": "insensitive"})",
+                                           R"([{"configId": 1, "interfaceUrl": "/a/B", "rateLimit": 5, "status": 1},
+    {"configId": 2, "interfaceUrl": "/A/b", "rateLimit": 5, "status": 1}])")), "");
+  // Both case-sensitive: two buckets, as before. A disabled row holds nothing.
+  EXPECT_EQ(testing::error_of(with_rules(R"([{"configId": 1, "interfaceUrl": "/Search", "rateLimit": 5, "status": 1},
+    {"configId": 2, "interfaceUrl": "/search", "rateLimit": 5, "status": 1}])")), "");
+  EXPECT_EQ(testing::error_of(with_rules(R"([{"configId": 1, "interfaceUrl": "/Search", "rateLimit": 5, "status": 0},
+    {"configId": 2, "interfaceUrl": "/search", "rateLimit": 5, "status": 1, "matchCase": "insensitive"}])")), "");
+  // From MySQL (no file error): the later row is rejected, the earlier one limits.
+  std::vector<RawRow> rows(2);
+  for (int i = 0; i < 2; ++i) {
+    rows[i].config_id = i + 1;
+    rows[i].rate_limit = 5;
+    rows[i].status = 1;
+    rows[i].default_case = MatchCase::insensitive;
+  }
+  rows[0].interface_url = "/Pricing";
+  rows[1].interface_url = "/pricing";
+  const ValidatedRules v = validate_rows(rows);
+  ASSERT_EQ(v.rules.size(), 1u);
+  EXPECT_EQ(v.rules[0].config_id, 1);
+  ASSERT_EQ(v.rejected.size(), 1u);
+  EXPECT_EQ(*v.rejected[0].config_id, 2);
+  EXPECT_EQ(v.rejected[0].field, "interfaceUrl");
+}
+
+// URLs that no request could match in the normal form are refused, as other spellings are.
+TEST(MatchCase, InterfaceUrlsInAnUnmatchableSpellingAreRefused) {
+  auto error = [](const std::string& url) {
+    return testing::error_of(with_rules(R"([{"configId": 1, "interfaceUrl": ")" + url +
+                                        R"(", "rateLimit": 5, "status": 1}])"));
+  };
+  EXPECT_EQ(error("/shopping/search."),
+            "limits.rules[0].interfaceUrl: must not end a segment with '.' (requests are matched with a segment's "
+            "trailing dots cut) (configId 1)");
+  EXPECT_NE(error("/v1./search"), "");
+  EXPECT_NE(error("/a/..."), "");
+  EXPECT_NE(error("/search%00"), "");
+  EXPECT_NE(error("/search%7F"), "");
+  EXPECT_NE(error("/search%20"), "");
+  EXPECT_NE(error("/%20search"), "");
+  EXPECT_EQ(error("/my%20search"), "");
+  EXPECT_EQ(error("/v1.0/search"), "");
+  EXPECT_EQ(error("/.well-known/x"), "");
+}
+
+TEST(MatchCase, AFileReloadAppliesIt) {
+  EXPECT_TRUE(fields_needing_restart(R"({"limits": {"source": "file", "rules": []}})",
+                                     R"({"limits": {"source": "file", "match": {"case": "insensitive"}, "rules": []}})")
+                  .empty());
+  EXPECT_EQ(fields_needing_restart(R"({"limits": {"source": "mysql", "rules": []}})",
+                                   R"({"limits": {"source": "mysql", "match": {"case": "insensitive"}, "rules": []}})"),
+            std::vector<std::string>{"limits.match"});
+}
+
 }  // namespace
 }  // namespace tollgate::config
 

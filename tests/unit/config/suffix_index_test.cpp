@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include "tollgate/config/suffix_index.hpp"
 #include "tollgate/proxy/throttle.hpp"
 
@@ -54,6 +56,56 @@ TEST(SuffixIndex, ManyRules) {
   EXPECT_EQ(idx.match("/gw/svc99999/op"), 99999u);
   EXPECT_EQ(idx.match("/gw/svc5/op"), 5u);
   EXPECT_EQ(idx.match("/gw/svc100000/op"), SuffixIndex::npos);
+}
+
+// A case-insensitive suffix matches its ASCII letters in any case, on segment boundaries and
+// longest first like any other; a case-sensitive one still matches byte for byte.
+TEST(SuffixIndex, FoldedSuffixesMatchAnyCase) {
+  SuffixIndex idx;
+  idx.add("/Shopping/Search", 1, true);
+  idx.add("/pricing", 2);
+  for (const char* p : {"/shopping/search", "/SHOPPING/SEARCH", "/ibe/ShOpPiNg/sEaRcH", "/IBE/Shopping/Search"})
+    EXPECT_EQ(idx.match(p), 1u) << p;
+  EXPECT_EQ(idx.match("/ibe/pricing"), 2u);
+  EXPECT_EQ(idx.match("/ibe/PRICING"), SuffixIndex::npos);
+  EXPECT_EQ(idx.match("/ibe/Pricing"), SuffixIndex::npos);
+  EXPECT_EQ(idx.match("/ibe/SHOPPING/XSEARCH"), SuffixIndex::npos);
+  EXPECT_EQ(idx.match("/ibe/SHOPPING/SEARCH/more"), SuffixIndex::npos);
+  EXPECT_EQ(idx.size(), 2u);
+}
+
+TEST(SuffixIndex, FoldedAndExactSuffixesLongestWins) {
+  SuffixIndex idx;
+  idx.add("/search", 1, true);
+  idx.add("/shopping/search", 2);
+  idx.add("/a/b/c/d", 3, true);
+  EXPECT_EQ(idx.match("/ibe/shopping/search"), 2u);
+  EXPECT_EQ(idx.match("/ibe/shopping/SEARCH"), 1u);  // the exact suffix does not match this case
+  EXPECT_EQ(idx.match("/ibe/Shopping/search"), 1u);
+  EXPECT_EQ(idx.match("/x/A/B/C/D"), 3u);
+  EXPECT_EQ(idx.match("/A/B/C/D"), 3u);
+  EXPECT_EQ(idx.match("/B/C/D"), SuffixIndex::npos);
+}
+
+// Escapes compare as written (upper-case hex after normalisation); only letters outside them fold.
+TEST(SuffixIndex, FoldedSuffixesWithEscapesAndLongPaths) {
+  SuffixIndex idx;
+  idx.add("/caf%C3%A9/menu", 1, true);
+  EXPECT_EQ(idx.match("/CAF%C3%A9/MENU"), 1u);
+  EXPECT_EQ(idx.match("/x/Caf%C3%A9/Menu"), 1u);
+  // A path far longer than any suffix: only its tail is lowered.
+  std::string deep;
+  for (int i = 0; i < 2000; ++i) deep += "/SEG";
+  EXPECT_EQ(idx.match(deep + "/CAF%C3%A9/MENU"), 1u);
+  EXPECT_EQ(idx.match(deep), SuffixIndex::npos);
+  // A suffix longer than the stack buffer still matches.
+  std::string long_suffix;
+  for (int i = 0; i < 60; ++i) long_suffix += "/Seg" + std::to_string(i);
+  idx.add(long_suffix, 2, true);
+  std::string upper = long_suffix;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  EXPECT_EQ(idx.match("/gw" + upper), 2u);
+  EXPECT_EQ(idx.match(upper), 2u);
 }
 
 }  // namespace

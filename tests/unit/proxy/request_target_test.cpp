@@ -81,6 +81,74 @@ TEST(RequestTarget, MalformedTargetsAreRefused) {
   }
 }
 
+// The spellings an upstream may trim or cut: a trailing '.' on a segment (Windows, IIS, Spring's
+// suffix pattern match), and the '.;' and '%2e%2e;' forms of dot segments with parameters. They are
+// matched as the path itself and forwarded as sent (the limit applies to them).
+TEST(RequestTarget, TrailingDotsAndDotParametersMatchThePathItself) {
+  const Case cases[] = {
+      {"/shopping/search.", "/shopping/search.", "/shopping/search", ""},
+      {"/shopping/search..", "/shopping/search..", "/shopping/search", ""},
+      {"/shopping/search%2e", "/shopping/search.", "/shopping/search", ""},
+      {"/shopping/search%2E%2e?q=1", "/shopping/search..", "/shopping/search", "?q=1"},
+      {"/shopping./search", "/shopping./search", "/shopping/search", ""},
+      {"/shopping/search./", "/shopping/search./", "/shopping/search", ""},
+      {"/shopping/search.;x", "/shopping/search.;x", "/shopping/search", ""},
+      {"/shopping/search;x.", "/shopping/search;x.", "/shopping/search", ""},
+      {"/x/.;/shopping/search", "/x/.;/shopping/search", "/x/shopping/search", ""},
+      {"/x/%2e;/shopping/search", "/x/.;/shopping/search", "/x/shopping/search", ""},
+      {"/x/%2e%2e;/shopping/search", "/x/..;/shopping/search", "/shopping/search", ""},
+      {"/x/%2E%2E;a=b/shopping/search", "/x/..;a=b/shopping/search", "/shopping/search", ""},
+      {"/x/.../shopping/search", "/x/.../shopping/search", "/x/shopping/search", ""},
+      {"/a.b/c", "/a.b/c", "/a.b/c", ""},
+      {"/.well-known/x", "/.well-known/x", "/.well-known/x", ""},
+      {"/files/my%20doc", "/files/my%20doc", "/files/my%20doc", ""},
+      {"/...", "/...", "/", ""},
+  };
+  for (const auto& c : cases) {
+    RequestTarget t;
+    parse_target(c.raw, t);
+    ASSERT_EQ(t.error, TargetError::none) << c.raw;
+    EXPECT_EQ(t.path, c.path) << c.raw;
+    EXPECT_EQ(t.match, c.match) << c.raw;
+    EXPECT_EQ(t.query, c.query) << c.raw;
+  }
+}
+
+// An encoded NUL or control character in the path (some servers cut the path at a decoded NUL,
+// others trim a tab or a line end) and an encoded space at either end of a segment (trimmed by
+// Windows and by string trimming) are refused: 400 bad_target. A space inside a segment is a
+// legitimate name and passes. The query is not the path: it is forwarded as sent.
+TEST(RequestTarget, EncodedControlsAndEdgeSpacesAreRefused) {
+  const std::pair<const char*, TargetError> cases[] = {
+      {"/shopping/search%00", TargetError::encoded_control},
+      {"/shopping/search%00.json", TargetError::encoded_control},
+      {"/shopping/search%09", TargetError::encoded_control},
+      {"/shopping/se%0Aarch", TargetError::encoded_control},
+      {"/shopping/search%0d", TargetError::encoded_control},
+      {"/shopping/search%1F", TargetError::encoded_control},
+      {"/shopping/search%7f", TargetError::encoded_control},
+      {"/shopping/search%20", TargetError::edge_space},
+      {"/shopping/search%20/", TargetError::edge_space},
+      {"/shopping/%20search", TargetError::edge_space},
+      {"/shopping%20/search", TargetError::edge_space},
+      {"/shopping/search%20.", TargetError::edge_space},
+      {"/shopping/search.%20", TargetError::edge_space},
+      {"/shopping/search%20;x", TargetError::edge_space},
+      {"/shopping/search%20?q=1", TargetError::edge_space},
+  };
+  for (const auto& [raw, err] : cases) {
+    RequestTarget t;
+    parse_target(raw, t);
+    EXPECT_EQ(t.error, err) << raw;
+    EXPECT_STRNE(target_error_detail(err), "");
+  }
+  for (const char* ok : {"/shopping/search?q=%00", "/shopping/search?q=%20", "/files/a%20b", "/a/%C2%A0"}) {
+    RequestTarget t;
+    parse_target(ok, t);
+    EXPECT_EQ(t.error, TargetError::none) << ok;
+  }
+}
+
 // A struct reused for the next request starts clean.
 TEST(RequestTarget, ReuseResets) {
   RequestTarget t;
@@ -92,6 +160,12 @@ TEST(RequestTarget, ReuseResets) {
   EXPECT_EQ(t.match, "/c");
   parse_target("/c#x", t);
   EXPECT_EQ(t.error, TargetError::fragment);
+  parse_target("/c%20", t);
+  EXPECT_EQ(t.error, TargetError::edge_space);
+  parse_target("/c.", t);
+  EXPECT_EQ(t.error, TargetError::none);
+  EXPECT_EQ(t.path, "/c.");
+  EXPECT_EQ(t.match, "/c");
 }
 
 }  // namespace
