@@ -37,7 +37,7 @@ PIDS+=($!)
 cat >"$W/hold.json" <<JSON
 {"listen": "127.0.0.1:$T", "threads": 1, "admin": {"listen": "127.0.0.1:$TA"},
  "upstreams": {"up": {"url": "http://127.0.0.1:$UP"}}, "routes": [{"prefix": "/", "upstream": "up"}],
- "proxy": {"max_held": 1000000, "max_held_per_bucket": 1000000, "drain_timeout_ms": 1000},
+ "proxy": {"max_held": 1000000, "max_held_per_bucket": 1000000, "max_connections_per_client": 0, "drain_timeout_ms": 1000},
  "limits": {"store": "local", "rules": [
    {"configId": 3, "interfaceUrl": "/hold", "rateLimit": 200, "burst": 1, "cache": 60, "status": 1}]}}
 JSON

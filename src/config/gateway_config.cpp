@@ -41,8 +41,8 @@ const std::vector<ObjectFields>& schema() {
       {"proxy",
        {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms", "body_timeout_ms",
         "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns", "upstream_idle_timeout_ms",
-        "drain_timeout_ms", "max_connections", "max_held", "max_held_per_bucket", "trusted_proxies", "allow_trace",
-        "deadline_headers", "default_upstream_latency_ms"}},
+        "drain_timeout_ms", "max_connections", "max_connections_per_client", "max_held", "max_held_per_bucket",
+        "trusted_proxies", "allow_trace", "deadline_headers", "default_upstream_latency_ms"}},
       {"limits", {"source", "store", "switch", "rules", "mysql", "redis", "missing_key", "max_client_keys", "match"}},
       {"limits.match", {"case"}},
       {"limits.mysql",
@@ -512,6 +512,8 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
         get_uint(p, path, "upstream_idle_timeout_ms", l.upstream_idle_timeout_ms, 1, 3'600'000));
     l.drain_timeout_ms = static_cast<std::uint32_t>(get_uint(p, path, "drain_timeout_ms", l.drain_timeout_ms, 0, 3'600'000));
     l.max_connections = static_cast<std::uint32_t>(get_uint(p, path, "max_connections", l.max_connections, 1, 10'000'000));
+    l.max_connections_per_client = static_cast<std::uint32_t>(
+        get_uint(p, path, "max_connections_per_client", l.max_connections_per_client, 0, 10'000'000));
     l.max_held = static_cast<std::uint32_t>(get_uint(p, path, "max_held", l.max_held, 0, 10'000'000));
     l.max_held_per_bucket =
         static_cast<std::uint32_t>(get_uint(p, path, "max_held_per_bucket", l.max_held_per_bucket, 0, 10'000'000));

@@ -2,6 +2,7 @@
 
 #include <boost/asio/ip/address.hpp>
 #include <charconv>
+#include <cstring>
 
 namespace tollgate::proxy {
 
@@ -113,6 +114,80 @@ std::string client_address(std::string_view peer, std::string_view xff, const Tr
     if (!trusted.contains(hop)) return hop;
   }
   return hop;  // every hop trusted: the left-most one
+}
+
+namespace {
+
+// Per byte: 1 for an RFC 9110 tchar, 2 for a byte a quoted-string escapes ('"', '\\'), 0 otherwise.
+constexpr std::array<std::uint8_t, 256> kTokenClass = [] {
+  std::array<std::uint8_t, 256> t{};
+  for (int c = '0'; c <= '9'; ++c) t[c] = 1;
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = 1;
+  for (int c = 'A'; c <= 'Z'; ++c) t[c] = 1;
+  for (const char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = 1;
+  t['"'] = t['\\'] = 2;
+  return t;
+}();
+
+}  // namespace
+
+void append_forwarded_for(std::string& out, std::string_view peer, bool https) {
+  out.append("for=", 4);
+  if (peer.empty()) {
+    out.append("unknown", 7);
+  } else if (peer.find(':') != std::string_view::npos) {
+    out.append("\"[", 2).append(peer).append("]\"", 2);
+  } else {
+    out.append(peer);
+  }
+  if (https) out.append(";proto=https", 12);
+  else out.append(";proto=http", 11);
+}
+
+void append_forwarded_host(std::string& out, std::string_view host) {
+  if (host.empty()) return;
+  std::uint8_t all = 1, any = 0;  // every byte a tchar; some byte to escape
+  for (const char c : host) {
+    const std::uint8_t k = kTokenClass[static_cast<unsigned char>(c)];
+    all &= k;
+    any |= k;
+  }
+  const bool quote = all == 0;
+  if (!(any & 2)) {
+    // One write: ";host=" and the host, quoted when it is no token (a port, an IPv6 literal).
+    const std::size_t at = out.size();
+    out.resize(at + 6 + host.size() + (quote ? 2 : 0));
+    char* p = out.data() + at;
+    std::memcpy(p, ";host=", 6);
+    p += 6;
+    if (quote) *p++ = '"';
+    std::memcpy(p, host.data(), host.size());
+    if (quote) p[host.size()] = '"';
+    return;
+  }
+  out.append(";host=\"", 7);
+  for (const char c : host) {
+    if (kTokenClass[static_cast<unsigned char>(c)] == 2) out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('"');
+}
+
+void append_forwarded_element(std::string& out, std::string_view peer, bool https, std::string_view host) {
+  append_forwarded_for(out, peer, https);
+  append_forwarded_host(out, host);
+}
+
+std::string hop_fields(std::string_view real_ip, std::string_view kept, std::string_view peer, bool https,
+                       std::string_view host) {
+  std::string out;
+  out.reserve(real_ip.size() + kept.size() + peer.size() + host.size() + 72);
+  out.append("X-Real-IP: ", 11).append(real_ip).append("\r\nForwarded: ", 13);
+  if (!kept.empty()) out.append(kept).append(", ", 2);
+  append_forwarded_for(out, peer, https);
+  append_forwarded_host(out, host);
+  out.append("\r\n", 2);
+  return out;
 }
 
 KeyResult client_key(const config::KeySpec& spec, std::string_view address, std::string_view path,

@@ -135,6 +135,10 @@ Metrics::Metrics()
       connections_refused(counters(registry, "tollgate_connections_refused_total",
                                    "Connections closed at once because proxy.max_connections were open.")
                               .Add({})),
+      connections_refused_per_client(
+          counters(registry, "tollgate_connections_refused_per_client_total",
+                   "Connections closed at once because their address held proxy.max_connections_per_client.")
+              .Add({})),
       refunds(counters(registry, "tollgate_refunds_total",
                        "Reservations given back because the client left before its slot.")
                   .Add({})),

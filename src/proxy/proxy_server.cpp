@@ -1,6 +1,7 @@
 // The proxy listener's wiring: one Worker per io_context (thread), each with its own acceptor on
 // the shared port (SO_REUSEPORT), its sessions (session.cpp) and its upstream pools (upstream.cpp).
-// Here: start, accept (with the connection cap and the out-of-descriptors answer), stop and drain.
+// Here: start, accept (with the connection caps, overall and per client address, and the
+// out-of-descriptors answer), stop and drain.
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
 
 #include "tollgate/proxy/proxy_server.hpp"
@@ -11,6 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "peer_slots.hpp"
 #include "proxy_context.hpp"
 #include "session.hpp"
 #include "upstream.hpp"
@@ -24,45 +26,64 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The canned 429, in pieces around its request id (a new one each time: X-Request-Id and the
+// The canned 429s, in pieces around their request id (a new one each time: X-Request-Id and the
 // body's request_id), so that each refusal writes the pieces and its id as they are, with no
 // copy: nothing is made when descriptors run out.
-constexpr std::string_view kBusyBody =
-    "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,"
-    "\"detail\":\"connection limit reached\",\"error\":\"too_many_connections\",\"request_id\":\"";
 constexpr std::string_view kBusyEnd = "\"}\n";
 constexpr std::string_view kBusyHead =
     "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nX-Tollgate-Origin: gateway\r\n"
     "Retry-After: 1\r\n"
     "Connection: close\r\nContent-Length: ";
+
 // Made at start: the head up to the id, then the rest of the head and the body up to the id.
-const std::string kBusyToId = std::string(kBusyHead) +
-                              std::to_string(kBusyBody.size() + kMadeRequestIdLength + kBusyEnd.size()) +
-                              "\r\nX-Request-Id: ";
-const std::string kBusyToBodyId = "\r\n\r\n" + std::string(kBusyBody);
+struct BusyText {
+  explicit BusyText(std::string_view detail) {
+    std::string body = "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"";
+    body.append(detail).append("\",\"error\":\"too_many_connections\",\"request_id\":\"");
+    to_id = std::string(kBusyHead) + std::to_string(body.size() + kMadeRequestIdLength + kBusyEnd.size()) +
+            "\r\nX-Request-Id: ";
+    to_body_id = "\r\n\r\n" + body;
+  }
+  std::string to_id, to_body_id;
+};
+// Over proxy.max_connections; over proxy.max_connections_per_client.
+const BusyText kBusyAll("connection limit reached");
+const BusyText kBusyPeer("connection limit per client address reached");
 
 struct BusyAnswer {
-  BusyAnswer() { make_request_id(id); }
+  explicit BusyAnswer(const BusyText& t) : text(t) { make_request_id(id); }
+  const BusyText& text;
   char id[kMadeRequestIdLength];
   std::array<net::const_buffer, 5> buffers() const {
-    return {net::buffer(kBusyToId), net::buffer(id, sizeof id), net::buffer(kBusyToBodyId), net::buffer(id, sizeof id),
-            net::buffer(kBusyEnd.data(), kBusyEnd.size())};
+    return {net::buffer(text.to_id), net::buffer(id, sizeof id), net::buffer(text.to_body_id),
+            net::buffer(id, sizeof id), net::buffer(kBusyEnd.data(), kBusyEnd.size())};
   }
 };
 
-// Over proxy.max_connections: a canned 429 without reading the request, then close.
-net::awaitable<void> refuse(tcp::socket sock) {
+// Over a connection cap: a canned 429 without reading the request, then close.
+net::awaitable<void> refuse(tcp::socket sock, const BusyText& text) {
   beast::error_code ec;
-  const BusyAnswer answer;
+  const BusyAnswer answer(text);
   const auto buffers = answer.buffers();
   co_await net::async_write(sock, buffers, with(ec));
   sock.shutdown(tcp::socket::shutdown_both, ec);
+}
+
+// An IPv4-mapped IPv6 peer (a dual-stack listener) as its IPv4 address.
+net::ip::address canonical(const net::ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) return net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6());
+  return a;
+}
+
+PeerKey key_of(const net::ip::address& a) {
+  return a.is_v4() ? peer_key_v4(a.to_v4().to_bytes()) : a.to_v6().to_bytes();
 }
 
 }  // namespace
 
 struct ProxyServer::Impl {
   ProxyContext px;
+  PeerSlots peer_slots{px.limits.max_connections_per_client};  // before the sessions that hold them
   std::vector<Worker> workers;
   std::uint16_t bound_port = 0;
   bool tls_listener = false;
@@ -170,7 +191,8 @@ struct ProxyServer::Impl {
     Metrics& metrics = px.deps.metrics;
     for (;;) {
       beast::error_code ec;
-      tcp::socket sock = co_await w.acceptor->async_accept(with(ec));
+      tcp::endpoint peer;
+      tcp::socket sock = co_await w.acceptor->async_accept(peer, with(ec));
       if (ec) {
         if (ec == net::error::operation_aborted || !w.acceptor->is_open()) co_return;
         // Out of file descriptors: answer the waiting clients 429 through the spare descriptor
@@ -184,10 +206,17 @@ struct ProxyServer::Impl {
       if (metrics.connections.Value() >= static_cast<double>(px.limits.max_connections)) {
         metrics.connections_refused.Increment();
         // An HTTPS client would read the canned plain-text 429 as garbage: it is closed instead.
-        if (!tls_listener) net::co_spawn(*w.ctx, refuse(std::move(sock)), net::detached);
+        if (!tls_listener) net::co_spawn(*w.ctx, refuse(std::move(sock), kBusyAll), net::detached);
         continue;
       }
-      net::co_spawn(*w.ctx, run_session(px, w, std::move(sock)), net::detached);
+      const net::ip::address address = canonical(peer.address());
+      PeerSlot slot;
+      if (!peer_slots.acquire(key_of(address), slot)) {
+        metrics.connections_refused_per_client.Increment();
+        if (!tls_listener) net::co_spawn(*w.ctx, refuse(std::move(sock), kBusyPeer), net::detached);
+        continue;
+      }
+      net::co_spawn(*w.ctx, run_session(px, w, std::move(sock), address, std::move(slot)), net::detached);
     }
   }
 
@@ -202,7 +231,7 @@ struct ProxyServer::Impl {
       const int fd = ::accept4(w.acceptor->native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) break;
       if (!tls_listener) {
-        const BusyAnswer answer;
+        const BusyAnswer answer(kBusyAll);
         const auto buffers = answer.buffers();
         std::array<iovec, std::tuple_size_v<decltype(buffers)>> iov;
         for (std::size_t b = 0; b < iov.size(); ++b) iov[b] = {const_cast<void*>(buffers[b].data()), buffers[b].size()};

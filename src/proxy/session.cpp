@@ -96,9 +96,9 @@ enum class Early : std::uint8_t { none, transfer_encoding, target, host, method,
 
 class Session {
  public:
-  Session(ProxyContext& px, Worker& w) : px_(px), w_(w), limits_(px.limits) {}
+  Session(ProxyContext& px, Worker& w, PeerSlot slot) : px_(px), w_(w), limits_(px.limits), slot_(std::move(slot)) {}
 
-  net::awaitable<void> run(tcp::socket sock);
+  net::awaitable<void> run(tcp::socket sock, const net::ip::address& peer);
 
  private:
   milliseconds write_timeout() const { return milliseconds(limits_.body_timeout_ms); }
@@ -121,6 +121,29 @@ class Session {
   // The listener serves HTTPS: the handshake, within proxy.header_timeout_ms. False: no session.
   net::awaitable<bool> accept_tls(const TlsServerProfile& profile);
   net::awaitable<void> refuse(int status, std::string_view code, std::string_view detail);
+  // X-Real-IP and Forwarded for the current request (client_key.hpp: hop_fields). X-Real-IP is the
+  // client's address as proxy.trusted_proxies find it: the peer's, unless the peer is a trusted
+  // proxy; then it is read from X-Forwarded-For (as the limits read it), and the proxy's Forwarded
+  // elements are kept. From another peer the fields are made again only when the Host changes.
+  std::string_view hop_fields_now() {
+    const http1::RequestHead& h = *head_;
+    const std::string_view host = h.value(http1::Name::host);
+    if (!peer_trusted_ && hop_made_ && host == hop_host_) return hop_fields_;
+    std::string kept;
+    std::string real_ip = client_ip_;
+    if (peer_trusted_) {
+      for (const http1::Field& f : h.all()) {
+        if (f.id != http1::Name::forwarded || f.value.empty()) continue;
+        if (!kept.empty()) kept.append(", ", 2);
+        kept.append(f.value);
+      }
+      real_ip = client_address(client_ip_, HeadFields(h).joined("X-Forwarded-For"), px_.trusted);
+    }
+    hop_fields_ = hop_fields(real_ip, kept, client_ip_, stream_->tls() != nullptr, host);
+    hop_host_.assign(host);
+    hop_made_ = true;
+    return hop_fields_;
+  }
   net::awaitable<void> refuse_body_too_large();  // 413 naming proxy.max_body_bytes
   net::awaitable<void> answer_read_error(beast::error_code ec);
   net::awaitable<bool> handle(std::string_view body);
@@ -187,7 +210,12 @@ class Session {
   ProxyContext& px_;
   Worker& w_;
   const config::ProxyLimits& limits_;
-  std::string client_ip_;
+  PeerSlot slot_;  // under proxy.max_connections_per_client, for the connection's life
+  std::string client_ip_;  // the socket peer (IPv4-mapped IPv6 as IPv4)
+  bool peer_trusted_ = false;  // the peer is one of proxy.trusted_proxies
+  std::string hop_fields_;  // hop_fields_now()'s, for a request with Host hop_host_
+  std::string hop_host_;
+  bool hop_made_ = false;
   std::optional<TimedSocket> stream_;
   beast::flat_buffer buffer_;
   // 100 fields of views: allocated once per connection, reused by each of its requests.
@@ -200,14 +228,11 @@ class Session {
   std::chrono::steady_clock::time_point budget_from_{};  // when a request with a budget was read
 };
 
-net::awaitable<void> Session::run(tcp::socket sock) {
+net::awaitable<void> Session::run(tcp::socket sock, const net::ip::address& peer) {
   Metrics& metrics = px_.deps.metrics;
   metrics.connections.Increment();
-  {
-    boost::system::error_code ec;
-    auto ep = sock.remote_endpoint(ec);
-    if (!ec) client_ip_ = ep.address().to_string();
-  }
+  client_ip_ = peer.to_string();
+  peer_trusted_ = px_.trusted.contains(client_ip_);
   stream_.emplace(std::move(sock), w_.timeouts);
   TimedSocket& stream = *stream_;
   std::shared_ptr<const TlsServerProfile> tls = px_.deps.tls ? px_.deps.tls->listener() : nullptr;
@@ -215,6 +240,10 @@ net::awaitable<void> Session::run(tcp::socket sock) {
     metrics.connections.Decrement();
     co_return;
   }
+  // A new connection's first request must start within header_timeout_ms (after the TLS
+  // handshake, which has its own bound): a connection that says nothing does not keep its slot for
+  // the keep-alive idle time. Between requests: idle_timeout_ms.
+  milliseconds wait_first_byte(limits_.header_timeout_ms);
   for (;;) {
     if (buffer_.size() == 0) {
       if (w_.draining) break;  // shutting down: no new request on this connection
@@ -222,7 +251,7 @@ net::awaitable<void> Session::run(tcp::socket sock) {
       // client_header_buffer_size: most requests fit, and an idle or held connection keeps
       // no more than that (larger requests continue in bigger reads).
       beast::error_code ec;
-      stream.start(deadline_after(milliseconds(limits_.idle_timeout_ms)));
+      stream.start(deadline_after(std::exchange(wait_first_byte, milliseconds(limits_.idle_timeout_ms))));
       w_.idle.insert(&stream);
       const std::size_t n = co_await read_some(stream, buffer_.prepare(1024), ec);
       w_.idle.erase(&stream);
@@ -533,7 +562,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
                             budget_from_ + std::chrono::microseconds(budget.us),
                             plan.rule ? &rules->metrics_of(*plan.rule).upstream_latency : nullptr,
                             plan.rule ? &signal : nullptr, stream_->tls() != nullptr,
-                            permit};
+                            permit, hop_fields_now()};
   const bool open = co_await forward(px_, w_, *table, *stream_, out, *route, fields, access.rec);
   if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
   co_return open;
@@ -756,9 +785,9 @@ bool Session::end_hold(BucketMetrics& bm, const Hold& hold) {
 
 }  // namespace
 
-net::awaitable<void> run_session(ProxyContext& px, Worker& w, tcp::socket sock) {
-  Session s(px, w);
-  co_await s.run(std::move(sock));
+net::awaitable<void> run_session(ProxyContext& px, Worker& w, tcp::socket sock, net::ip::address peer, PeerSlot slot) {
+  Session s(px, w, std::move(slot));
+  co_await s.run(std::move(sock), peer);
 }
 
 }  // namespace tollgate::proxy

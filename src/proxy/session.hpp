@@ -4,10 +4,13 @@
 // (upstream.hpp). The gateway's own answers go through responses.hpp.
 #pragma once
 
+#include "peer_slots.hpp"
 #include "proxy_context.hpp"
 
 namespace tollgate::proxy {
 
-net::awaitable<void> run_session(ProxyContext& px, Worker& w, tcp::socket sock);
+// `peer`: the socket peer's address (IPv4-mapped IPv6 as IPv4); `slot`: its place under
+// proxy.max_connections_per_client, given back when the connection closes.
+net::awaitable<void> run_session(ProxyContext& px, Worker& w, tcp::socket sock, net::ip::address peer, PeerSlot slot);
 
 }  // namespace tollgate::proxy

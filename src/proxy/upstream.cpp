@@ -49,17 +49,20 @@ bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec ==
 // hop-by-hop ones (and those its Connection names), the framing ones (the body goes with a
 // Content-Length of what was read, never the client's framing), Expect (the body is here already)
 // and the ones the gateway sets; then X-Forwarded-For (the client's values and its address),
-// X-Forwarded-Proto, X-Forwarded-Host, Host, Content-Length, X-Request-Id (the request's id, one
-// field: the client's when it was kept) and X-Tollgate-Shadow. Any other field (traceparent,
-// tracestate, ...) goes as it came.
+// X-Forwarded-Proto, X-Forwarded-Host (the request's own Host; none without one, whatever the
+// client sent), X-Real-IP (the client's address as proxy.trusted_proxies find it), Forwarded (the
+// client's elements only from a trusted proxy, then this hop's), Host, Content-Length, X-Request-Id
+// (the request's id, one field: the client's when it was kept) and X-Tollgate-Shadow. Any other
+// field (traceparent, tracestate, ...) goes as it came.
 std::string request_head(const UpstreamRequest& r, std::string_view host_header) {
   const http1::RequestHead& h = r.head;
   std::string out;
-  out.reserve(h.head_bytes + 176 + r.client_ip.size() + r.request_id.size() + r.shadow.size());
+  const std::string_view original_host = h.value(Name::host);
+  out.reserve(h.head_bytes + 176 + r.client_ip.size() + r.hop_fields.size() + original_host.size() +
+              r.request_id.size() + r.shadow.size());
   out.append(h.method_text).push_back(' ');
   out.append(r.target).append(" HTTP/1.1\r\n", 11);
   std::string xff;
-  const std::string_view original_host = h.value(Name::host);
   for (const http1::Field& f : h.all()) {
     switch (f.id) {
       case Name::x_forwarded_for:
@@ -67,11 +70,9 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
         xff.append(f.value);
         continue;
       case Name::host: case Name::content_length: case Name::transfer_encoding: case Name::expect:
-      case Name::x_forwarded_proto: case Name::x_tollgate_shadow: case Name::x_request_id:
+      case Name::x_forwarded_proto: case Name::x_forwarded_host: case Name::x_real_ip: case Name::forwarded:
+      case Name::x_tollgate_shadow: case Name::x_request_id:
         continue;
-      case Name::x_forwarded_host:
-        if (!original_host.empty()) continue;  // replaced below
-        break;
       case Name::grpc_timeout:
         if (r.budget && r.budget->grpc) continue;  // what is left of it, below
         break;
@@ -89,6 +90,7 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
   else append_field(out, "X-Forwarded-For", xff.append(", ", 2).append(r.client_ip));
   append_field(out, "X-Forwarded-Proto", r.client_tls ? "https" : "http");
   if (!original_host.empty()) append_field(out, "X-Forwarded-Host", original_host);
+  out.append(r.hop_fields);  // X-Real-IP, Forwarded
   append_field(out, "Host", host_header);
   // As Beast's prepare_payload did: a length for any body, and for POST, PUT and OPTIONS always.
   if (!r.body.empty() || h.method == http1::Method::post || h.method == http1::Method::put ||
@@ -114,6 +116,13 @@ std::string request_head(const UpstreamRequest& r, std::string_view host_header)
 }
 
 enum class Reframe : std::uint8_t { none, chunked, drop_length };
+
+// X-Tollgate-Origin marks the gateway's own answers (responses.cpp): an upstream's is never
+// relayed, so that a client can believe it. Not a parsed name: the length first, then the bytes.
+bool claims_origin(const http1::Field& f) {
+  constexpr std::string_view kName = "x-tollgate-origin";
+  return f.id == Name::other && f.name.size() == kName.size() && beast::iequals(f.name, kName);
+}
 
 // When both the gateway and the upstream have RateLimit fields: the gateway's, then the upstream's
 // items made at least as restrictive (restrict_ratelimit), and its policies after ours. Rare: kept
@@ -152,6 +161,7 @@ std::string response_head(const http1::ResponseHead& h, unsigned version, bool k
   for (const http1::Field& f : h.all()) {
     if (f.id == Name::transfer_encoding) continue;
     if (drop_their_id && f.id == Name::x_request_id) continue;  // ours below
+    if (claims_origin(f)) continue;  // only the gateway says an answer is its own
     if (f.id == Name::content_length && reframe != Reframe::none) continue;
     if (http1::is_hop_by_hop(f.id)) continue;
     if (h.connection_names_other && http1::connection_names(h, f.name)) continue;

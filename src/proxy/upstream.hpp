@@ -19,7 +19,7 @@ struct UpstreamRequest {
   std::string_view body;       // as read (a chunked body decoded): sent with a Content-Length
   std::string_view shadow;     // X-Tollgate-Shadow ("" none)
   std::string_view request_id; // X-Request-Id (proxy/request_id), sent instead of the client's
-  std::string_view client_ip;  // appended to X-Forwarded-For
+  std::string_view client_ip;  // the socket peer: appended to X-Forwarded-For
   // The caller's deadline (proxy/deadline): caps the wait for the response head, and the
   // grpc-timeout / Request-Timeout sent on say what is left of it. Null: none.
   const Budget* budget = nullptr;
@@ -31,6 +31,9 @@ struct UpstreamRequest {
   // failed, nothing was sent), it is given back (BucketStore::return_unused) before the caller
   // is answered, so that the caller's next request finds it. Null: none to give back.
   const store::AcquireRequest* permit = nullptr;
+  // The X-Real-IP and Forwarded fields, with their CRLFs (client_key.hpp: hop_fields): the
+  // client's own are never sent as they came.
+  std::string_view hop_fields;
 };
 
 // The fields a forwarded request's response gains: RateLimit-Policy and RateLimit (empty

@@ -330,6 +330,7 @@ TEST(Faults, HeldRequestsWithHalfTheClientsLeaving) {
   // away at 1/8 per second, then the rule becomes 500/s, which keeps that booking (an edited rate
   // rescales the bucket, never clears it), so the 2,000 queue 2 ms apart behind it.
   json c = one_rule(up.port, 0.125, 15, 1);
+  c["proxy"]["max_connections_per_client"] = 0;  // 2,001 connections, all from 127.0.0.1
   GatewayProcess gw(c);
   ASSERT_GT(gw.port, 0);
   constexpr int kHeld = 2000;

@@ -545,6 +545,7 @@ void drain_at_scale(bool second_signal) {
   c["proxy"]["drain_timeout_ms"] = second_signal ? 30000 : 500;
   c["proxy"]["max_held"] = 20000;
   c["proxy"]["max_held_per_bucket"] = 5000;
+  c["proxy"]["max_connections_per_client"] = 0;  // 1,200 connections, all from 127.0.0.1
   c["access_log"] = dir + "/access.log";
   GatewayProcess gw(c);
   ASSERT_GT(gw.port, 0) << gw.proc->output();

@@ -34,6 +34,8 @@
 //                     with the body unread
 //   close             the response with Connection: close, then close
 //   echo              the request as JSON: method, target, headers, trailers, body size
+//   claim-origin      a normal 200 that also says X-Tollgate-Origin: gateway (which only the
+//                     gateway may say of its own answers)
 // `delay=MS` (any behaviour) waits before answering.
 //
 // Control (never counted): GET /__count?id=X -> {"id":X,"count":N,"after":"sent|skipped|"} (how
@@ -407,6 +409,9 @@ bool answer(Conn& c, Request& r) {
     c.send_all(head_of(200, "OK", r.id, body.size(), "Connection: close\r\n") + (head ? "" : body));
     return false;
   }
+  if (behaviour == "claim-origin")
+    return c.send_all(head_of(200, "OK", r.id, body.size(), "X-Tollgate-Origin: gateway\r\n") + (head ? "" : body)) &&
+           !client_close;
   if (behaviour == "echo") {
     const std::string text = "{\"id\":" + json_string(r.id) + ",\"method\":" + json_string(r.method) +
                              ",\"target\":" + json_string(r.target) + ",\"headers\":" + json_pairs(r.headers) +

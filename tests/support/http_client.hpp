@@ -51,6 +51,9 @@ struct SocketOptions {
   int send_buffer = 0;
   // How long a blocking send may wait for room before it fails with EAGAIN (0: for ever).
   std::chrono::milliseconds send_timeout{0};
+  // Another loopback address to connect from ("127.0.0.2"), bound before connecting; null: the
+  // kernel's choice (127.0.0.1).
+  const char* source_address = nullptr;
 };
 
 // A connected TCP socket to 127.0.0.1:port (blocking), or -1.

@@ -111,6 +111,9 @@ struct ProxyLimits {
   std::uint32_t upstream_idle_timeout_ms = 4'000;
   std::uint32_t drain_timeout_ms = 30'000;     // SIGTERM: how long held and in-flight requests may finish
   std::uint32_t max_connections = 50'000;      // open client connections; past it new ones are closed at once
+  // Open client connections from one address (the socket peer, IPv4-mapped IPv6 as IPv4); past it
+  // new ones from that address are answered 429 at once. 0: no cap.
+  std::uint32_t max_connections_per_client = 1'000;
   std::uint32_t max_held = 20'000;             // requests waiting for a permit, all buckets; past it: 429
   std::uint32_t max_held_per_bucket = 5'000;   // requests waiting on one bucket; past it: 429
   bool allow_trace = false;  // forward TRACE (405 otherwise; CONNECT is always 405)

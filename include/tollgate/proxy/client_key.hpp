@@ -42,6 +42,22 @@ std::optional<std::string> canonical_address(std::string_view text);
 // field of the request joined with ','.
 std::string client_address(std::string_view peer, std::string_view xff, const TrustedProxies& trusted);
 
+// This hop's RFC 7239 forwarded-element, appended to `out`: for=<peer> (an IPv6 address quoted
+// and bracketed, `for="[2001:db8::1]"`; no address: `for=unknown`), proto=http or https, and
+// host=<host> when the request has one (a quoted-string, `\` before `"` and `\`, when it is not a
+// token, as a host with a port is not). `peer` is the socket peer's address as text.
+void append_forwarded_element(std::string& out, std::string_view peer, bool https, std::string_view host);
+// Its two parts: "for=...;proto=...", and ";host=..." (nothing when `host` is empty).
+void append_forwarded_for(std::string& out, std::string_view peer, bool https);
+void append_forwarded_host(std::string& out, std::string_view host);
+
+// The fields this hop sets for the upstream, each with its CRLF: "X-Real-IP: <real_ip>" and
+// "Forwarded: [<kept>, ]for=<peer>;proto=<scheme>[;host=<host>]". `kept`: the Forwarded elements
+// of a trusted proxy ("" none). From a peer that is no trusted proxy they change only with the
+// Host, so a connection makes them again only when its requests' Host changes.
+std::string hop_fields(std::string_view real_ip, std::string_view kept, std::string_view peer, bool https,
+                       std::string_view host);
+
 using MissingKey = config::MissingKey;  // limits.missing_key
 
 inline constexpr std::size_t kMaxHeaderKey = 128;   // longer header keys are refused (400)

@@ -171,6 +171,7 @@ class Metrics {
   prometheus::Gauge& held;                   // requests waiting on a timer right now
   prometheus::Gauge& connections;            // open client connections
   prometheus::Counter& connections_refused;  // over proxy.max_connections
+  prometheus::Counter& connections_refused_per_client;  // over proxy.max_connections_per_client
   prometheus::Counter& refunds;              // reservations given back by departed clients
   prometheus::Counter& abandoned;            // held requests whose client left before the slot
   prometheus::Counter& store_degraded;       // decisions made by the local fallback (store down)

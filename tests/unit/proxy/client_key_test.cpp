@@ -73,5 +73,36 @@ TEST(ClientKey, EachSpec) {
   EXPECT_EQ(key, "h=anonymous");
 }
 
+std::string forwarded(std::string_view peer, bool https, std::string_view host) {
+  std::string out = "kept, ";
+  append_forwarded_element(out, peer, https, host);
+  return out;
+}
+
+TEST(Forwarded, AnElementForThisHop) {
+  EXPECT_EQ(forwarded("192.0.2.60", false, "example.com"), "kept, for=192.0.2.60;proto=http;host=example.com");
+  EXPECT_EQ(forwarded("192.0.2.60", true, ""), "kept, for=192.0.2.60;proto=https");  // no Host: no host=
+  // RFC 7239 6: an IPv6 address is bracketed, and so quoted (':' is no token character).
+  EXPECT_EQ(forwarded("2001:db8:cafe::17", false, "a.example"), "kept, for=\"[2001:db8:cafe::17]\";proto=http;host=a.example");
+  EXPECT_EQ(forwarded("", false, "a.example"), "kept, for=unknown;proto=http;host=a.example");
+}
+
+TEST(Forwarded, AHostThatIsNoTokenIsQuoted) {
+  EXPECT_EQ(forwarded("192.0.2.1", false, "api.example:8443"), "kept, for=192.0.2.1;proto=http;host=\"api.example:8443\"");
+  EXPECT_EQ(forwarded("192.0.2.1", false, "[2001:db8::1]:80"), "kept, for=192.0.2.1;proto=http;host=\"[2001:db8::1]:80\"");
+  // Whatever the Host holds cannot end the quoted-string or add a parameter.
+  EXPECT_EQ(forwarded("192.0.2.1", false, "a\"b\\c;for=6.6.6.6"),
+            "kept, for=192.0.2.1;proto=http;host=\"a\\\"b\\\\c;for=6.6.6.6\"");
+}
+
+TEST(Forwarded, TheFieldsOfThisHop) {
+  // A peer that is no trusted proxy: its own address, and only this hop's element.
+  EXPECT_EQ(hop_fields("192.0.2.60", "", "192.0.2.60", false, "a.example"),
+            "X-Real-IP: 192.0.2.60\r\nForwarded: for=192.0.2.60;proto=http;host=a.example\r\n");
+  // Behind a trusted proxy: the client it names, and its elements kept before this hop's.
+  EXPECT_EQ(hop_fields("203.0.113.7", "for=203.0.113.7;proto=https", "2001:db8::1", true, ""),
+            "X-Real-IP: 203.0.113.7\r\nForwarded: for=203.0.113.7;proto=https, for=\"[2001:db8::1]\";proto=https\r\n");
+}
+
 }  // namespace
 }  // namespace tollgate::proxy
