@@ -115,6 +115,12 @@ class Session {
   // body (a view into buffer_, or the decoded body_ when chunked). Returns the bytes it takes in
   // buffer_, or 0 when the connection is to close (answered already if there was anything to say).
   net::awaitable<std::size_t> read_request(std::string_view& body);
+  // The body of the request whose head is in head_, as read_request reads it; 0: the connection
+  // is to close (answered already if there was anything to say).
+  net::awaitable<std::size_t> read_body(std::string_view& body);
+  // A request that said Expect: 100-continue and sent nothing of its body (body_deferred_) is to be
+  // forwarded: 100 Continue, then its body (used_ grows by it). False: the connection is to close.
+  net::awaitable<bool> read_deferred_body(std::string_view& body);
   net::awaitable<beast::error_code> read_more(Deadline deadline) {
     return proxy::read_more(*stream_, buffer_, deadline);
   }
@@ -225,6 +231,10 @@ class Session {
   // made when it is refused before that.
   RequestId request_id_;
   bool linger_ = false;  // refused mid-request: drain what the client still sends before closing
+  std::size_t used_ = 0;  // the bytes of buffer_ the current request takes (head, and body once read)
+  // Expect: 100-continue and nothing of the body sent yet: the body is invited and read only once
+  // the request is to be forwarded, so a refusal never asks for it (RFC 9110 10.1.1).
+  bool body_deferred_ = false;
   std::chrono::steady_clock::time_point budget_from_{};  // when a request with a budget was read
 };
 
@@ -260,10 +270,17 @@ net::awaitable<void> Session::run(tcp::socket sock, const net::ip::address& peer
       buffer_.commit(n);
     }
     std::string_view body;
-    const std::size_t used = co_await read_request(body);
-    if (used == 0) break;
-    const bool keep = co_await handle(body);
-    buffer_.consume(used);
+    used_ = co_await read_request(body);
+    if (used_ == 0) break;
+    bool keep = co_await handle(body);
+    if (body_deferred_) {
+      // Answered without inviting its body (refused, or an answer of the gateway's own): what the
+      // client may still send is no request. The answer said Connection: close.
+      body_deferred_ = false;
+      linger_ = true;
+      keep = false;
+    }
+    buffer_.consume(used_);
     if (!keep) break;
   }
   beast::error_code ignored;
@@ -314,11 +331,9 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
   // A request with a time budget: counted from now, the head read (not after its body).
   if (h.has(http1::Name::grpc_timeout) || h.has(http1::Name::request_timeout))
     budget_from_ = std::chrono::steady_clock::now();
-  const char* const head_at = view(buffer_).data();  // where the head's views point
   if (h.other_transfer_encoding) co_return h.head_bytes;  // answered 501 unread, then closed (handle)
   const http1::BodyFraming framing = http1::request_body(h);
   if (framing.kind == http1::BodyKind::none) co_return h.head_bytes;
-  const Deadline body_deadline = deadline_after(milliseconds(limits_.body_timeout_ms));
   // A declared length over the limit is refused before any 100 Continue: a client that waits for
   // it then never sends the body it would have to send only to be refused.
   if (framing.kind == http1::BodyKind::length && framing.length > limits_.max_body_bytes) {
@@ -326,13 +341,31 @@ net::awaitable<std::size_t> Session::read_request(std::string_view& body) {
     co_return 0;
   }
   if (h.expect_continue && buffer_.size() == h.head_bytes) {
-    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    beast::error_code ec;
-    stream_->start(deadline_after(write_timeout()));
-    co_await write_both(*stream_, net::buffer(kContinue.data(), kContinue.size()), {}, ec);
-    stream_->end(ec);
-    if (ec) co_return 0;
+    // The client waits to be invited: it is, once the request is decided and is to be forwarded
+    // (handle), so that a 429 or any other refusal goes out without asking for the body.
+    body_deferred_ = true;
+    co_return h.head_bytes;
   }
+  co_return co_await read_body(body);
+}
+
+net::awaitable<bool> Session::read_deferred_body(std::string_view& body) {
+  body_deferred_ = false;
+  static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  beast::error_code ec;
+  stream_->start(deadline_after(write_timeout()));
+  co_await write_both(*stream_, net::buffer(kContinue.data(), kContinue.size()), {}, ec);
+  stream_->end(ec);
+  if (ec) co_return false;
+  used_ = co_await read_body(body);
+  co_return used_ != 0;
+}
+
+net::awaitable<std::size_t> Session::read_body(std::string_view& body) {
+  http1::RequestHead& h = *head_;
+  const http1::BodyFraming framing = http1::request_body(h);
+  const char* const head_at = view(buffer_).data();  // where the head's views point
+  const Deadline body_deadline = deadline_after(milliseconds(limits_.body_timeout_ms));
   std::size_t used = 0;
   if (framing.kind == http1::BodyKind::length) {
     used = h.head_bytes + framing.length;
@@ -459,7 +492,9 @@ net::awaitable<void> Session::answer_read_error(beast::error_code ec) {
 net::awaitable<bool> Session::handle(std::string_view body) {
   const http1::RequestHead& h = *head_;
   const unsigned version = h.version_minor == 0 ? 10 : 11;
-  const bool keep = h.keep_alive && !w_.draining;  // draining: answer, then close
+  // Draining: answer, then close. A body not yet invited (Expect: 100-continue): any answer of
+  // the gateway's own closes the connection, as the body may still come.
+  const bool keep = h.keep_alive && !w_.draining && !body_deferred_;
   // Routes and rules see the normalised path, and the upstream gets that path: what is limited
   // is what the upstream acts on, however the client spelled it.
   RequestTarget target;
@@ -554,7 +589,10 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     if (verdict.action == Action::reject || verdict.action == Action::unavailable)
       co_return co_await answer_refused(plan, verdict, target.path, version, keep, access);
     if (sd.decision.granted) permit = &plan.request;
+    // Admitted: now its body is invited. A client that does not send it gives its slot back.
+    if (body_deferred_ && !co_await read_deferred_body(body)) co_return co_await client_left(plan, sd.reservation, count);
   }
+  if (body_deferred_ && !co_await read_deferred_body(body)) co_return false;
   // X-Tollgate-Shadow: only the gateway says that (a client's is never forwarded).
   const RateLimitFields fields{verdict.policy_header, verdict.limit_header, request_id_.view()};
   const UpstreamRequest out{h, target.rewritten ? std::string_view(rewritten) : h.target, body, verdict.shadow_header,

@@ -431,6 +431,52 @@ TEST(Promises100Continue, AnOversizeBodyGetsItsRefusalInsteadOfContinue) {
   EXPECT_EQ(up.stats()["total"], 0);
 }
 
+// The limiter decides before the body is invited (RFC 9110 10.1.1): a request that will be
+// refused gets its 429 in place of 100 Continue, and never sends the body; one that must wait for
+// its slot is invited once its slot comes, not before.
+TEST(Promises100Continue, TheLimitDecidesBeforeTheBodyIsInvited) {
+  MockUpstream up;
+  json c = base_config(up.port);
+  // One permit, the next 200 ms later; /pricing: no wait at all.
+  c["limits"]["rules"] = json::array(
+      {{{"configId", 1}, {"interfaceUrl", "/shopping/search"}, {"rateLimit", 5}, {"burst", 1}, {"cache", 1}, {"status", 1}},
+       {{"configId", 2}, {"interfaceUrl", "/pricing"}, {"rateLimit", 0.01}, {"burst", 1}, {"cache", 0}, {"status", 1}}});
+  GatewayProcess gw(c);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  const std::string expect = "Host: x\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n";
+
+  // Refused: the answer is the 429 itself, and the connection closes (the body may still come).
+  ASSERT_EQ(http_get(gw.port, "/ibe/pricing").status, 200);
+  {
+    const int fd = connect_loopback(gw.port, kBoundedSends);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(send_all(fd, "POST /ibe/pricing HTTP/1.1\r\n" + expect), 0);
+    std::string in;
+    ASSERT_TRUE(read_until(fd, in, "\r\n\r\n", 10s)) << "no answer: " << in;
+    EXPECT_EQ(in.rfind("HTTP/1.1 429", 0), 0u) << "the body was invited before the refusal: " << in.substr(0, 200);
+    EXPECT_NE(in.find("Connection: close"), std::string::npos) << in;
+    ::close(fd);
+  }
+  EXPECT_EQ(up.count("/ibe/pricing"), 1);
+
+  // Held: 100 Continue only when its slot comes (~200 ms on), then the body and the answer.
+  ASSERT_EQ(http_get(gw.port, "/ibe/shopping/search").status, 200);
+  const int fd = connect_loopback(gw.port, kBoundedSends);
+  ASSERT_GE(fd, 0);
+  const auto sent = std::chrono::steady_clock::now();
+  ASSERT_EQ(send_all(fd, "POST /ibe/shopping/search HTTP/1.1\r\n" + expect), 0);
+  std::string in;
+  ASSERT_TRUE(read_until(fd, in, "\r\n\r\n", 10s)) << "no 100 Continue: " << in;
+  EXPECT_EQ(in, "HTTP/1.1 100 Continue\r\n\r\n");
+  EXPECT_GE(std::chrono::steady_clock::now() - sent, 120ms) << "invited before its slot came";
+  ASSERT_EQ(send_all(fd, R"({"pax":1})"), 0);
+  std::string rest;
+  ASSERT_TRUE(read_until(fd, rest, "\r\n\r\n", 10s)) << rest;
+  EXPECT_EQ(rest.rfind("HTTP/1.1 200", 0), 0u) << rest.substr(0, 200);
+  ::close(fd);
+  EXPECT_EQ(up.count("/ibe/shopping/search"), 2);
+}
+
 // ---- the config source's metrics ---------------------------------------------------------------
 
 // docs/operations.md: tollgate_config_loads_total{result}, tollgate_config_rejected_rows,
