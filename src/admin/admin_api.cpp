@@ -443,6 +443,7 @@ SimpleResponse AdminApi::get_rules() const {
       j["policies"] = policies;
     if (r.params.warmup_us > 0) j["warmupSeconds"] = static_cast<double>(r.params.warmup_us) / 1e6;
     j["scope"] = r.channel ? "channel" : "interface";
+    if (!r.channel) j["matchCase"] = r.match_case == config::MatchCase::insensitive ? "insensitive" : "sensitive";
     j["bucket"] = r.bucket;
     j["adaptive"] = limiter::adaptive_name(r.adaptive);
     if (r.adaptive != limiter::Adaptive::off) j["adaptive_state"] = adaptive_state_json(deps_.metrics.bucket(r.bucket));

@@ -15,7 +15,10 @@ using Kind = config::KeySpec::Kind;
 // Returns the reason when the request cannot be keyed.
 class KeyDeriver {
  public:
-  KeyDeriver(const RequestFacts& facts, const PolicySettings& settings) : facts_(facts), settings_(settings) {}
+  // `fold_case`: the rule matches any case of its path, so a path in a key is lower-cased too
+  // (/SEARCH and /search are one interface, and so one client's key on it).
+  KeyDeriver(const RequestFacts& facts, const PolicySettings& settings, bool fold_case)
+      : facts_(facts), settings_(settings), fold_case_(fold_case) {}
 
   std::optional<std::string> derive(const config::KeySpec& spec, std::string& key) {
     if ((spec.kind == Kind::client_ip || spec.kind == Kind::client_ip_path) && !address_) {
@@ -25,7 +28,16 @@ class KeyDeriver {
     }
     std::optional<std::string_view> header;
     if (spec.kind == Kind::header) header = facts_.headers.find(spec.header);
-    switch (client_key(spec, address_ ? std::string_view(*address_) : std::string_view(), facts_.match_path, header,
+    std::string_view path = facts_.match_path;
+    if (fold_case_ && spec.kind == Kind::client_ip_path) {
+      if (!folded_) {
+        folded_.emplace(path);
+        for (char& c : *folded_)
+          if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      }
+      path = *folded_;
+    }
+    switch (client_key(spec, address_ ? std::string_view(*address_) : std::string_view(), path, header,
                        settings_.missing_key, key)) {
       case KeyResult::ok: return std::nullopt;
       case KeyResult::missing: return "header " + spec.header + " is required (it keys a rate limit)";
@@ -38,7 +50,9 @@ class KeyDeriver {
  private:
   const RequestFacts& facts_;
   const PolicySettings& settings_;
+  const bool fold_case_;
   std::optional<std::string> address_;
+  std::optional<std::string> folded_;  // the path lower-cased, on first need
 };
 
 bool needs_client_key(const config::Rule& rule, const config::Rule* channel) {
@@ -49,7 +63,7 @@ bool needs_client_key(const config::Rule& rule, const config::Rule* channel) {
 // Per-client parts of a request's checks: keyed bucket, quotas, maxShare.
 std::optional<std::string> add_client_checks(const RequestFacts& facts, const PolicySettings& settings, Plan& plan) {
   const config::Rule& rule = *plan.rule;
-  KeyDeriver keys(facts, settings);
+  KeyDeriver keys(facts, settings, rule.match_case == config::MatchCase::insensitive);
   std::string key;
   if (rule.has_bucket && rule.key_by.kind != Kind::none) {
     if (auto bad = keys.derive(rule.key_by, key)) return bad;

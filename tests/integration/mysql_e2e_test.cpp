@@ -136,6 +136,21 @@ TEST_F(MysqlE2E, AdaptiveColumnIsReadAndCheckedLikeMode) {
   EXPECT_EQ(rule(*gw, 2)["adaptive"], "on");
 }
 
+TEST_F(MysqlE2E, MatchCaseColumnIsReadAndChecked) {
+  // NULL is limits.match.case (sensitive here); a value is read from the column, and a bad edit is
+  // rejected by name while the row's last valid version stays in force.
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET matchCase = 'insensitive' WHERE configId = 1");
+  auto gw = start_gateway();
+  EXPECT_EQ(rule(*gw, 1)["matchCase"], "insensitive");
+  EXPECT_EQ(rule(*gw, 2)["matchCase"], "sensitive");
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET matchCase = 'any' WHERE configId = 1");
+  ASSERT_TRUE(eventually([&] { return gw->admin_json("/admin/rules")["rejected"].size() == 1; }, 2s));
+  const json bad = gw->admin_json("/admin/rules")["rejected"][0];
+  EXPECT_EQ(bad["field"], "matchCase");
+  EXPECT_EQ(bad["kept_previous"], true);
+  EXPECT_EQ(rule(*gw, 1)["matchCase"], "insensitive");
+}
+
 TEST_F(MysqlE2E, SqlScriptsAreSafeToRunTwice) {
   db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 99 WHERE configId = 1");
   db_server().sql(db, "UPDATE t_ratelimite_quota SET limitCount = 99 WHERE quotaId = 1");

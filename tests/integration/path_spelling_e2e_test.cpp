@@ -55,6 +55,9 @@ TEST(PathSpelling, CaseSensitiveByDefaultAndPerRuleOverride) {
   EXPECT_EQ(status_of(gw.port, "/ibe/PRICING"), 200);
   EXPECT_EQ(status_of(gw.port, "/ibe/pricing"), 429);
   EXPECT_EQ(status_of(gw.port, "/ibe/Pricing"), 429);
+  // The operator sees which rule matches how.
+  for (const json& r : gw.admin_json("/admin/rules")["rules"])
+    EXPECT_EQ(r["matchCase"], r["configId"] == 2 ? "insensitive" : "sensitive") << r.dump();
 }
 
 TEST(PathSpelling, TrailingDotsAndDotParametersShareTheBucket) {

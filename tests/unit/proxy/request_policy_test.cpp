@@ -233,6 +233,30 @@ TEST_F(RequestPolicy, KeyedBucketsQuotasAndShareUseTheKeySchema) {
   EXPECT_EQ(p.request.share->key, "s:7:h=k1");
 }
 
+TEST_F(RequestPolicy, ACaseInsensitiveRuleKeysAnyCaseOfThePathAsOne) {
+  // /SEARCH and /search are one interface for such a rule, so one client's key on it is one too:
+  // otherwise each spelling would get a bucket and a quota of its own.
+  auto r = row(7, "/search", 5);
+  r.key_by = "client_ip_path";
+  r.match_case = "insensitive";
+  r.quotas = {quota(31, "client_ip_path")};
+  snap = snapshot({r});
+  Plan lower, upper;
+  plan("/api/search", lower);
+  plan("/API/SeArCh", upper);
+  ASSERT_EQ(upper.step, Step::decide);
+  EXPECT_EQ(upper.request.bucket.name, lower.request.bucket.name);
+  EXPECT_EQ(upper.request.bucket.name, "c:7:10.0.0.7 /api/search");
+  ASSERT_EQ(upper.request.quotas.size(), 1u);
+  EXPECT_EQ(upper.request.quotas[0].key, lower.request.quotas[0].key);
+  // A case-sensitive rule keeps the path as sent (it only matches its own case anyway).
+  r.match_case = "sensitive";
+  snap = snapshot({r});
+  Plan kept;
+  plan("/API/search", kept);
+  EXPECT_EQ(kept.request.bucket.name, "c:7:10.0.0.7 /API/search");
+}
+
 TEST_F(RequestPolicy, ForwardedForCountsOnlyBehindATrustedProxy) {
   auto r = row(1, "/search", 5);
   r.quotas = {quota(31, "client_ip")};
