@@ -25,27 +25,6 @@ void TimedSocket::set_tls(ssl_st* ssl) {
   tls_ = ssl;
 }
 
-void TimedSocket::expire() {
-  timed_out_ = true;
-  beast::error_code ec;
-  sock_.cancel(ec);  // the pending operation ends with operation_aborted, reported as timeout
-}
-
-DeadlineCut::DeadlineCut(const net::any_io_executor& ex, Clock::time_point at)
-    : state_(std::make_shared<State>()), timer_(ex) {
-  timer_.expires_at(at);
-  timer_.async_wait([state = state_](const beast::error_code& ec) {
-    if (ec || state->target == nullptr) return;
-    state->fired = true;
-    state->target->expire();
-  });
-}
-
-DeadlineCut::~DeadlineCut() {
-  state_->target = nullptr;
-  timer_.cancel();
-}
-
 Timeouts::~Timeouts() {
   for (TimedSocket* s = head_; s != nullptr; s = s->next_) s->timeouts_ = nullptr;
 }
