@@ -11,24 +11,6 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-// The gateway started with a small open-file limit (prlimit, soft and hard), so that descriptors
-// run out after a few hundred connections.
-struct LimitedGateway {
-  std::string dir = temp_dir();
-  std::unique_ptr<Process> proc;
-  int port = -1, admin_port = -1;
-  LimitedGateway(const json& config, int nofile) {
-    write_file(dir + "/gateway.json", config.dump());
-    const std::string n = std::to_string(nofile);
-    proc = std::make_unique<Process>(
-        std::vector<std::string>{"/usr/bin/prlimit", "--nofile=" + n + ":" + n, TOLLGATE_BIN, "--config", dir + "/gateway.json"},
-        std::map<std::string, std::string>{{"TOLLGATE_E2E_TOKEN", kAdminToken}});
-    if (auto l = proc->wait_for_line("proxy listening on", 15s)) port = port_from_line(*l);
-    if (auto l = proc->wait_for_line("admin listening on", 10s)) admin_port = port_from_line(*l);
-    proc->wait_for_line("ready", 10s);
-  }
-};
-
 HttpResponse get_with_host(int port, const std::string& target, const std::string& host) {
   return http_request(port, {"GET", target, {{"Host", host}}, {}}, 5s);
 }
@@ -39,7 +21,7 @@ HttpResponse get_with_host(int port, const std::string& target, const std::strin
 // make room).
 TEST(AdminListener, IdleAdminConnectionsPastTheCapTakeNoDescriptorsFromTheProxy) {
   MockUpstream up;
-  LimitedGateway gw(base_config(up.port), 256);
+  GatewayProcess gw(base_config(up.port), {}, true, 256);
   ASSERT_GT(gw.admin_port, 0) << gw.proc->output();
   std::vector<int> fds;
   for (int i = 0; i < 300; ++i) {

@@ -15,22 +15,6 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-// The gateway started with a small open-file limit (prlimit), so that exhaustion is reached with a
-// few hundred connections.
-struct LimitedGateway {
-  std::string dir = temp_dir();
-  std::unique_ptr<Process> proc;
-  int port = -1, admin_port = -1;
-  LimitedGateway(const json& config, int nofile) {
-    write_file(dir + "/gateway.json", config.dump());
-    proc = std::make_unique<Process>(std::vector<std::string>{"/usr/bin/prlimit", "--nofile=" + std::to_string(nofile) + ":" + std::to_string(nofile),
-                                                              TOLLGATE_BIN, "--config", dir + "/gateway.json"});
-    if (auto l = proc->wait_for_line("proxy listening on", 15s)) port = port_from_line(*l);
-    if (auto l = proc->wait_for_line("admin listening on", 10s)) admin_port = port_from_line(*l);
-    proc->wait_for_line("ready", 10s);
-  }
-};
-
 // Reads what the server sends within `timeout` (empty: nothing came).
 std::string read_within(int fd, std::chrono::milliseconds timeout) {
   timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
@@ -43,7 +27,7 @@ std::string read_within(int fd, std::chrono::milliseconds timeout) {
 TEST(ControlPlane, ConnectionsBeyondTheDescriptorLimitGet429AndAdminStaysReachable) {
   MockUpstream up;
   json c = base_config(up.port);  // proxy.max_connections left at its default (50,000)
-  LimitedGateway gw(c, 256);
+  GatewayProcess gw(c, {}, true, 256);
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   // 50,000 cannot fit 256 descriptors: said at start, and lowered.
   EXPECT_NE(gw.proc->output().find("does not fit the open-file limit 256"), std::string::npos) << gw.proc->output();

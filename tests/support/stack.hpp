@@ -91,11 +91,18 @@ struct GatewayProcess {
   std::unique_ptr<Process> proc;
   int port = -1;
   int admin_port = -1;
+  // `nofile` > 0: the gateway runs under that open-file limit (prlimit, soft and hard), so that
+  // descriptors run out after a few hundred connections.
   explicit GatewayProcess(const nlohmann::json& config, std::map<std::string, std::string> env = {},
-                          bool with_token = true) {
+                          bool with_token = true, int nofile = 0) {
     write_file(dir + "/gateway.json", config.dump(2));
     if (with_token) env["TOLLGATE_E2E_TOKEN"] = kAdminToken;
-    proc = std::make_unique<Process>(std::vector<std::string>{TOLLGATE_BIN, "--config", dir + "/gateway.json"}, env);
+    std::vector<std::string> argv{TOLLGATE_BIN, "--config", dir + "/gateway.json"};
+    if (nofile > 0) {
+      const std::string n = std::to_string(nofile);
+      argv.insert(argv.begin(), {"/usr/bin/prlimit", "--nofile=" + n + ":" + n});
+    }
+    proc = std::make_unique<Process>(argv, env);
     if (auto l = proc->wait_for_line("proxy listening on", std::chrono::seconds(15))) port = port_from_line(*l);
     if (auto l = proc->wait_for_line("admin listening on", std::chrono::seconds(10))) admin_port = port_from_line(*l);
     proc->wait_for_line("ready", std::chrono::seconds(10));
