@@ -9,8 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 #include <utility>
 
 namespace tollgate::proxy {
@@ -21,17 +19,20 @@ using PeerKey = std::array<std::uint8_t, 16>;
 
 PeerKey peer_key_v4(const std::array<std::uint8_t, 4>& v4);
 
-class PeerSlots;
+// The counts, in shards each under its own mutex. Shared by PeerSlots and every slot it gave out:
+// a session whose frame is destroyed with its worker's io_context (a connection still open at
+// exit) gives its slot back after the proxy that made it is gone.
+struct PeerCounts;
 
 // One connection's slot: given back when destroyed (or reset). Empty when the cap is off.
 class PeerSlot {
  public:
   PeerSlot() = default;
-  PeerSlot(PeerSlot&& o) noexcept : owner_(std::exchange(o.owner_, nullptr)), key_(o.key_) {}
+  PeerSlot(PeerSlot&& o) noexcept : counts_(std::move(o.counts_)), key_(o.key_) {}
   PeerSlot& operator=(PeerSlot&& o) noexcept {
     if (this != &o) {
       reset();
-      owner_ = std::exchange(o.owner_, nullptr);
+      counts_ = std::move(o.counts_);
       key_ = o.key_;
     }
     return *this;
@@ -40,12 +41,12 @@ class PeerSlot {
   PeerSlot& operator=(const PeerSlot&) = delete;
   ~PeerSlot() { reset(); }
   void reset();
-  bool holds() const { return owner_ != nullptr; }
+  bool holds() const { return counts_ != nullptr; }
 
  private:
   friend class PeerSlots;
-  PeerSlot(PeerSlots* owner, const PeerKey& key) : owner_(owner), key_(key) {}
-  PeerSlots* owner_ = nullptr;
+  PeerSlot(std::shared_ptr<PeerCounts> counts, const PeerKey& key) : counts_(std::move(counts)), key_(key) {}
+  std::shared_ptr<PeerCounts> counts_;
   PeerKey key_{};
 };
 
@@ -65,20 +66,8 @@ class PeerSlots {
   std::size_t peers() const;
 
  private:
-  friend class PeerSlot;
-  void release(const PeerKey& peer);
-  struct KeyHash {
-    std::size_t operator()(const PeerKey& k) const noexcept;
-  };
-  struct alignas(64) Shard {
-    mutable std::mutex mu;
-    std::unordered_map<PeerKey, std::uint32_t, KeyHash> count;  // an address with no slot has no entry
-  };
-  static constexpr std::size_t kShards = 32;
-  Shard& shard_of(const PeerKey& k) const;
-
   std::uint32_t max_;
-  std::unique_ptr<Shard[]> shards_;
+  std::shared_ptr<PeerCounts> counts_;  // null when the cap is off
 };
 
 }  // namespace tollgate::proxy

@@ -56,7 +56,8 @@ TEST(PathSpelling, CaseSensitiveByDefaultAndPerRuleOverride) {
   EXPECT_EQ(status_of(gw.port, "/ibe/pricing"), 429);
   EXPECT_EQ(status_of(gw.port, "/ibe/Pricing"), 429);
   // The operator sees which rule matches how.
-  for (const json& r : gw.admin_json("/admin/rules")["rules"])
+  const json rules = gw.admin_json("/admin/rules");  // named: a range-for over a temporary's member reads freed memory
+  for (const json& r : rules["rules"])
     EXPECT_EQ(r["matchCase"], r["configId"] == 2 ? "insensitive" : "sensitive") << r.dump();
 }
 

@@ -36,6 +36,19 @@ TEST(PeerSlots, AnAddressHoldsAtMostItsCapAndSlotsComeBack) {
   EXPECT_EQ(slots.peers(), 0u);  // an address with no connection leaves no entry behind
 }
 
+// A session still open when the gateway exits is destroyed with its worker's io_context, after
+// the proxy and its PeerSlots: its slot must still be given back safely (ASan checks this).
+TEST(PeerSlots, ASlotOutlivingTheTableThatGaveItIsGivenBackSafely) {
+  PeerSlot s;
+  {
+    PeerSlots slots(1);
+    ASSERT_TRUE(slots.acquire(v4(192, 0, 2, 1), s));
+  }
+  EXPECT_TRUE(s.holds());
+  s.reset();
+  EXPECT_FALSE(s.holds());
+}
+
 TEST(PeerSlots, IPv4MappedIPv6IsTheIPv4Address) {
   PeerSlots slots(1);
   PeerKey mapped{};
