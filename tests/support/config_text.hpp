@@ -2,12 +2,24 @@
 // rules give as a start or `--check` would report it.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "tollgate/config/config_source.hpp"
 #include "tollgate/config/gateway_config.hpp"
 
 namespace tollgate::testing {
+
+// An enabled interface rule: its id, interfaceUrl and rateLimit, everything else as a row leaves it.
+inline config::RawRow rule_row(std::int64_t id, std::string url, double rate) {
+  config::RawRow r;
+  r.config_id = id;
+  r.interface_url = std::move(url);
+  r.rate_limit = rate;
+  r.status = 1;
+  return r;
+}
 
 inline std::string with_rules(const std::string& rules) {
   std::string s = R"({"upstreams":{"ibe":{"url":"http://127.0.0.1:9000"}},

@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 
+#include "support/config_text.hpp"
 #include "support/manual_clock.hpp"
 #include "tollgate/admin/admin_api.hpp"
 #include "tollgate/admin/history.hpp"
@@ -127,14 +128,7 @@ struct ApiFixture {
   SimpleResponse get(std::string target) { return api->handle({"GET", std::move(target), "", "", "127.0.0.1"}); }
 };
 
-config::RawRow row(std::int64_t id, std::string url, double rate) {
-  config::RawRow r;
-  r.config_id = id;
-  r.interface_url = std::move(url);
-  r.rate_limit = rate;
-  r.status = 1;
-  return r;
-}
+constexpr auto row = &testing::rule_row;  // an enabled interface rule
 
 std::string header(const SimpleResponse& r, const std::string& name) {
   for (const auto& [k, v] : r.headers)

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "support/config_text.hpp"
 #include "support/manual_clock.hpp"
 #include "tollgate/admin/admin_api.hpp"
 #include "tollgate/admin/console_assets.hpp"
@@ -20,14 +21,7 @@ namespace {
 using nlohmann::json;
 using proxy::Outcome;
 
-config::RawRow row(std::int64_t id, std::string url, double rate) {
-  config::RawRow r;
-  r.config_id = id;
-  r.interface_url = std::move(url);
-  r.rate_limit = rate;
-  r.status = 1;
-  return r;
-}
+constexpr auto row = &testing::rule_row;  // an enabled interface rule
 
 TEST(HistogramQuantile, InterpolatesInsideTheBucketLikePrometheus) {
   const double inf = std::numeric_limits<double>::infinity();
