@@ -156,7 +156,8 @@ TEST_F(GatewayE2E, SlowUpstreamGets504) {
 }
 
 TEST(GatewayE2EStandalone, UpstreamDownGets502AndRecovers) {
-  const int port = unused_port();
+  ClosedPort dead;
+  const int port = dead.port();
   Gateway gw(base_config(port));
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   const auto r = http_get(gw.port, "/ibe/booking");
@@ -175,6 +176,7 @@ TEST(GatewayE2EStandalone, UpstreamDownGets502AndRecovers) {
   EXPECT_NE(metrics.find("\ntollgate_permits_returned_total " + std::to_string(failed) + "\n"), std::string::npos)
       << metrics;
   // The upstream comes up on that port: the gateway recovers without a restart.
+  dead.release();
   Upstream up({"--port", std::to_string(port)});
   ASSERT_EQ(up.port, port) << up.proc->output();
   EXPECT_EQ(http_get(gw.port, "/ibe/booking").status, 200);

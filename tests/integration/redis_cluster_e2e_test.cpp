@@ -271,7 +271,8 @@ class RedisSentinelE2E : public ::testing::TestWithParam<Handover> {
 // within a few seconds (the first sentinel listed is down: skipped); every request got exactly
 // one answer, and the bound held across the handover.
 TEST_P(RedisSentinelE2E, GatewaysFollowThePromotedReplica) {
-  std::vector<int> listed{unused_port()};
+  const ClosedPort down;
+  std::vector<int> listed{down.port()};
   for (int s : sentinels.sentinel_ports()) listed.push_back(s);
   const json c = store_config(upstream.port,
                               {{"mode", "sentinel"}, {"sentinels", addresses(listed)},

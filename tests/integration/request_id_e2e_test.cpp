@@ -93,7 +93,8 @@ class RequestIdE2E : public ::testing::Test {
     dir_ = new std::string(temp_dir());
     json c = base_config(up_->port);
     // /ibe/ goes to the mock, /dead/ to a port nobody listens on; anything else has no route.
-    c["upstreams"]["dead"] = {{"url", "http://127.0.0.1:" + std::to_string(unused_port())}};
+    dead_ = new ClosedPort();
+    c["upstreams"]["dead"] = {{"url", "http://127.0.0.1:" + std::to_string(dead_->port())}};
     c["routes"] = json::array({{{"prefix", "/ibe/"}, {"upstream", "ibe"}}, {{"prefix", "/dead/"}, {"upstream", "dead"}}});
     // One request a second and no wait: the second of two in a row is refused.
     c["limits"]["rules"].push_back({{"configId", 2}, {"channelType", "IBE+"}, {"interfaceNo", "S02"},
@@ -105,6 +106,7 @@ class RequestIdE2E : public ::testing::Test {
     delete gw_;
     delete up_;
     delete dir_;
+    delete dead_;
   }
   void SetUp() override {
     ASSERT_GT(up_->port, 0);
@@ -139,10 +141,12 @@ class RequestIdE2E : public ::testing::Test {
   static MockUpstream* up_;
   static GatewayProcess* gw_;
   static std::string* dir_;
+  static ClosedPort* dead_;
 };
 MockUpstream* RequestIdE2E::up_ = nullptr;
 GatewayProcess* RequestIdE2E::gw_ = nullptr;
 std::string* RequestIdE2E::dir_ = nullptr;
+ClosedPort* RequestIdE2E::dead_ = nullptr;
 
 TEST_F(RequestIdE2E, AValidIdIsKeptSentUpstreamReturnedAndLogged) {
   for (const std::string& id : std::vector<std::string>{"f47ac10b-58cc-4372-a567-0e02b2c3d479",

@@ -626,8 +626,8 @@ json one_per_second(const json& upstream) {
 // No endpoint could take it (nothing listens): 502, and the permit goes back, so the next
 // request is admitted (502 again) instead of refused 429; counted.
 TEST(UpstreamPermits, APermitIsGivenBackWhenNoEndpointCouldTakeTheRequest) {
-  const int dead = unused_port();
-  GatewayProcess gw(one_per_second({{"urls", {"http://127.0.0.1:" + std::to_string(dead)}}}));
+  const ClosedPort dead;
+  GatewayProcess gw(one_per_second({{"urls", {"http://127.0.0.1:" + std::to_string(dead.port())}}}));
   ASSERT_GT(gw.port, 0);
   for (int i = 0; i < 3; ++i) {
     const HttpResponse r = http_get(gw.port, "/shopping/search");
@@ -646,8 +646,8 @@ TEST(UpstreamPermits, APermitIsGivenBackWhenNoEndpointCouldTakeTheRequest) {
 // One endpoint dead, one live: every request is answered 200 by the live one, on its one permit.
 TEST(UpstreamPermits, ADeadEndpointCostsNoPermitAndNoError) {
   MockUpstream up;
-  const int dead = unused_port();
-  json c = one_per_second({{"urls", {"http://127.0.0.1:" + std::to_string(dead), "http://127.0.0.1:" + std::to_string(up.port)}},
+  const ClosedPort dead;
+  json c = one_per_second({{"urls", {"http://127.0.0.1:" + std::to_string(dead.port()), "http://127.0.0.1:" + std::to_string(up.port)}},
                            {"eject", {{"consecutive_failures", 0}}}});
   c["limits"]["rules"][0]["rateLimit"] = 20;
   c["limits"]["rules"][0]["cache"] = 2;  // every request waits for its permit: none refused

@@ -121,6 +121,26 @@ int unused_port() {
   return port;
 }
 
+ClosedPort::ClosedPort() {
+  fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("ClosedPort: cannot bind a loopback port");
+  port_ = ntohs(a.sin_port);
+}
+
+ClosedPort::~ClosedPort() { release(); }
+
+void ClosedPort::release() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
 std::string temp_dir() {
   char tmpl[] = "/tmp/tollgate-test-XXXXXX";
   const char* d = mkdtemp(tmpl);

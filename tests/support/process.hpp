@@ -39,8 +39,27 @@ class Process {
 // The port in a line like "... listening on 127.0.0.1:PORT ...".
 int port_from_line(const std::string& line);
 
-// A loopback TCP port nobody listens on (bound, then closed).
+// A loopback TCP port nobody listens on (bound, then closed). Another bind of port 0 may be
+// given it next, a gateway's own listener included: for a port that must stay dead, ClosedPort.
 int unused_port();
+
+// A loopback TCP port held bound without listening for this object's life: a connection to it
+// is refused, and no other socket (a gateway's listener, a test server) can be given it, so a
+// gateway told to forward there never reaches itself or another test's server.
+class ClosedPort {
+ public:
+  ClosedPort();
+  ~ClosedPort();
+  ClosedPort(const ClosedPort&) = delete;
+  ClosedPort& operator=(const ClosedPort&) = delete;
+  int port() const { return port_; }
+  // Gives the port up (a test that then starts a server on it).
+  void release();
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 // A fresh temporary directory; files written with write_file.
 std::string temp_dir();
