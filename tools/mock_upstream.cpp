@@ -1,4 +1,5 @@
-// tollgate-mock-upstream --port P [--host H] [--latency-ms N] [--connect-delay-ms N] [--limit SUFFIX=RATE ...]
+// tollgate-mock-upstream --port P [--host H] [--latency-ms N] [--connect-delay-ms N]
+//                        [--limit SUFFIX=RATE|SUFFIX={JSON} ...]
 //                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
 // A small airline-style upstream for demos, tests and benchmarks. Every path answers with small
 // JSON; the query can ask for special behaviour:
@@ -23,6 +24,36 @@
 // holds now, "tokens"); /__stats counts each
 // path's "throttled" answers beside its "count" of arrivals, and their times ("throttled_us").
 //
+// The object form takes more options, since real suppliers count and refuse in different ways
+// and the gateway has to read each of them (also as --limit 'SUFFIX={"rate": R, ...}'):
+//   "kind": "token_bucket" (the default, above) or "fixed_window": at most floor(R) requests (at
+//          least 1) per calendar second of the wall clock (CLOCK_REALTIME, the window being
+//          floor(now_us / 1e6)), the count starting again at each whole second: twice the
+//          allowance can pass within a moment across a boundary, which a token bucket never
+//          lets through. A refusal's time is the rest of the window, rounded up: 1 s.
+//          Its "tokens" in GET /__limits is what is left of the current window's allowance
+//          (floor(R) - used, at least 0), shown beside "per_window".
+//   "signal": what a refusal carries: "full" (the default: Retry-After, RateLimit-Policy and
+//          RateLimit), "retry_after" (Retry-After only), "ratelimit" (RateLimit-Policy and
+//          RateLimit only) or "bare" (none of them). The body's "retry_after_s" goes with the
+//          Retry-After field. "retry_after_s" sets the seconds of Retry-After and of RateLimit's t
+//          alike, where they are sent. RateLimit-Policy's q is the integer part of the rate (a
+//          fixed window's allowance).
+//   "status": 429 (the default) or 503, the status of the limit's refusals.
+//   "refuse_callers": ["10.0.0.99", ...]: a request whose X-Real-IP (the gateway sets it to the
+//          client's address) is one of them is refused for that caller's own quota: 429 with
+//          neither Retry-After nor RateLimit fields and {"error":"caller_quota_exceeded"}, before
+//          the limit is asked, so that it takes nothing from the others' allowance. It counts in
+//          "throttled" (and "throttled_us") like every refusal, and in "caller_refused" and
+//          "caller_refused_us" too. Any other caller is decided by the limit as usual. A rate of 0
+//          drops the limit with its callers; a limit that should only refuse callers takes a rate
+//          it never reaches.
+// A limit kept at the same rate and kind keeps its bucket or window; a new or changed one starts
+// full; its other options change at once. A wrong option is a 400 naming it. GET /__limits shows
+// every option of each limit, in the form PUT takes. /__stats also counts each path's "accepted"
+// (answered 2xx) and their arrival times ("accepted_us"). An unknown option is ignored, as it was
+// before there were options.
+//
 // An HTTPS upstream: --tls-cert FILE --tls-key FILE (PEM; the certificate file may hold the chain)
 // serve TLS 1.2 and 1.3 only on the port, with the same answers, stats and keep-alive as plain
 // HTTP. --tls-client-ca FILE also requires a client certificate signed by a CA in FILE (a
@@ -36,6 +67,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -58,9 +90,13 @@ namespace {
 
 struct PathStats {
   std::uint64_t count = 0;
-  std::uint64_t throttled = 0;
+  std::uint64_t throttled = 0;        // refusals of either kind: the limit's and the callers'
+  std::uint64_t caller_refused = 0;   // of those, refused for the caller (refuse_callers)
+  std::uint64_t accepted = 0;         // answered 2xx
   std::vector<std::int64_t> arrivals_us;
-  std::vector<std::int64_t> throttled_us;  // arrivals answered 429
+  std::vector<std::int64_t> throttled_us;  // arrivals refused (429, or 503 with "status": 503)
+  std::vector<std::int64_t> caller_refused_us;
+  std::vector<std::int64_t> accepted_us;
 };
 
 std::int64_t now_us() {
@@ -68,12 +104,55 @@ std::int64_t now_us() {
   return duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
 }
 
-// One supplier limit: a token bucket holding up to `rate` permits (one second's worth).
+// The wall clock, for fixed windows: a supplier counting per calendar second resets on the second
+// boundaries of its own clock, which the monotonic clock does not have.
+std::int64_t wall_us() {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+enum class Kind { token_bucket, fixed_window };
+// Which fields a refusal carries: real suppliers send all, one, or none of them.
+enum class Signal { full, retry_after, ratelimit, bare };
+
+constexpr std::pair<Kind, const char*> kKinds[] = {{Kind::token_bucket, "token_bucket"},
+                                                   {Kind::fixed_window, "fixed_window"}};
+constexpr std::pair<Signal, const char*> kSignals[] = {
+    {Signal::full, "full"}, {Signal::retry_after, "retry_after"}, {Signal::ratelimit, "ratelimit"}, {Signal::bare, "bare"}};
+
+template <class E, std::size_t N>
+const char* name_of(E e, const std::pair<E, const char*> (&names)[N]) {
+  for (const auto& [v, n] : names)
+    if (v == e) return n;
+  return "";
+}
+
+// One supplier limit: a token bucket holding up to `rate` permits (one second's worth), or a count
+// per second of the wall clock.
 struct Limit {
   double rate = 0;
-  int retry_after_s = 0;  // > 0: every 429 says this
+  int retry_after_s = 0;  // > 0: every refusal that sends a time says this
+  Kind kind = Kind::token_bucket;
+  Signal signal = Signal::full;
+  int status = 429;
+  std::vector<std::string> refuse_callers;  // X-Real-IP values always refused, outside the limit
+  // token_bucket
   double tokens = 0;
   std::int64_t last_us = 0;
+  // fixed_window
+  std::int64_t window_s = 0;  // the wall-clock second `used` counts
+  std::int64_t used = 0;
+
+  // A fixed window's allowance: a fraction of a request cannot pass, and a rate under 1/s still
+  // lets one through, as the bucket does.
+  std::int64_t per_window() const { return std::max<std::int64_t>(1, static_cast<std::int64_t>(rate)); }
+  // Full: as a new or changed limit starts.
+  void fill() {
+    tokens = std::max(rate, 1.0);
+    last_us = now_us();
+    window_s = wall_us() / 1'000'000;
+    used = 0;
+  }
 };
 std::map<std::string, Limit> g_limits;  // by path suffix
 
@@ -89,8 +168,8 @@ Limit* limit_for(const std::string& path) {
   return best;
 }
 
-// Takes a permit now, or returns the microseconds until one.
-std::int64_t take_permit(Limit& l, std::int64_t now) {
+// Takes a permit from a token bucket now, or returns the microseconds until one.
+std::int64_t take_token(Limit& l, std::int64_t now) {
   // Up to one second's worth, and at least one permit (a rate under 1/s still lets one through).
   l.tokens = std::min(std::max(l.rate, 1.0), l.tokens + static_cast<double>(now - l.last_us) / 1e6 * l.rate);
   l.last_us = now;
@@ -101,7 +180,78 @@ std::int64_t take_permit(Limit& l, std::int64_t now) {
   return static_cast<std::int64_t>((1 - l.tokens) / l.rate * 1e6) + 1;
 }
 
-// Replaces the limits with {"suffix": rate | {"rate": r, "retry_after_s": n} | 0 | null}.
+// Counts a request in a fixed window at wall-clock time `wall`, or returns the microseconds until
+// the window ends (at most a second).
+std::int64_t take_in_window(Limit& l, std::int64_t wall) {
+  const std::int64_t second = wall / 1'000'000;  // the clock is past 1970: no negative times
+  if (second != l.window_s) {
+    l.window_s = second;
+    l.used = 0;
+  }
+  if (l.used < l.per_window()) {
+    ++l.used;
+    return 0;
+  }
+  return (second + 1) * 1'000'000 - wall;
+}
+
+// What a request under a limit gets.
+struct Decision {
+  enum What { pass, limited, caller } what = pass;
+  const Limit* limit = nullptr;
+  std::int64_t wait_us = 0;  // limited: until the limit would let it through
+};
+
+// A caller listed in refuse_callers is refused before the limit is asked, so that its requests
+// take nothing from the others' allowance, as a supplier's per-user quota would not.
+Decision decide(const std::string& path, std::string_view real_ip) {
+  Limit* l = limit_for(path);
+  if (!l) return {};
+  if (!real_ip.empty() && std::find(l->refuse_callers.begin(), l->refuse_callers.end(), real_ip) != l->refuse_callers.end())
+    return {Decision::caller, l, 0};
+  const std::int64_t wait = l->kind == Kind::fixed_window ? take_in_window(*l, wall_us()) : take_token(*l, now_us());
+  if (wait > 0) return {Decision::limited, l, wait};
+  return {};
+}
+
+// Reads the object form's optional fields into `l`; returns why they are wrong, or "".
+std::string read_options(const std::string& suffix, const json& v, Limit& l) {
+  const std::string where = "limit for " + suffix + ": ";
+  if (v.contains("retry_after_s") && v["retry_after_s"].is_number_integer()) l.retry_after_s = v["retry_after_s"];
+  auto pick = [&](const char* field, auto& out, const auto& names, const std::string& expected) -> std::string {
+    if (!v.contains(field)) return {};
+    const json& f = v[field];
+    if (f.is_string())
+      for (const auto& [e, n] : names)
+        if (f.get<std::string>() == n) {
+          out = e;
+          return {};
+        }
+    return where + field + " must be " + expected;
+  };
+  if (std::string why = pick("kind", l.kind, kKinds, R"("token_bucket" or "fixed_window")"); !why.empty()) return why;
+  if (std::string why = pick("signal", l.signal, kSignals, R"("full", "retry_after", "ratelimit" or "bare")");
+      !why.empty())
+    return why;
+  if (v.contains("status")) {
+    const json& f = v["status"];
+    if (!f.is_number_integer() || (f.get<long long>() != 429 && f.get<long long>() != 503))
+      return where + "status must be 429 or 503";
+    l.status = f.get<int>();
+  }
+  if (v.contains("refuse_callers")) {
+    const json& f = v["refuse_callers"];
+    const std::string why = where + "refuse_callers must be an array of addresses (non-empty strings)";
+    if (!f.is_array()) return why;
+    for (const json& a : f) {
+      if (!a.is_string() || a.get<std::string>().empty()) return why;
+      l.refuse_callers.push_back(a.get<std::string>());
+    }
+  }
+  return {};
+}
+
+// Replaces the limits with {"suffix": rate | {"rate": r, ...options} | 0 | null}.
 std::string set_limits(const std::string& body) {
   json j;
   try {
@@ -119,35 +269,52 @@ std::string set_limits(const std::string& body) {
       l.rate = v.get<double>();
     } else if (v.is_object() && v.contains("rate") && v["rate"].is_number()) {
       l.rate = v["rate"].get<double>();
-      if (v.contains("retry_after_s") && v["retry_after_s"].is_number_integer()) l.retry_after_s = v["retry_after_s"];
+      if (std::string why = read_options(it.key(), v, l); !why.empty()) return why;
     } else {
       return "limit for " + it.key() + ": expected a rate or {\"rate\": r, \"retry_after_s\": n}";
     }
     if (l.rate < 0) return "limit for " + it.key() + ": rate must be >= 0";
     if (l.rate == 0) continue;
-    // A limit kept at the same rate keeps its bucket; a new or changed one starts full.
+    // A limit kept at the same rate and kind keeps its bucket or window; a new or changed one
+    // starts full. Its other options take effect at once.
     auto old = g_limits.find(it.key());
-    if (old != g_limits.end() && old->second.rate == l.rate) {
-      old->second.retry_after_s = l.retry_after_s;
-      next.emplace(it.key(), old->second);
+    if (old != g_limits.end() && old->second.rate == l.rate && old->second.kind == l.kind) {
+      l.tokens = old->second.tokens;
+      l.last_us = old->second.last_us;
+      l.window_s = old->second.window_s;
+      l.used = old->second.used;
     } else {
-      l.tokens = std::max(l.rate, 1.0);
-      l.last_us = now_us();
-      next.emplace(it.key(), l);
+      l.fill();
     }
+    next.emplace(it.key(), std::move(l));
   }
   g_limits = std::move(next);
   return {};
 }
 
-// The limits in force, each with the permits its bucket holds now ("tokens": what it would still
-// let through at once; a test reads it to tell what it allowed from what was used).
+// The limits in force, each with the permits it holds now ("tokens": what it would still let
+// through at once; a test reads it to tell what it allowed from what was used). A fixed window
+// holds what is left of the current second's allowance. Each entry is also a valid limit for
+// PUT, which is how --limit adds to the earlier flags.
 json limits_json() {
   json out = json::object();
   const std::int64_t now = now_us();
+  const std::int64_t second = wall_us() / 1'000'000;
   for (const auto& [suffix, l] : g_limits) {
-    const double tokens = std::min(std::max(l.rate, 1.0), l.tokens + static_cast<double>(now - l.last_us) / 1e6 * l.rate);
-    out[suffix] = {{"rate", l.rate}, {"retry_after_s", l.retry_after_s}, {"tokens", tokens}};
+    json e = {{"rate", l.rate},
+              {"retry_after_s", l.retry_after_s},
+              {"kind", name_of(l.kind, kKinds)},
+              {"signal", name_of(l.signal, kSignals)},
+              {"status", l.status},
+              {"refuse_callers", l.refuse_callers}};
+    if (l.kind == Kind::fixed_window) {
+      const std::int64_t used = l.window_s == second ? l.used : 0;
+      e["tokens"] = static_cast<double>(std::max<std::int64_t>(0, l.per_window() - used));
+      e["per_window"] = l.per_window();
+    } else {
+      e["tokens"] = std::min(std::max(l.rate, 1.0), l.tokens + static_cast<double>(now - l.last_us) / 1e6 * l.rate);
+    }
+    out[suffix] = std::move(e);
   }
   return out;
 }
@@ -243,8 +410,14 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
     if (path == "/__stats") {
       json paths = json::object();
       for (const auto& [p, s] : g_stats)
-        paths[p] = {{"count", s.count}, {"throttled", s.throttled}, {"arrivals_us", s.arrivals_us},
-                    {"throttled_us", s.throttled_us}};
+        paths[p] = {{"count", s.count},
+                    {"throttled", s.throttled},
+                    {"caller_refused", s.caller_refused},
+                    {"accepted", s.accepted},
+                    {"arrivals_us", s.arrivals_us},
+                    {"throttled_us", s.throttled_us},
+                    {"caller_refused_us", s.caller_refused_us},
+                    {"accepted_us", s.accepted_us}};
       res.body() = json{{"total", g_total}, {"connections", g_connections}, {"open", g_open}, {"paths", paths}}.dump();
     } else if (path == "/__reset") {
       g_stats.clear();
@@ -262,32 +435,59 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
       } else {
         res.body() = limits_json().dump();
       }
-    } else if (Limit* l = limit_for(path); l && take_permit(*l, now_us()) > 0) {
+    } else if (const Decision d = decide(path, req["X-Real-IP"]); d.what == Decision::caller) {
+      // Refused for the caller's own quota: nothing says when to come back, since it is not the
+      // supplier's capacity that ran out. Counted as throttled too, as every refusal is.
+      auto& s = g_stats[path];
+      ++s.count;
+      ++s.throttled;
+      ++s.caller_refused;
+      ++g_total;
+      s.arrivals_us.push_back(now_us());
+      s.throttled_us.push_back(s.arrivals_us.back());
+      s.caller_refused_us.push_back(s.arrivals_us.back());
+      res.result(http::status::too_many_requests);
+      res.body() = R"({"error":"caller_quota_exceeded"})";
+    } else if (d.what == Decision::limited) {
       // Throttled: counted as an arrival and as throttled, answered at once.
+      const Limit& l = *d.limit;
       auto& s = g_stats[path];
       ++s.count;
       ++s.throttled;
       ++g_total;
       s.arrivals_us.push_back(now_us());
       s.throttled_us.push_back(s.arrivals_us.back());
-      const std::int64_t wait_us = take_permit(*l, now_us());  // still > 0: nothing was taken
-      const long long t = l->retry_after_s > 0 ? l->retry_after_s : (wait_us + 999'999) / 1'000'000;
-      res.result(http::status::too_many_requests);
-      res.set(http::field::retry_after, std::to_string(t));
-      res.set("RateLimit-Policy", "\"supplier\";q=" + std::to_string(static_cast<long long>(l->rate)) + ";w=1");
-      res.set("RateLimit", "\"supplier\";r=0;t=" + std::to_string(t));
-      res.body() = json{{"error", "supplier_rate_limited"}, {"retry_after_s", t}}.dump();
+      const long long t = l.retry_after_s > 0 ? l.retry_after_s : (d.wait_us + 999'999) / 1'000'000;
+      const long long q = l.kind == Kind::fixed_window ? l.per_window() : static_cast<long long>(l.rate);
+      res.result(static_cast<http::status>(l.status));
+      json body = {{"error", "supplier_rate_limited"}};
+      if (l.signal == Signal::full || l.signal == Signal::retry_after) {
+        res.set(http::field::retry_after, std::to_string(t));
+        body["retry_after_s"] = t;  // only beside the field: a bare refusal says nothing anywhere
+      }
+      if (l.signal == Signal::full || l.signal == Signal::ratelimit) {
+        res.set("RateLimit-Policy", "\"supplier\";q=" + std::to_string(q) + ";w=1");
+        res.set("RateLimit", "\"supplier\";r=0;t=" + std::to_string(t));
+      }
+      res.body() = body.dump();
     } else {
+      // The status is known before any delay, so the answer is counted with its arrival (and
+      // a /__reset during the delay leaves nothing dangling).
+      const int status = int_param(target, "status", 200);
       auto& s = g_stats[path];
       ++s.count;
       ++g_total;
       s.arrivals_us.push_back(now_us());
+      if (status >= 200 && status < 300) {
+        ++s.accepted;
+        s.accepted_us.push_back(s.arrivals_us.back());
+      }
       const int delay = int_param(target, "delay_ms", g_latency_ms);
       if (delay > 0) {
         net::steady_timer t(stream.get_executor(), std::chrono::milliseconds(delay));
         co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
       }
-      res.result(static_cast<http::status>(int_param(target, "status", 200)));
+      res.result(static_cast<http::status>(status));
       json body = airline_body(path);
       if (!query_param(target, "echo").empty()) {
         json headers = json::object();
@@ -389,12 +589,17 @@ int main(int argc, char** argv) {
     else if (a == "--limit" && i + 1 < argc) {
       const std::string spec = argv[++i];
       const auto eq = spec.find('=');
-      std::string why = "expected SUFFIX=RATE";
+      std::string why = "expected SUFFIX=RATE or SUFFIX={JSON}";
       if (eq != std::string::npos) {
         json merged = limits_json();  // earlier --limit flags stay
+        const std::string value = spec.substr(eq + 1);
         char* end = nullptr;
-        const double rate = std::strtod(spec.c_str() + eq + 1, &end);
-        if (end == spec.c_str() + eq + 1 || *end != '\0') {
+        const double rate = std::strtod(value.c_str(), &end);
+        if (value.starts_with('{')) {
+          // The object form, as PUT /__limits takes it; set_limits says what is wrong with it.
+          merged[spec.substr(0, eq)] = json::parse(value, nullptr, false);
+          why = merged[spec.substr(0, eq)].is_discarded() ? "the object is not JSON" : set_limits(merged.dump());
+        } else if (end == value.c_str() || *end != '\0') {
           why = "RATE must be a number";
         } else {
           merged[spec.substr(0, eq)] = rate;
@@ -406,7 +611,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::cerr << "usage: tollgate-mock-upstream [--host H] [--port P] [--latency-ms N] [--limit SUFFIX=RATE ...]\n"
+      std::cerr << "usage: tollgate-mock-upstream [--host H] [--port P] [--latency-ms N] [--limit SUFFIX=RATE|SUFFIX={JSON} ...]\n"
                    "                              [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n";
       return 2;
     }
