@@ -307,12 +307,14 @@ json status_json(const config::SourceStatus& st) {
 // the rate it decides at, the pause still to run, its episodes and the last cut.
 json adaptive_state_json(proxy::BucketMetrics& bm) {
   json out = {{"effective_rate", nullptr}, {"paused_ms", 0}, {"cuts", 0}, {"pauses", 0},
-              {"paused_rejections", 0}, {"upstream_throttled", bm.upstream_throttled_total()}, {"last_cut", nullptr}};
+              {"paused_rejections", 0}, {"unconfirmed", 0}, {"upstream_throttled", bm.upstream_throttled_total()},
+              {"last_cut", nullptr}};
   if (const proxy::AdaptiveSeries* a = bm.adaptive_seen()) {
     out["effective_rate"] = a->effective_rate.Value();
     out["cuts"] = a->cuts.Value();
     out["pauses"] = a->pauses.Value();
     out["paused_rejections"] = a->paused_rejections.Value();
+    out["unconfirmed"] = a->unconfirmed.Value();
   }
   const std::int64_t left = bm.pause_until_us.load(std::memory_order_relaxed) - limiter::steady_now_us();
   if (left > 0) out["paused_ms"] = (left + 999) / 1000;

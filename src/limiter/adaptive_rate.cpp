@@ -4,8 +4,8 @@
 
 namespace tollgate::limiter {
 
-// Every step below is mirrored in Lua (src/store/redis_scripts.hpp, kAdaptiveLua) with the same
-// operations in the same order, so that both stores compute the same doubles.
+// Every step below is mirrored in Lua (src/store/lua/adaptive_lib.lua and adapt.lua) with the
+// same operations in the same order, so that both stores compute the same doubles.
 
 const char* adaptive_name(Adaptive a) {
   switch (a) {
@@ -14,6 +14,16 @@ const char* adaptive_name(Adaptive a) {
     case Adaptive::off: break;
   }
   return "off";
+}
+
+std::uint64_t caller_id(std::string_view caller) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a
+  for (const char c : caller) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  h &= (std::uint64_t{1} << 53) - 1;
+  return h == 0 ? 1 : h;
 }
 
 double floor_rate(double configured, const AdaptiveParams& p) {
@@ -26,48 +36,59 @@ double floor_rate(double configured, const AdaptiveParams& p) {
 namespace {
 std::int64_t second_of(Micros now) { return static_cast<std::int64_t>(std::floor(static_cast<double>(now) / 1e6)); }
 
-// W(t) of the curve at `now` (t counted from the epoch, never negative).
-double curve(const AdaptiveState& st, Micros now, const AdaptiveParams& p) {
-  double t = static_cast<double>(now - st.epoch) / 1e6;
-  if (t < 0) t = 0;
-  const double k = std::pow(st.w_max * (1 - p.beta) / p.c, 1.0 / 3.0);
-  const double d = t - k;
-  return p.c * d * d * d + st.w_max;
-}
-}  // namespace
-
-void note_demand(AdaptiveState& st, Micros now, double permits) {
+// Moves the per-second counts on to `now`'s second.
+void roll(AdaptiveState& st, Micros now) {
   const std::int64_t sec = second_of(now);
-  if (sec > st.demand_sec) {
-    st.demand_prev = sec == st.demand_sec + 1 ? st.demand_cur : 0;
-    st.demand_cur = 0;
-    st.demand_sec = sec;
+  if (sec <= st.sec) return;
+  if (sec == st.sec + 1) {
+    st.demand_prev = st.demand_cur;
+    st.ok_prev = st.ok_cur;
+  } else {
+    st.demand_prev = 0;
+    st.ok_prev = 0;
   }
-  st.demand_cur += permits;
+  st.demand_cur = 0;
+  st.ok_cur = 0;
+  st.sec = sec;
 }
 
-double demand(const AdaptiveState& st, Micros now) {
+// A count over the sliding second ending at `now`.
+double sliding(const AdaptiveState& st, double cur, double prev, Micros now) {
   const std::int64_t sec = second_of(now);
   const double elapsed = static_cast<double>(now - sec * 1'000'000);
   const double left = (1e6 - elapsed) / 1e6;  // share of the previous second still in the window
-  if (sec <= st.demand_sec) return st.demand_prev * left + st.demand_cur;
-  if (sec == st.demand_sec + 1) return st.demand_cur * left;
+  if (sec <= st.sec) return prev * left + cur;
+  if (sec == st.sec + 1) return cur * left;
   return 0;
 }
 
-double sent_rate(const AdaptiveState& st, Micros now, const AdaptiveParams& p) {
-  if (now <= st.sent_at) return st.sent;
-  return st.sent * std::exp(-static_cast<double>(now - st.sent_at) / p.sent_window_us);
+// The probe curve at `now`: the held rate until the epoch, then target (1 + probe x^3).
+double curve(const AdaptiveState& st, Micros now, const AdaptiveParams& p) {
+  double x = static_cast<double>(now - st.epoch) / 1e6;
+  if (x < 0) x = 0;
+  return st.target * (1 + p.probe * x * x * x);
+}
+}  // namespace
+
+void note_demand(AdaptiveState& st, Micros now, double permits, std::uint64_t caller) {
+  roll(st, now);
+  st.demand_cur += permits;
+  st.asked.note(caller, now);
 }
 
-void note_grant(AdaptiveState& st, Micros now, double permits, const AdaptiveParams& p) {
-  st.sent = sent_rate(st, now, p) + permits * 1e6 / p.sent_window_us;
-  if (now > st.sent_at) st.sent_at = now;
+double demand(const AdaptiveState& st, Micros now) { return sliding(st, st.demand_cur, st.demand_prev, now); }
+
+void note_admitted(AdaptiveState& st, Micros now, double n) {
+  roll(st, now);
+  st.ok_cur += n;
+  st.since_ok += n;
 }
+
+double admitted(const AdaptiveState& st, Micros now) { return sliding(st, st.ok_cur, st.ok_prev, now); }
 
 double effective_rate(AdaptiveState& st, double configured, Micros now, const AdaptiveParams& p) {
-  if (st.w_max > 0 && now - st.last > p.forget_us && st.pause_until <= now) st.w_max = 0;
-  if (!(st.w_max > 0)) return configured;
+  if (st.target > 0 && now - st.last > p.forget_us && st.pause_until <= now) st.target = 0;
+  if (!(st.target > 0)) return configured;
   if (now > st.last) {
     // The time since the last step counts only while the interface is asked for at least the curve.
     const Micros from = st.last > st.epoch ? st.last : st.epoch;
@@ -76,7 +97,7 @@ double effective_rate(AdaptiveState& st, double configured, Micros now, const Ad
   }
   const double w = curve(st, now, p);
   if (w >= configured) {  // recovered: the rule's own rate again
-    st.w_max = 0;
+    st.target = 0;
     return configured;
   }
   double rate = w;
@@ -95,20 +116,63 @@ BucketParams effective_params(const BucketParams& configured, double rate) {
 }
 
 ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Micros pause_us, Micros jitter_us,
-                           const AdaptiveParams& p) {
+                           std::uint64_t caller, const AdaptiveParams& p) {
   ThrottleResult r;
   const double eff = effective_rate(st, configured, now, p);
+  st.throttled.note(caller, now);
   r.pause_until = st.pause_until;
   if (now - st.last_signal < p.debounce_us) return r;  // the same episode as the last cut
+  // Evidence: two callers throttled lately, or the throttled caller is the only one asking.
+  const bool two = now - st.throttled.second_at < p.evidence_us;
+  const bool alone = st.asked.first == caller && !(now - st.asked.second_at < p.evidence_us);
+  if (!two && !alone) {
+    r.unconfirmed = true;
+    return r;
+  }
+  const Micros previous = st.last_signal;
   st.last_signal = now;
   // The rate actually being sent: the effective rate, or what is asked for if that is less.
   double sent = eff;
   const double d = demand(st, now);
   if (d < sent) sent = d;
-  const double measured = sent_rate(st, now, p);
-  if (measured < sent) sent = measured > p.beta * sent ? measured : p.beta * sent;
+  // The estimate: what the supplier admitted over the last second. After a recent cut: probing
+  // above the level that cut estimated, at least that level (the allowance did not fall below
+  // what it admitted then; the last second adds a rise); throttled at or under it, the allowance
+  // dropped, and what it admitted a second since that cut says to what. A pause counts in that
+  // time for up to a second (the supplier's allowance refilled meanwhile and was spent after
+  // it), not beyond (a bucket fills once).
+  double estimate = admitted(st, now);
+  if (now - previous < p.recent_us) {
+    Micros start = previous;
+    if (st.pause_until - 1'000'000 > start && st.pause_until < now) start = st.pause_until - 1'000'000;
+    if (sent > st.level) {
+      // A token bucket's burst (refilled in a pause or a hold) lets a probe through above the
+      // allowance for a while, at most a second's worth: unless more than that went through above
+      // the level since the last cut, one refused probe raises the level by at most a quarter.
+      const double above = st.since_ok - st.level * (static_cast<double>(now - start) / 1e6);
+      const double most = st.level * p.probe_gain;
+      if (!(above > st.level) && estimate > most) estimate = most;
+      if (estimate < st.level) estimate = st.level;
+    } else if (now - start >= p.debounce_us) {
+      estimate = st.since_ok / (static_cast<double>(now - start) / 1e6);
+    }
+  }
+  st.since_ok = 0;
+  if (estimate > sent) estimate = sent;
+  const double lowest = p.max_cut * sent;
+  if (estimate < lowest) estimate = lowest;
+  double target = p.margin * estimate;
   const double fl = floor_rate(configured, p);
-  if (sent < fl) sent = fl;
+  if (target < fl) target = fl;
+  // The same level refused again soon after: probe less often.
+  Micros hold = p.hold_min_us;
+  if (st.level > 0 && now - previous < p.recent_us && std::fabs(estimate - st.level) <= p.same_level * st.level) {
+    hold = st.hold_us * 2;
+    if (hold < p.hold_min_us) hold = p.hold_min_us;
+    if (hold > p.hold_max_us) hold = p.hold_max_us;
+  }
+  st.level = estimate;
+  st.hold_us = hold;
   if (pause_us > 0) {
     if (pause_us > p.max_pause_us) pause_us = p.max_pause_us;
     const Micros until = now + pause_us + (jitter_us > 0 ? jitter_us : 0);
@@ -117,8 +181,8 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
       r.paused = true;
     }
   }
-  st.w_max = sent;
-  st.epoch = st.pause_until > now ? st.pause_until : now;  // the curve starts when sending may resume
+  st.target = target;
+  st.epoch = (st.pause_until > now ? st.pause_until : now) + hold;  // probing starts after the hold
   st.last = now;
   r.cut = true;
   r.from = sent;
@@ -127,11 +191,13 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   return r;
 }
 
-bool adaptive_rested(const AdaptiveState& st, Micros now) {
-  // The measured rate decayed to nothing (about 100 s after the last grant): what is left of it is
-  // below half an ulp of a whole permit's share (0.5), so neither the next grant's sum nor a cut
-  // sees it, and forgetting it decides as keeping it would (the Redis hash keeps it 10 minutes).
-  return !(st.w_max > 0) && st.pause_until <= now && demand(st, now) == 0 && sent_rate(st, now) < 1e-20;
+bool adaptive_rested(const AdaptiveState& st, Micros now, const AdaptiveParams& p) {
+  // Nothing counted in the sliding second, no caller inside the evidence window, no cut recent
+  // enough to lengthen the next hold or to count admissions since (since_ok): forgetting it
+  // decides as keeping it would (the Redis hash keeps it 10 minutes).
+  return !(st.target > 0) && st.pause_until <= now && demand(st, now) == 0 && admitted(st, now) == 0 &&
+         !(now - st.asked.first_at < p.evidence_us) && !(now - st.throttled.first_at < p.evidence_us) &&
+         !(now - st.last_signal < p.recent_us);
 }
 
 }  // namespace tollgate::limiter

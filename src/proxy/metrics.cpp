@@ -102,6 +102,10 @@ AdaptiveSeries& BucketMetrics::adaptive() {
             .Add(l),
         counters(registry_, "tollgate_adaptive_paused_rejections_total",
                  "Adaptive buckets: held requests a pause caught, answered 429 when they woke.")
+            .Add(l),
+        counters(registry_, "tollgate_adaptive_unconfirmed_total",
+                 "Adaptive buckets: upstream throttles that cut nothing, one caller's own among other callers' "
+                 "successes (no evidence that the interface is throttled).")
             .Add(l)});
     adaptive_.store(adaptive_owned_.get(), std::memory_order_release);
   });

@@ -124,6 +124,14 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
   req.timeout_us = out.capped ? 0 : rule.timeout_us();
   req.use_bucket = rule.has_bucket;
   req.adaptive = rule.has_bucket ? rule.adaptive : limiter::Adaptive::off;
+  if (req.adaptive != limiter::Adaptive::off) {
+    req.admitted = rules->metrics_of(rule).take_admitted();
+    // Who asked: a throttle cuts the shared rate only when it is not one caller's alone.
+    if (settings.trusted && !settings.trusted->empty())
+      req.caller = limiter::caller_id(client_address(facts.peer, facts.headers.joined("X-Forwarded-For"), *settings.trusted));
+    else
+      req.caller = limiter::caller_id(facts.peer);
+  }
   if (facts.budget && settings.deadlines && !out.shadow) {
     // The wait it may be given: what its budget leaves once the upstream has answered.
     LatencyEstimate& estimate = rules->metrics_of(rule).upstream_latency;

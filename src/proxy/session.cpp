@@ -602,7 +602,10 @@ net::awaitable<bool> Session::handle(std::string_view body) {
                             plan.rule ? &signal : nullptr, stream_->tls() != nullptr,
                             permit, hop_fields_now()};
   const bool open = co_await forward(px_, w_, *table, *stream_, out, *route, fields, access.rec);
-  if (signal.throttled) co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
+  if (signal.throttled)
+    co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
+  else if (access.rec.upstream_status != 0 && plan.step == Step::decide && plan.request.adaptive != limiter::Adaptive::off)
+    rules->metrics_of(*plan.rule).note_admitted();  // the supplier admitted it: told with the next decision
   co_return open;
 }
 
@@ -721,7 +724,10 @@ net::awaitable<bool> Session::client_left(const Plan& plan, store::Reservation r
 
 net::awaitable<void> Session::ask_again(Plan& plan, const RuleViews& rules, store::StoreDecision& sd,
                                         Verdict& verdict) {
+  plan.request.again = true;  // the same arrival
+  plan.request.admitted = rules.metrics_of(*plan.rule).take_admitted();
   sd = co_await px_.deps.store.try_acquire(plan.request);
+  plan.request.again = false;
   note_adaptive(plan, rules, sd);
   verdict = verdict_for(plan, sd);
 }
@@ -748,17 +754,30 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
   bm.upstream_throttled().Increment();
   const limiter::Adaptive mode = plan.request.adaptive;
   if (plan.step != Step::decide || mode == limiter::Adaptive::off) co_return;
-  // A little jitter on a pause (up to a tenth of it, at most 0.5 s), so that a fleet told the same
-  // Retry-After does not resume in step.
-  thread_local std::minstd_rand rng{std::random_device{}()};
-  const std::int64_t spread = std::min<std::int64_t>(signal.pause_us / 10, 500'000);
-  const std::int64_t jitter =
-      spread > 0 ? std::uniform_int_distribution<std::int64_t>(0, spread)(rng) : 0;
-  const store::AdaptOutcome o = co_await px_.deps.store.throttled(plan.request, signal.pause_us, jitter);
+  std::int64_t pause = signal.pause_us, jitter = 0;
+  if (pause == 0 || pause == 1'000'000) {
+    // No pause asked for, or a window's worth (Retry-After: 1, t=1): most suppliers count calls
+    // per calendar second, and the window that refused ends at the next whole second of the wall
+    // clock. What is sent before then is refused; pausing a whole second from now would skip most
+    // of the next window. A token bucket's allowance refills meanwhile (a second's burst), so the
+    // pause costs it nothing. (A supplier that says a fraction of a second, or longer, means it.)
+    // Only a throttle that cuts pauses: one caller's own 429s pause nobody.
+    const std::int64_t wall = std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch()).count();
+    pause = 1'000'000 - wall % 1'000'000;
+  } else if (pause > 0) {
+    // A little jitter on a longer pause (up to a tenth of it, at most 0.5 s), so that a fleet told
+    // the same Retry-After does not resume in step.
+    thread_local std::minstd_rand rng{std::random_device{}()};
+    const std::int64_t spread = std::min<std::int64_t>(pause / 10, 500'000);
+    jitter = std::uniform_int_distribution<std::int64_t>(0, spread)(rng);
+  }
+  const store::AdaptOutcome o = co_await px_.deps.store.throttled(plan.request, pause, jitter);
   if (!o.ok) co_return;  // the store is down: it decides by its failure policy, nothing to adapt
   AdaptiveSeries& series = bm.adaptive();
   series.effective_rate.Set(o.effective_rate);
   if (mode == limiter::Adaptive::on && o.pause_left_us > 0) bm.raise_pause(limiter::steady_now_us() + o.pause_left_us);
+  if (o.result.unconfirmed) series.unconfirmed.Increment();
   if (!o.result.cut) co_return;  // the same episode as a cut a moment ago (here or elsewhere in the fleet)
   series.cuts.Increment();
   if (o.result.paused) series.pauses.Increment();

@@ -105,7 +105,8 @@ LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& re
   // from the shape it was in to the one of this rate (as the Redis script does).
   Entry* found = find(shard, req.bucket.name, false);
   limiter::AdaptiveState st = found && found->adaptive ? *found->adaptive : limiter::AdaptiveState{};
-  limiter::note_demand(st, now, req.permits);
+  if (req.admitted > 0) limiter::note_admitted(st, now, req.admitted);
+  if (!req.again) limiter::note_demand(st, now, req.permits, req.caller);
   out.effective_rate = limiter::effective_rate(st, req.bucket.params.rate, now);
   BucketRef ref = req.bucket;
   if (req.adaptive == limiter::Adaptive::on) {
@@ -301,7 +302,6 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   }
   if (a) a->state = sa;
   if (b) b->state = sb;
-  if (a && a->adaptive && req.adaptive != limiter::Adaptive::off) limiter::note_grant(*a->adaptive, now, req.permits);
   for (std::size_t i = 0; i < windows.size(); ++i) {
     windows[i]->window = rolled[i];
     windows[i]->window.current += permits;
@@ -427,7 +427,7 @@ AdaptOutcome LocalStore::adapt(const AcquireRequest& req, Micros pause_us, Micro
   if (!e->adaptive) e->adaptive = std::make_unique<limiter::AdaptiveState>();
   limiter::AdaptiveState& st = *e->adaptive;
   const double configured = req.bucket.params.rate;
-  out.result = limiter::on_throttle(st, configured, now, pause_us, jitter_us);
+  out.result = limiter::on_throttle(st, configured, now, pause_us, jitter_us, req.caller);
   out.effective_rate = limiter::effective_rate(st, configured, now);
   if (req.adaptive == limiter::Adaptive::on && out.result.paused) {
     // Nothing is sent before the pause ends, and no permit piles up meanwhile: the bucket starts

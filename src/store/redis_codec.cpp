@@ -387,6 +387,9 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
   if (adaptive) {
     out.push_back(num(req.bucket.params.rate));
     out.push_back(req.bucket.params.burst ? num(*req.bucket.params.burst) : std::string());
+    out.push_back(std::to_string(req.caller));
+    out.push_back(num(req.admitted));
+    out.push_back(req.again ? "1" : "0");
   }
   if (has_b) shape_args(out, req.parent->params);
   for (const QuotaRef& q : req.quotas) {
@@ -408,11 +411,12 @@ std::vector<std::string> adapt_call(const AcquireRequest& req, const std::string
           num(req.bucket.params.rate),
           req.bucket.params.burst ? num(*req.bucket.params.burst) : std::string(),
           std::to_string(pause_us),
-          std::to_string(jitter_us)};
+          std::to_string(jitter_us),
+          std::to_string(req.caller)};
 }
 
 std::optional<AdaptOutcome> parse_adapt_reply(const std::vector<std::string>& items, Micros now) {
-  if (items.size() != 7) return std::nullopt;
+  if (items.size() != 8) return std::nullopt;
   try {
     AdaptOutcome out;
     out.ok = true;
@@ -424,6 +428,7 @@ std::optional<AdaptOutcome> parse_adapt_reply(const std::vector<std::string>& it
     // The store's pause_until is on Redis's clock: told on the caller's, from what is left of it.
     out.result.pause_until = now + out.pause_left_us;
     out.effective_rate = std::stod(items[6]);
+    out.result.unconfirmed = items[7] == "1";
     return out;
   } catch (const std::exception&) {
     return std::nullopt;

@@ -60,10 +60,14 @@ struct Sent {
 
 // An open-loop client: `rate` requests a second, spread over the gateways in turn, each on its own
 // connection from a pool of threads (a held request does not delay the next one), for `duration`.
+// With `callers`, request i says it comes from callers[i % n] (X-Forwarded-For, believed from a
+// loopback peer when the gateway trusts it).
 class PacedClient {
  public:
-  PacedClient(std::vector<int> ports, double rate, std::chrono::milliseconds duration)
-      : ports_(std::move(ports)), rate_(rate), total_(static_cast<int>(rate * duration.count() / 1000.0)) {}
+  PacedClient(std::vector<int> ports, double rate, std::chrono::milliseconds duration,
+              std::vector<std::string> callers = {})
+      : ports_(std::move(ports)), rate_(rate), total_(static_cast<int>(rate * duration.count() / 1000.0)),
+        callers_(std::move(callers)) {}
   void start() {
     t0_ = mono_us();
     for (int i = 0; i < 64; ++i) threads_.emplace_back([this] { work(); });
@@ -84,7 +88,9 @@ class PacedClient {
       if (at > now) std::this_thread::sleep_for(std::chrono::microseconds(at - now));
       Sent s;
       s.at_us = mono_us();
-      const HttpResponse r = http_request(ports_[static_cast<std::size_t>(i) % ports_.size()], {"GET", kPath, {}, {}}, 5s);
+      HttpRequest req{"GET", kPath, {}, {}};
+      if (!callers_.empty()) req.headers.push_back({"X-Forwarded-For", callers_[static_cast<std::size_t>(i) % callers_.size()]});
+      const HttpResponse r = http_request(ports_[static_cast<std::size_t>(i) % ports_.size()], req, 5s);
       s.status = r.status;
       s.ours = r.header("x-tollgate-origin") == "gateway";
       s.retry_after = r.header("retry-after");
@@ -95,6 +101,7 @@ class PacedClient {
   std::vector<int> ports_;
   double rate_;
   int total_;
+  std::vector<std::string> callers_;
   std::int64_t t0_ = 0;
   std::atomic<int> next_{0};
   std::vector<std::thread> threads_;
@@ -149,17 +156,20 @@ struct RunResult {
 };
 
 // Drives `fleet` at 60 requests a second through the phases, changing the supplier's allowance at
-// each, and reads everything back.
+// each, and reads everything back. `kind` is the rest of the supplier's limit (the mock's "kind",
+// "signal", "status"; empty: its default token bucket with every field).
 RunResult drive(const std::string& name, std::vector<std::unique_ptr<GatewayProcess>>& fleet, MockUpstream& supplier,
-                const std::vector<Phase>& phases, int settle) {
+                const std::vector<Phase>& phases, int settle, const json& kind = json::object()) {
   int total_s = 0;
   for (const Phase& p : phases) total_s += p.seconds;
   supplier.reset();
   std::vector<int> ports;
   for (auto& gw : fleet) ports.push_back(gw->port);
   auto set_allowance = [&](double rate) {
+    json limit = kind;
+    limit["rate"] = rate;
     const HttpResponse r =
-        http_request(supplier.port, {"PUT", "/__limits", {}, json{{"/shopping/search", rate}}.dump()});
+        http_request(supplier.port, {"PUT", "/__limits", {}, json{{"/shopping/search", limit}}.dump()});
     EXPECT_EQ(r.status, 200) << r.body;
   };
   set_allowance(phases[0].allowance);
@@ -245,13 +255,15 @@ RunResult drive(const std::string& name, std::vector<std::unique_ptr<GatewayProc
 const std::vector<Phase> kPhases{{20, 14}, {35, 14}, {50, 12}};
 constexpr int kSettle = 4;
 
-// With adaptive, each phase after its first seconds: the supplier refuses under 2% of what it
-// receives and gets at least 90% of its allowance. Measured on this machine: see BENCHMARKS.md.
-void expect_follows_the_supplier(const RunResult& r) {
+// With adaptive, each phase after its first seconds: the supplier refuses at most `refused` of
+// what it receives and gets at least `used` of its allowance. These are guards a loaded 2-core
+// machine holds on every run (a phase sees 100 to 350 requests: one refusal is 0.3-1%); the
+// figures of a quiet run, and the targets, are bench/adaptive.sh's (docs/adaptive-and-deadlines.md).
+void expect_follows_the_supplier(const RunResult& r, double refused = 0.05, double used = 0.90) {
   for (const PhaseFigures& f : r.settled) {
     SCOPED_TRACE("allowance " + std::to_string(f.allowance));
-    EXPECT_LT(f.throttled_share(), 0.02);
-    EXPECT_GE(f.goodput(), 0.90);
+    EXPECT_LE(f.throttled_share(), refused);
+    EXPECT_GE(f.goodput(), used);
   }
 }
 
@@ -394,6 +406,124 @@ TEST_F(AdaptiveFleet, RetryAfterPausesTheWholeFleet) {
   EXPECT_GT(pauses, 0);
   EXPECT_GT(caught, 0);  // held requests the pause caught answered 429 when they woke
 }
+
+// Suppliers as airlines run them: a token bucket or fixed one-second windows (N calls per calendar
+// second), refusing with Retry-After, with RateLimit fields or with nothing (a bare 429), with 429
+// or 503, in front of one gateway or three on Redis. The allowance drops (20 -> 12/s), then rises
+// (12 -> 30/s). The targets, from 4 s after each change, are at most 3% of what the supplier receives
+// refused and at least 90% of its allowance used; bench/adaptive.sh measures them. What is guarded
+// here on every run is looser (at most 10% and at least 75%: the control run refuses 40-60%).
+// (A bare 503 is an outage, not a throttle: 503s carry a field.)
+struct SupplierCase {
+  const char* name;
+  const char* kind;
+  const char* signal;
+  int status;
+  bool fleet;
+};
+
+void PrintTo(const SupplierCase& c, std::ostream* os) { *os << c.name; }
+
+class SupplierKinds : public ::testing::TestWithParam<SupplierCase> {};
+
+const std::vector<Phase> kDropThenRise{{20, 12}, {12, 12}, {30, 12}};
+
+std::vector<std::unique_ptr<GatewayProcess>> start_gateways(const json& c, int n) {
+  std::vector<std::unique_ptr<GatewayProcess>> fleet;
+  for (int i = 0; i < n; ++i) {
+    fleet.push_back(std::make_unique<GatewayProcess>(c));
+    EXPECT_GT(fleet.back()->port, 0) << fleet.back()->proc->output();
+    if (n > 1) {
+      EXPECT_TRUE(fleet.back()->proc->wait_for_line("redis store connected", 10s)) << fleet.back()->proc->output();
+    }
+  }
+  return fleet;
+}
+
+TEST_P(SupplierKinds, FollowsADropAndARise) {
+  const SupplierCase& k = GetParam();
+  if (k.fleet) {
+    if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+    RedisServer::shared().flush();
+  }
+  MockUpstream supplier;
+  ASSERT_GT(supplier.port, 0);
+  auto fleet = start_gateways(supplier_config(supplier.port, "on", k.fleet ? RedisServer::shared().port() : 0),
+                              k.fleet ? 3 : 1);
+  ASSERT_FALSE(HasFailure());
+  const RunResult r = drive(k.name, fleet, supplier, kDropThenRise, kSettle,
+                            {{"kind", k.kind}, {"signal", k.signal}, {"status", k.status}});
+  // The control run refuses 40-60% (see OneGatewayFollowsTheSupplierAndTheControlRunDoesNot).
+  expect_follows_the_supplier(r, 0.10, 0.75);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Suppliers, SupplierKinds,
+    ::testing::Values(SupplierCase{"window-retry_after-429-one", "fixed_window", "retry_after", 429, false},
+                      SupplierCase{"window-bare-429-fleet", "fixed_window", "bare", 429, true},
+                      SupplierCase{"window-ratelimit-503-one", "fixed_window", "ratelimit", 503, false},
+                      SupplierCase{"bucket-bare-429-one", "token_bucket", "bare", 429, false},
+                      SupplierCase{"bucket-retry_after-503-fleet", "token_bucket", "retry_after", 503, true}),
+    [](const ::testing::TestParamInfo<SupplierCase>& i) {
+      std::string n = i.param.name;
+      for (char& ch : n)
+        if (ch == '-') ch = '_';
+      return n;
+    });
+
+// One caller's own 429s (its per-user quota at the supplier, its bad credentials) pass through to
+// it and change nothing for the others: 8 in 4 s, then 100 in 10 s, among six other callers' 30
+// requests a second, with one gateway and with three on Redis.
+class SingleCaller : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SingleCaller, ACallersOwn429sLeaveTheRateAlone) {
+  const bool fleet_mode = GetParam();
+  if (fleet_mode) {
+    if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+    RedisServer::shared().flush();
+  }
+  MockUpstream supplier;
+  ASSERT_GT(supplier.port, 0);
+  json c = supplier_config(supplier.port, "on", fleet_mode ? RedisServer::shared().port() : 0);
+  c["proxy"]["trusted_proxies"] = json::array({"127.0.0.1"});
+  auto fleet = start_gateways(c, fleet_mode ? 3 : 1);
+  ASSERT_FALSE(HasFailure());
+  supplier.reset();
+  const HttpResponse set = http_request(
+      supplier.port, {"PUT", "/__limits", {}, R"({"/shopping/search": {"rate": 100, "refuse_callers": ["10.0.0.99"]}})"});
+  ASSERT_EQ(set.status, 200) << set.body;
+  std::vector<int> ports;
+  for (auto& gw : fleet) ports.push_back(gw->port);
+  PacedClient others(ports, 30, 16s, {"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"});
+  others.start();
+  std::this_thread::sleep_for(1s);
+  PacedClient few(ports, 2, 4s, {"10.0.0.99"});
+  few.start();
+  std::vector<Sent> own = few.join();
+  PacedClient many(ports, 10, 10s, {"10.0.0.99"});
+  many.start();
+  for (Sent& x : many.join()) own.push_back(x);
+  const std::vector<Sent> rest = others.join();
+  // The caller got the supplier's 429s, all 108 of them...
+  int supplier_429 = 0;
+  for (const Sent& x : own) supplier_429 += x.status == 429 && !x.ours;
+  EXPECT_EQ(supplier_429, 108);
+  // ...and nothing changed for anyone: no cut, the rule's rate, every other request forwarded.
+  double cuts = 0, unconfirmed = 0;
+  for (auto& gw : fleet) {
+    cuts += metric_sum(*gw, std::string("tollgate_adaptive_cuts_total{bucket=\"") + kBucket + "\"}");
+    unconfirmed += metric_sum(*gw, std::string("tollgate_adaptive_unconfirmed_total{bucket=\"") + kBucket + "\"}");
+    EXPECT_EQ(effective_rate(*gw), 50);
+  }
+  EXPECT_EQ(cuts, 0);
+  EXPECT_GT(unconfirmed, 50);  // each counted (but those within a cut's debounce: there was none)
+  int forwarded = 0;
+  for (const Sent& x : rest) forwarded += x.status == 200;
+  EXPECT_EQ(forwarded, static_cast<int>(rest.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Topologies, SingleCaller, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "fleet" : "one"; });
 
 }  // namespace
 }  // namespace tollgate::testing

@@ -254,8 +254,9 @@ TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {
   }
 }
 
-// Adaptive buckets decide the same in both stores. Arrivals at random rates, throttle
-// signals at random moments (some with a pause, some within the debounce of the last), an operator
+// Adaptive buckets decide the same in both stores. Arrivals at random rates from three callers,
+// throttle signals at random moments (some with a pause, some within the debounce of the last,
+// some without the evidence to cut), an operator
 // edit now and then: every decision, effective rate, pause and signal outcome is the in-process
 // store's, double for double.
 TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
@@ -267,7 +268,7 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
     std::mt19937_64 rng(7);
     BucketParams params;
     params.rate = 50;
-    int cuts = 0, pauses = 0, granted = 0, rejected = 0, refunded = 0;
+    int cuts = 0, pauses = 0, granted = 0, rejected = 0, refunded = 0, unconfirmed = 0;
     double lowest = 50;
     std::vector<std::pair<AcquireRequest, Reservation>> held;
     for (int step = 0; step < 4000; ++step) {
@@ -278,8 +279,10 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
       }
       AcquireRequest req{{"/ibe/search", params}, {}, "", 1.0, static_cast<Micros>(rng() % 800'000)};
       req.adaptive = mode;
+      // Three callers, one of them most of the time: some throttles cut, some lack evidence.
+      req.caller = rng() % 8 == 0 ? limiter::caller_id("10.0.0.2") : rng() % 16 == 0 ? 3 : limiter::caller_id("10.0.0.1");
       SCOPED_TRACE("step " + std::to_string(step));
-      if (rng() % 60 == 0) {
+      if (rng() % 20 == 0) {
         const Micros pause = rng() % 3 == 0 ? static_cast<Micros>(rng() % 3'000'000) : 0;
         const Micros jitter = static_cast<Micros>(rng() % 100'000);
         const AdaptOutcome l = local.adapt(req, pause, jitter);
@@ -294,12 +297,17 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
         EXPECT_EQ(l.result.from, rr->result.from);
         EXPECT_EQ(l.result.to, rr->result.to);
         EXPECT_EQ(l.result.paused, rr->result.paused);
+        EXPECT_EQ(l.result.unconfirmed, rr->result.unconfirmed);
         EXPECT_EQ(l.pause_left_us, rr->pause_left_us);
         EXPECT_EQ(l.effective_rate, rr->effective_rate);
         cuts += l.result.cut;
         pauses += l.result.paused;
+        unconfirmed += l.result.unconfirmed;
         continue;
       }
+      // The supplier's admissions this gateway reports; now and then a request asking again.
+      req.admitted = static_cast<double>(rng() % 3);
+      req.again = rng() % 30 == 0;
       const StoreDecision l = local.decide(req);
       const StoreDecision r = acquire(req, clock.now_us());
       ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
@@ -319,6 +327,7 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
     }
     EXPECT_GT(refunded, 20);
     EXPECT_GT(cuts, 20);
+    EXPECT_GT(unconfirmed, 3);
     EXPECT_GT(pauses, 5);
     EXPECT_GT(granted, 500);
     EXPECT_GT(rejected, mode == limiter::Adaptive::on ? 500 : 0);

@@ -1,19 +1,33 @@
 // Adaptive rate: a bucket's effective rate follows the upstream's throttling. Pure
 // arithmetic on a state struct, like token_bucket.hpp: no I/O, no clock reads, no locks; times are
 // whole microseconds on the caller's clock (Redis time in the Redis store, which runs the same
-// steps in Lua: src/store/redis_scripts.hpp).
+// steps in Lua: src/store/lua/adaptive_lib.lua).
 //
-// The curve is CUBIC (RFC 9438) as the AWS SDKs' adaptive retry mode uses it for request rates:
-// a throttle signal records the rate actually being sent, w_max, and the rate drops to
-// beta * w_max; from then on the rate is W(t) = C (t - K)^3 + w_max with K = cbrt(w_max (1 - beta) / C),
-// which climbs back quickly, flattens around w_max (where the last throttle came) and then probes
-// above it. Once W reaches the configured rate the bucket is back to its rule. Never below the
-// floor, never above the configured rate, and while the interface is asked for less than W the
-// curve does not advance: it never grows past what it was asked for without a throttle to say so.
+// A supplier's allowance is a number it enforces, not a capacity to discover: what it let through
+// when it throttles is an estimate of it (its answers other than throttles, which the gateways
+// report). Over the last second while the gateway was sending above the level the last cut
+// estimated (never less than that level: a probe that is refused again finds it unchanged; at
+// most a quarter more unless over a second's worth went through above it since the last cut: a
+// token bucket's refilled burst lets a probe through for a while); when
+// it throttles at or under that level, the allowance dropped, and what it admitted a second since
+// that cut says to what (a pause counted for at most a second: a bucket fills once). A throttle
+// backed by evidence that the interface, not one caller, is over its allowance cuts the rate to
+// `margin` (0.95) of the estimate, never more than halving it at once (the estimate may lag), and
+// holds it there for a while (0.5 s, doubled each time the same level is refused again soon
+// after, up to 3 s). Then it probes upward on T (1 + probe x^3), x the seconds since probing
+// began: flat near the held rate for a second (a probe that finds the allowance unchanged costs
+// a few refusals), steep after (a risen allowance is reached within a few seconds). Reaching the
+// configured rate ends the adaptation. Never below the floor, never above the configured rate,
+// and while the interface is asked for less than the curve, the curve does not advance.
+//
+// Evidence: throttles for two different callers within `evidence_us`, or a throttled caller that
+// is the only one who asked in that time (there is nobody else to protect). One caller's own
+// throttles (its per-user quota, its bad credentials) among others' successes change nothing.
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <string_view>
 
 #include "tollgate/limiter/token_bucket.hpp"
 
@@ -25,42 +39,75 @@ enum class Adaptive : std::uint8_t { off, on, shadow };
 const char* adaptive_name(Adaptive a);
 
 struct AdaptiveParams {
-  double beta = 0.7;             // the multiplicative cut
-  double c = 0.4;                // CUBIC's scaling constant (permits/s per s^3)
+  double margin = 0.95;          // a cut holds at this share of the estimated allowance
+  double max_cut = 0.5;          // ...but one cut goes no lower than this share of the rate being sent
+  double probe = 0.05;           // the probe: target * (1 + probe * x^3), x in seconds
+  double probe_gain = 1.25;      // a refused probe raises the level by at most this factor
   Micros debounce_us = 500'000;  // a second signal within this of the last cut is the same episode
+  Micros evidence_us = 2'000'000;  // throttles of two callers within this, or only one caller asking
+  Micros hold_min_us = 500'000;    // the hold after a cut before probing...
+  Micros hold_max_us = 3'000'000;  // ...doubled up to this while the same level is refused again
+  double same_level = 0.2;         // estimates within this share of each other are the same level
+  Micros recent_us = 30'000'000;   // ...when the cuts are this close
   Micros max_pause_us = 60'000'000;  // Retry-After and RateLimit t are capped here
   double floor_share = 0.02;     // the floor: this share of the configured rate...
   double min_floor = 0.1;        // ...but at least this many permits a second (or the configured rate)
   Micros forget_us = 600'000'000;  // an adaptation nobody asked through for this long is over
-  double sent_window_us = 2e6;     // the time constant of the measured rate of grants
 };
 
 inline constexpr Micros kNever = std::numeric_limits<Micros>::min() / 2;
 
+// The two most recent different callers of a kind of event, and when each last had one: whether
+// two callers had one within a window is `second_at` inside it. Caller ids are below 2^53 (exact
+// as doubles, in Lua too).
+struct CallerPair {
+  std::uint64_t first = 0;      // the caller of the most recent event
+  Micros first_at = kNever;
+  std::uint64_t second = 0;     // the most recent other caller
+  Micros second_at = kNever;
+  void note(std::uint64_t caller, Micros now) {
+    if (caller != first) {
+      second = first;
+      second_at = first_at;
+      first = caller;
+    }
+    first_at = now;
+  }
+};
+
 struct AdaptiveState {
-  double w_max = 0;            // 0: not adapting, the configured rate applies
-  Micros epoch = 0;            // t = 0 of the curve (moved on while the interface asks for less)
+  double target = 0;           // the held rate (0: not adapting, the configured rate applies)
+  Micros epoch = 0;            // x = 0 of the probe (moved on while the interface asks for less)
   Micros last = 0;             // when the curve was last advanced
   Micros last_signal = kNever; // the last signal that cut (debounce)
   Micros pause_until = 0;      // nothing is sent before this
-  // Demand: requests arriving per second, counted in whole seconds of this clock.
-  std::int64_t demand_sec = 0;
-  double demand_cur = 0;       // this second's arrivals
-  double demand_prev = 0;      // the previous second's
-  // What is actually sent: grants a second, an exponentially weighted average (sent_window_us).
-  double sent = 0;
-  Micros sent_at = 0;
+  // Per whole second of this clock: requests arriving, and the supplier's answers reported (its
+  // admissions: answers other than throttles), this second and the previous one (a sliding second
+  // is read from both).
+  std::int64_t sec = 0;
+  double demand_cur = 0, demand_prev = 0;
+  double ok_cur = 0, ok_prev = 0;
+  double since_ok = 0;         // admissions reported since the last cut
+  double level = 0;            // the allowance estimated at the last cut
+  Micros hold_us = 0;          // the hold that cut began
+  CallerPair asked;            // callers of arrivals
+  CallerPair throttled;        // callers of throttles heard
 };
 
+// A caller id for an address (or any text): 53 bits of a hash, never 0 (0 is "no caller").
+std::uint64_t caller_id(std::string_view caller);
+
 double floor_rate(double configured, const AdaptiveParams& p = {});
-// Counts `permits` arriving at `now`.
-void note_demand(AdaptiveState& st, Micros now, double permits);
+// Counts `permits` arriving at `now` from `caller`.
+void note_demand(AdaptiveState& st, Micros now, double permits, std::uint64_t caller = 0);
 // Requests a second the interface is asked for at `now`: the previous second's count weighted by
 // the share of it still inside the last second, plus this second's (a sliding window).
 double demand(const AdaptiveState& st, Micros now);
-// Counts a grant of `permits` at `now`, and the measured rate of grants at `now`.
-void note_grant(AdaptiveState& st, Micros now, double permits, const AdaptiveParams& p = {});
-double sent_rate(const AdaptiveState& st, Micros now, const AdaptiveParams& p = {});
+// Counts `n` answers of the supplier that were not throttles (reported by a gateway at `now`: each
+// gateway counts them and sends its count with its next decision for the bucket).
+void note_admitted(AdaptiveState& st, Micros now, double n);
+// What the supplier let through over the sliding second.
+double admitted(const AdaptiveState& st, Micros now);
 // The effective rate at `now` (after note_demand for the request being decided). Advances the
 // curve (or holds it while demand is below it) and ends the adaptation once it reaches `configured`.
 double effective_rate(AdaptiveState& st, double configured, Micros now, const AdaptiveParams& p = {});
@@ -69,22 +116,25 @@ double effective_rate(AdaptiveState& st, double configured, Micros now, const Ad
 BucketParams effective_params(const BucketParams& configured, double rate);
 
 struct ThrottleResult {
-  bool cut = false;        // the rate was cut now (false: within the debounce of the last cut)
+  bool cut = false;        // the rate was cut now
+  bool unconfirmed = false;  // not cut for want of evidence (one caller's throttles among others')
   double from = 0;         // the rate being sent when it came
   double to = 0;           // the rate right after the cut
   bool paused = false;     // a pause began (or was extended) now
   Micros pause_until = 0;  // when it ends
 };
-// A throttle signal from the upstream at `now`. `pause_us`: its Retry-After or RateLimit t (0:
-// none), capped at max_pause_us; `jitter_us` is added to a pause so that a fleet does not resume
-// in step. The rate being sent is the effective rate, or the demand if less, or the measured rate
-// of grants if that is less still (a supplier's burst lets a rate through for a while that it does
-// not allow: what went through over the last seconds, pauses included, says more), but not under
-// beta times the other two (a measure that has not caught up after a quiet spell).
+// A throttle signal from the upstream at `now`, for a request of `caller`. `pause_us`: its
+// Retry-After or RateLimit t (0: none), capped at max_pause_us; `jitter_us` is added to a pause so
+// that a fleet does not resume in step. The signal is always counted (the estimate and the
+// evidence); it cuts when it is not within the debounce of the last cut and the evidence holds.
+// Then the rate being sent is the effective rate, or the demand if less; the estimate (above),
+// no more than the rate being sent and no less than max_cut of it; the rate is held at margin
+// times the estimate.
 ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Micros pause_us, Micros jitter_us,
-                           const AdaptiveParams& p = {});
-// Whether a state holds nothing (not adapting, no pause ahead, no demand and no measured rate to
-// remember): it decides as a missing one.
-bool adaptive_rested(const AdaptiveState& st, Micros now);
+                           std::uint64_t caller = 0, const AdaptiveParams& p = {});
+// Whether a state holds nothing (not adapting, no pause ahead, nothing counted in the last
+// seconds, no caller inside the evidence window, no cut recent enough to lengthen a hold): it
+// decides as a missing one.
+bool adaptive_rested(const AdaptiveState& st, Micros now, const AdaptiveParams& p = {});
 
 }  // namespace tollgate::limiter

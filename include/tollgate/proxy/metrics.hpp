@@ -73,6 +73,7 @@ struct AdaptiveSeries {
   prometheus::Counter& cuts;              // throttle episodes that cut the rate
   prometheus::Counter& pauses;            // ... and those that paused it (Retry-After, RateLimit t)
   prometheus::Counter& paused_rejections; // held requests a pause caught: 429 when they woke
+  prometheus::Counter& unconfirmed;       // throttles that cut nothing: one caller's among others' successes
 };
 
 // One bucket's series, shared by every worker.
@@ -112,6 +113,13 @@ class BucketMetrics {
     while (until > seen && !pause_until_us.compare_exchange_weak(seen, until, std::memory_order_relaxed)) {
     }
   }
+  // Adaptive buckets: the supplier's answers other than throttles that this gateway saw since it
+  // last told the store (each decision for the bucket takes them along): what the supplier admits.
+  void note_admitted() { admitted_pending_.fetch_add(1, std::memory_order_relaxed); }
+  double take_admitted() {
+    if (admitted_pending_.load(std::memory_order_relaxed) == 0) return 0;
+    return static_cast<double>(admitted_pending_.exchange(0, std::memory_order_relaxed));
+  }
   void note_event(AdaptiveEvent e);
   AdaptiveEvent last_event() const;
 
@@ -126,6 +134,7 @@ class BucketMetrics {
   std::once_flag throttled_once_, adaptive_once_;
   std::atomic<prometheus::Counter*> throttled_{nullptr};
   std::atomic<AdaptiveSeries*> adaptive_{nullptr};
+  std::atomic<std::int64_t> admitted_pending_{0};
   std::unique_ptr<AdaptiveSeries> adaptive_owned_;
   mutable std::mutex event_mu_;
   AdaptiveEvent event_;

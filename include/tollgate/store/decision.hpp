@@ -53,6 +53,15 @@ struct AcquireRequest {
   // bucket decides at min(bucket.params.rate, the adapted rate) and waits out a pause; shadow: the
   // adapted state follows the signals and is reported, the bucket decides at its configured rate.
   limiter::Adaptive adaptive = limiter::Adaptive::off;
+  // An adaptive request's caller (limiter::caller_id of its client address): a throttle cuts the
+  // shared rate only with evidence that more than one caller is throttled, or that it is the only one.
+  std::uint64_t caller = 0;
+  // An adaptive request also reports the supplier's answers other than throttles that this
+  // gateway saw for the bucket since its last report: what the supplier admitted, the estimate
+  // of its allowance (limiter::note_admitted). Not a new arrival when `again` (a request asking
+  // again after a pause voided its slot).
+  double admitted = 0;
+  bool again = false;
 };
 
 // Which check decided a combined outcome (the binding one: the rejection furthest from passing).

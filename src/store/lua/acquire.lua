@@ -10,7 +10,8 @@
 -- ARGV[5] has bucket (0/1), ARGV[6] has parent (0/1), ARGV[7] number of quotas, ARGV[8] max held (0: no share),
 -- ARGV[9] adaptive (0 off, 1 on, 2 shadow: then KEYS has the bucket's adaptive hash right after the bucket),
 -- then 7 numbers per present bucket: interval, max_permits, cool_down, warm (0/1), threshold, cold_interval, slope,
--- and after the bucket's, when adaptive, its configured rate and burst ('' unset),
+-- and after the bucket's, when adaptive, its configured rate, burst ('' unset), the request's caller id,
+-- the supplier's admissions this gateway reports, and 1 when the request asks again (not a new arrival),
 -- then 3 per quota: period_us, limit, algorithm (0 fixed, 1 sliding).
 -- Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound (0 bucket, 1 parent, 2 share, 3 quota),
 --          bound_quota (rejected) or the maxShare grant's release (granted), release1, cost1, spent1, release2, cost2, spent2,
@@ -23,7 +24,7 @@
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' , 1 250000 0 '' 1 0 0 0 0 100000 10 100000 0 0 0 0
 -- The same bucket adaptive (on), its configured rate 10 and no burst, with its adaptive hash:
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , \
---     1 250000 0 '' 1 0 0 0 1 100000 10 100000 0 0 0 0 10 ''
+--     1 250000 0 '' 1 0 0 0 1 100000 10 100000 0 0 0 0 10 '' 7 0 0
 -- The same bucket with a fixed window quota of 100 a minute:
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}q:7:' , \
 --     1 250000 0 '' 1 0 1 0 0 100000 10 100000 0 0 0 0 60000000 100 0
@@ -191,11 +192,13 @@ if has_a then ka, sa, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
 local A, ad, kad, eff, pause_left = nil, nil, nil, 0, 0
 if has_a and adaptive > 0 then
   kad = KEYS[ki]
-  local conf, burst = tonumber(ARGV[base]), ARGV[base + 1]
-  ki, base = ki + 1, base + 2
+  local conf, burst, caller, oks = tonumber(ARGV[base]), ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  local again = ARGV[base + 4] == '1'
+  ki, base = ki + 1, base + 5
   A = adaptive_lib()
   ad = A.load(kad)
-  A.note(ad, now, permits)
+  if oks > 0 then A.ok(ad, now, oks) end
+  if not again then A.note(ad, now, permits, caller) end
   eff = A.effective(ad, conf, now)
   if adaptive == 1 then
     local mx = eff
@@ -324,7 +327,6 @@ end
 local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, share_release, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
 for _, v in ipairs(qout) do table.insert(out, v) end
 if ad then
-  A.grant(ad, now, permits)
   A.save(kad, ad)
   table.insert(out, fmt(eff))
   table.insert(out, pause_left)

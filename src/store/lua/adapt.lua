@@ -5,12 +5,13 @@
 --   cat adaptive_lib.lua adapt.lua > /tmp/adapt.lua
 --
 -- KEYS[1] the bucket, KEYS[2] its adaptive hash. ARGV[1] now_us ('' = Redis TIME), ARGV[2] 1 on,
--- 2 shadow, ARGV[3] the configured rate, ARGV[4] its burst ('' unset), ARGV[5] pause_us, ARGV[6] jitter_us.
--- Returns {cut (0/1), from, to, paused (0/1), pause_until, pause left, effective rate}.
+-- 2 shadow, ARGV[3] the configured rate, ARGV[4] its burst ('' unset), ARGV[5] pause_us, ARGV[6] jitter_us,
+-- ARGV[7] the throttled request's caller id (an integer below 2^53).
+-- Returns {cut (0/1), from, to, paused (0/1), pause_until, pause left, effective rate, unconfirmed (0/1)}.
 --
 -- Example (add -h/-p; "dbg:" is a scratch key prefix, see acquire.lua): a throttle signal with a
 -- pause of 2 s for a bucket of 10/s, adaptive on, no burst:
---   redis-cli --eval /tmp/adapt.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , '' 1 10 '' 2000000 0
+--   redis-cli --eval /tmp/adapt.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , '' 1 10 '' 2000000 0 7
 --
 -- With "on", a pause also empties the bucket until it ends (as LocalStore::adapt), and is kept in
 -- its hash ('f') so that a refund cannot bring a slot back inside it (refund.lua).
@@ -27,23 +28,53 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local on, conf, burst = ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
-local pause_us, jitter_us = tonumber(ARGV[5]), tonumber(ARGV[6])
+local pause_us, jitter_us, caller = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local fmt = function(x) return string.format('%.17g', x) end
 local A = adaptive_lib()
 local st = A.load(KEYS[2])
 local eff = A.effective(st, conf, now)
-local cut, from, to, paused = 0, 0, 0, 0
-if not (now - st.signal < A.DEBOUNCE) then
+A.pair(st.t, caller, now)
+local cut, from, to, paused, unconfirmed = 0, 0, 0, 0, 0
+local two = now - st.t[4] < A.EVIDENCE
+local alone = st.a[1] == caller and not (now - st.a[4] < A.EVIDENCE)
+if now - st.signal < A.DEBOUNCE then
+  -- the same episode as the last cut
+elseif not two and not alone then
+  unconfirmed = 1
+else
+  local previous = st.signal
   st.signal = now
   local sent = eff
   local d = A.demand(st, now)
   if d < sent then sent = d end
-  local measured = A.sent(st, now)
-  if measured < sent then
-    if measured > A.BETA * sent then sent = measured else sent = A.BETA * sent end
+  local estimate = A.admitted(st, now)
+  if now - previous < A.RECENT then
+    local start = previous
+    if st.pause - 1000000 > start and st.pause < now then start = st.pause - 1000000 end
+    if sent > st.level then
+      local above = st.so - st.level * ((now - start) / 1e6)
+      local most = st.level * A.GAIN
+      if not (above > st.level) and estimate > most then estimate = most end
+      if estimate < st.level then estimate = st.level end
+    elseif now - start >= A.DEBOUNCE then
+      estimate = st.so / ((now - start) / 1e6)
+    end
   end
+  st.so = 0
+  if estimate > sent then estimate = sent end
+  local lowest = A.MAX_CUT * sent
+  if estimate < lowest then estimate = lowest end
+  local target = A.MARGIN * estimate
   local fl = A.floor(conf)
-  if sent < fl then sent = fl end
+  if target < fl then target = fl end
+  local hold = A.HOLD_MIN
+  if st.level > 0 and now - previous < A.RECENT and math.abs(estimate - st.level) <= A.SAME * st.level then
+    hold = st.hold * 2
+    if hold < A.HOLD_MIN then hold = A.HOLD_MIN end
+    if hold > A.HOLD_MAX then hold = A.HOLD_MAX end
+  end
+  st.level = estimate
+  st.hold = hold
   if pause_us > 0 then
     if pause_us > A.MAX_PAUSE then pause_us = A.MAX_PAUSE end
     if jitter_us < 0 then jitter_us = 0 end
@@ -53,8 +84,8 @@ if not (now - st.signal < A.DEBOUNCE) then
       paused = 1
     end
   end
-  st.wmax = sent
-  if st.pause > now then st.epoch = st.pause else st.epoch = now end
+  st.target = target
+  if st.pause > now then st.epoch = st.pause + hold else st.epoch = now + hold end
   st.last = now
   cut, from = 1, sent
   to = A.effective(st, conf, now)
@@ -78,4 +109,4 @@ end
 A.save(KEYS[2], st)
 local left = 0
 if st.pause > now then left = st.pause - now end
-return {cut, fmt(from), fmt(to), paused, st.pause, left, fmt(eff)}
+return {cut, fmt(from), fmt(to), paused, st.pause, left, fmt(eff), unconfirmed}

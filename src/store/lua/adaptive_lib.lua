@@ -8,29 +8,48 @@
 -- src/limiter/adaptive_rate.cpp in Lua, the same operations in the same order. Everything is made
 -- by one function because a script pays for each closure it creates on every call: the general
 -- script makes them only for an adaptive bucket. The state is a hash beside the bucket's (same
--- hash tag, name "r:<bucket>"): w w_max, e epoch, l last, g last_signal, p pause_until, s demand
--- second, c this second's arrivals, q the previous second's, x the measured rate of grants, y when
--- it was measured. A missing hash is a rule that never adapted.
+-- hash tag, name "r:<bucket>"): w the held rate (target), e epoch, l last, g last_signal, p
+-- pause_until, s the current second, c/q arrivals this second and the previous one, oc/op the
+-- supplier's admissions reported (answers other than throttles), so those since the last cut, v
+-- the level estimated at the last cut, h its hold; a1..a4 the callers of
+-- arrivals (the most recent, when, the most recent other one, when), t1..t4 those of throttles.
+-- Caller ids are integers below 2^53, exact as Lua numbers. A missing hash is a rule that never
+-- adapted.
 --
 -- (This header, every line down to the first that is not a "--" comment, is not sent to Redis:
 -- the build drops it, cmake/embed_lua.cmake. The rest of the file is sent byte for byte, and
 -- editing it changes the script's SHA1.)
 
 local function adaptive_lib()
-  local A_BETA, A_C, A_DEBOUNCE, A_MAX_PAUSE, A_FORGET = 0.7, 0.4, 500000, 60000000, 600000000
-  local A_FLOOR_SHARE, A_MIN_FLOOR, A_SENT_WINDOW = 0.02, 0.1, 2e6
+  local A_MARGIN, A_MAX_CUT, A_PROBE, A_GAIN, A_DEBOUNCE, A_EVIDENCE = 0.95, 0.5, 0.05, 1.25, 500000, 2000000
+  local A_HOLD_MIN, A_HOLD_MAX, A_SAME, A_RECENT = 500000, 3000000, 0.2, 30000000
+  local A_MAX_PAUSE, A_FLOOR_SHARE, A_MIN_FLOOR, A_FORGET = 60000000, 0.02, 0.1, 600000000
+  local NEVER = -9007199254740992
   local function a_load(key)
-    local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q', 'x', 'y')
-    return {wmax = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
-            signal = tonumber(h[4]) or -9007199254740992, pause = tonumber(h[5]) or 0,
-            ds = tonumber(h[6]) or 0, dc = tonumber(h[7]) or 0, dp = tonumber(h[8]) or 0,
-            sent = tonumber(h[9]) or 0, sat = tonumber(h[10]) or 0}
+    local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q', 'oc', 'op', 'so', 'v', 'h',
+                         'a1', 'a2', 'a3', 'a4', 't1', 't2', 't3', 't4')
+    return {target = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
+            signal = tonumber(h[4]) or NEVER, pause = tonumber(h[5]) or 0, sec = tonumber(h[6]) or 0,
+            dc = tonumber(h[7]) or 0, dp = tonumber(h[8]) or 0, oc = tonumber(h[9]) or 0, op = tonumber(h[10]) or 0,
+            so = tonumber(h[11]) or 0, level = tonumber(h[12]) or 0, hold = tonumber(h[13]) or 0,
+            a = {tonumber(h[14]) or 0, tonumber(h[15]) or NEVER, tonumber(h[16]) or 0, tonumber(h[17]) or NEVER},
+            t = {tonumber(h[18]) or 0, tonumber(h[19]) or NEVER, tonumber(h[20]) or 0, tonumber(h[21]) or NEVER}}
   end
   local function a_save(key, st)
-    redis.call('HSET', key, 'w', string.format('%.17g', st.wmax), 'e', st.epoch, 'l', st.last, 'g', st.signal,
-               'p', st.pause, 's', st.ds, 'c', string.format('%.17g', st.dc), 'q', string.format('%.17g', st.dp),
-               'x', string.format('%.17g', st.sent), 'y', st.sat)
+    local f = function(x) return string.format('%.17g', x) end
+    redis.call('HSET', key, 'w', f(st.target), 'e', st.epoch, 'l', st.last, 'g', st.signal, 'p', st.pause,
+               's', st.sec, 'c', f(st.dc), 'q', f(st.dp), 'oc', f(st.oc), 'op', f(st.op), 'so', f(st.so),
+               'v', f(st.level), 'h', st.hold, 'a1', f(st.a[1]), 'a2', st.a[2], 'a3', f(st.a[3]), 'a4', st.a[4],
+               't1', f(st.t[1]), 't2', st.t[2], 't3', f(st.t[3]), 't4', st.t[4])
     redis.call('PEXPIRE', key, A_FORGET / 1000)
+  end
+  local function a_pair(pair, caller, t)
+    if caller ~= pair[1] then
+      pair[3] = pair[1]
+      pair[4] = pair[2]
+      pair[1] = caller
+    end
+    pair[2] = t
   end
   local function a_floor(conf)
     local f = conf * A_FLOOR_SHARE
@@ -38,41 +57,45 @@ local function adaptive_lib()
     if f > conf then f = conf end
     return f
   end
-  local function a_note(st, t, permits)
+  local function a_roll(st, t)
     local sec = math.floor(t / 1e6)
-    if sec > st.ds then
-      if sec == st.ds + 1 then st.dp = st.dc else st.dp = 0 end
-      st.dc = 0
-      st.ds = sec
+    if sec <= st.sec then return end
+    if sec == st.sec + 1 then
+      st.dp, st.op = st.dc, st.oc
+    else
+      st.dp, st.op = 0, 0
     end
-    st.dc = st.dc + permits
+    st.dc, st.oc = 0, 0
+    st.sec = sec
   end
-  local function a_demand(st, t)
+  local function a_sliding(st, cur, prev, t)
     local sec = math.floor(t / 1e6)
     local elapsed = t - sec * 1000000
     local left = (1e6 - elapsed) / 1e6
-    if sec <= st.ds then return st.dp * left + st.dc end
-    if sec == st.ds + 1 then return st.dc * left end
+    if sec <= st.sec then return prev * left + cur end
+    if sec == st.sec + 1 then return cur * left end
     return 0
   end
-  local function a_sent(st, t)
-    if t <= st.sat then return st.sent end
-    return st.sent * math.exp(-(t - st.sat) / A_SENT_WINDOW)
+  local function a_note(st, t, permits, caller)
+    a_roll(st, t)
+    st.dc = st.dc + permits
+    a_pair(st.a, caller, t)
   end
-  local function a_grant(st, t, permits)
-    st.sent = a_sent(st, t) + permits * 1e6 / A_SENT_WINDOW
-    if t > st.sat then st.sat = t end
+  local function a_demand(st, t) return a_sliding(st, st.dc, st.dp, t) end
+  local function a_ok(st, t, n)
+    a_roll(st, t)
+    st.oc = st.oc + n
+    st.so = st.so + n
   end
+  local function a_admitted(st, t) return a_sliding(st, st.oc, st.op, t) end
   local function a_curve(st, t)
     local x = (t - st.epoch) / 1e6
     if x < 0 then x = 0 end
-    local k = (st.wmax * (1 - A_BETA) / A_C) ^ (1.0 / 3.0)
-    local d = x - k
-    return A_C * d * d * d + st.wmax
+    return st.target * (1 + A_PROBE * x * x * x)
   end
   local function a_effective(st, conf, t)
-    if st.wmax > 0 and t - st.last > A_FORGET and st.pause <= t then st.wmax = 0 end
-    if not (st.wmax > 0) then return conf end
+    if st.target > 0 and t - st.last > A_FORGET and st.pause <= t then st.target = 0 end
+    if not (st.target > 0) then return conf end
     if t > st.last then
       local from = st.last
       if st.epoch > from then from = st.epoch end
@@ -81,7 +104,7 @@ local function adaptive_lib()
     end
     local w = a_curve(st, t)
     if w >= conf then
-      st.wmax = 0
+      st.target = 0
       return conf
     end
     local rate = w
@@ -92,6 +115,7 @@ local function adaptive_lib()
     return rate
   end
   return {load = a_load, save = a_save, note = a_note, demand = a_demand, effective = a_effective,
-          sent = a_sent, grant = a_grant, floor = a_floor, BETA = A_BETA, DEBOUNCE = A_DEBOUNCE,
-          MAX_PAUSE = A_MAX_PAUSE}
+          ok = a_ok, admitted = a_admitted, pair = a_pair, floor = a_floor,
+          MARGIN = A_MARGIN, MAX_CUT = A_MAX_CUT, GAIN = A_GAIN, DEBOUNCE = A_DEBOUNCE, EVIDENCE = A_EVIDENCE,
+          HOLD_MIN = A_HOLD_MIN, HOLD_MAX = A_HOLD_MAX, SAME = A_SAME, RECENT = A_RECENT, MAX_PAUSE = A_MAX_PAUSE}
 end

@@ -1,195 +1,306 @@
-// The adaptive rate controller on a manual clock: cut, debounce, pause, recovery, floor, cap.
+// The adaptive rate controller on a manual clock: the estimate, the cut, the hold, the probe, the
+// evidence, the pause, the floor and the cap.
 #include "tollgate/limiter/adaptive_rate.hpp"
 
 #include <gtest/gtest.h>
-
-#include <cmath>
 
 namespace tollgate::limiter {
 namespace {
 
 constexpr Micros kSec = 1'000'000;
-constexpr Micros kLead = 20 * kSec;  // long enough for the measured rate of grants to settle (2 s constant)
+constexpr Micros kLead = 20 * kSec;
 
-// `n` arrivals spread evenly over [from, to), each granted: a steady demand (and sending rate) of
-// n / (to - from) per second.
-void arrive(AdaptiveState& st, Micros from, Micros to, int n) {
-  for (int i = 0; i < n; ++i) {
-    note_demand(st, from + (to - from) * i / n, 1.0);
-    note_grant(st, from + (to - from) * i / n, 1.0);
-  }
+// Traffic over `span` from `at`: `asked` arrivals (from `callers` callers in turn, ids 1..n), and
+// `admitted` answers of the supplier other than throttles reported, each spread evenly.
+void traffic(AdaptiveState& st, Micros at, Micros span, int asked, int admitted, int callers = 1) {
+  for (int i = 0; i < asked; ++i) note_demand(st, at + span * i / asked, 1.0, 1 + static_cast<std::uint64_t>(i % callers));
+  for (int i = 0; i < admitted; ++i) note_admitted(st, at + span * i / admitted, 1.0);
+}
+// One second of it.
+void second_of(AdaptiveState& st, Micros at, int asked, int admitted, int callers = 1) {
+  traffic(st, at, kSec, asked, admitted, callers);
 }
 
 TEST(AdaptiveRate, NotAdaptingIsTheConfiguredRate) {
   AdaptiveState st;
-  arrive(st, 0, kSec, 10);
+  second_of(st, 0, 10, 10);
   EXPECT_DOUBLE_EQ(effective_rate(st, 50, kSec), 50);
   EXPECT_TRUE(adaptive_rested(AdaptiveState{}, 0));
 }
 
 TEST(AdaptiveRate, DemandIsASlidingSecond) {
   AdaptiveState st;
-  arrive(st, 0, kSec, 40);
+  second_of(st, 0, 40, 0);
   EXPECT_DOUBLE_EQ(demand(st, kSec - 1), 40);
   // Half way through the next second with nothing new: half of the previous second's count.
   EXPECT_DOUBLE_EQ(demand(st, kSec + kSec / 2), 20);
   EXPECT_DOUBLE_EQ(demand(st, 3 * kSec), 0);  // two seconds later: nothing asked
 }
 
-TEST(AdaptiveRate, CutIsBetaOfTheRateBeingSent) {
+// Asked for 60/s under a 50/s rule; the supplier admits 30/s (and refuses the rest). With no cut
+// before, the cut holds at 0.95 of what it admitted over the last second, not at a fraction of
+// what was being sent.
+TEST(AdaptiveRate, ACutHoldsJustUnderWhatTheSupplierAdmitted) {
   AdaptiveState st;
-  arrive(st, 0, kLead, 1200);  // asked for 60/s, configured 50/s: sending 50/s
-  const ThrottleResult r = on_throttle(st, 50, kLead, 0, 0);
+  for (Micros t = 0; t < kLead; t += kSec) second_of(st, t, 60, 30);
+  EXPECT_DOUBLE_EQ(admitted(st, kLead), 30);
+  const ThrottleResult r = on_throttle(st, 50, kLead, 0, 0, 1);
   EXPECT_TRUE(r.cut);
-  EXPECT_FALSE(r.paused);
+  EXPECT_FALSE(r.unconfirmed);
   EXPECT_DOUBLE_EQ(r.from, 50);
-  EXPECT_NEAR(r.to, 35, 1e-9);
-  EXPECT_NEAR(effective_rate(st, 50, kLead), 35, 1e-9);
+  EXPECT_DOUBLE_EQ(r.to, 0.95 * 30);
+  EXPECT_DOUBLE_EQ(st.level, 30);
 }
 
-TEST(AdaptiveRate, CutFromTheDemandWhenItIsBelowTheRate) {
+// What was admitted may lag what is allowed now (the throttles of the last second had not all been
+// heard): one cut never goes below half of the rate being sent, nor below the floor.
+TEST(AdaptiveRate, OneCutNeverMoreThanHalves) {
   AdaptiveState st;
-  arrive(st, 0, kLead, 400);  // asked for 20/s under a 50/s rule: 20/s is what is being sent
-  const ThrottleResult r = on_throttle(st, 50, kLead, 0, 0);
-  // The measured rate of grants, 20/s (read just before the next grant is due, it is at the low
-  // point of its sawtooth: a grant adds 1/(2 s) = 0.5, so within 0.25 of the rate).
-  EXPECT_NEAR(r.from, 20, 0.26);
-  EXPECT_NEAR(r.to, 0.7 * r.from, 1e-9);
+  for (Micros t = 0; t < kLead; t += kSec) second_of(st, t, 60, 2);
+  const ThrottleResult r = on_throttle(st, 50, kLead, 0, 0, 1);
+  EXPECT_DOUBLE_EQ(r.to, 0.95 * 25);
+  EXPECT_DOUBLE_EQ(floor_rate(50), 1.0);     // 2% of the rule
+  EXPECT_DOUBLE_EQ(floor_rate(2), 0.1);      // at least 0.1/s
+  EXPECT_DOUBLE_EQ(floor_rate(0.05), 0.05);  // never above the rule
+  // Throttled again and again with nothing admitted: down to the floor, never under it.
+  Micros now = kLead;
+  for (int i = 0; i < 20; ++i) {
+    now += kSec;
+    second_of(st, now - kSec, 60, 0);
+    on_throttle(st, 50, now, 0, 0, 1);
+  }
+  EXPECT_DOUBLE_EQ(effective_rate(st, 50, now), floor_rate(50));
 }
 
-TEST(AdaptiveRate, SignalsWithinTheDebounceCountOnce) {
+TEST(AdaptiveRate, SignalsWithinTheDebounceCountButCutOnce) {
   AdaptiveState st;
-  arrive(st, 0, kLead, 1200);
-  ASSERT_TRUE(on_throttle(st, 50, kLead, 0, 0).cut);
-  arrive(st, kLead, kLead + kSec / 2, 30);  // still asked for 60/s
-  const ThrottleResult again = on_throttle(st, 50, kLead + 499'999, 0, 0);
+  for (Micros t = 0; t < kLead; t += kSec) second_of(st, t, 60, 50);
+  ASSERT_TRUE(on_throttle(st, 50, kLead, 0, 0, 1).cut);
+  const double held = effective_rate(st, 50, kLead);
+  traffic(st, kLead, kSec / 2, 30, 0);  // still asked for 60/s
+  const ThrottleResult again = on_throttle(st, 50, kLead + 499'999, 0, 0, 1);
   EXPECT_FALSE(again.cut);
-  // Not cut twice: on the curve from the first cut (it climbs fast at first: 35 -> 40.8 in 0.5 s).
-  const double k = std::cbrt(50 * 0.3 / 0.4);
-  EXPECT_NEAR(effective_rate(st, 50, kLead + 499'999), 0.4 * std::pow(0.499999 - k, 3) + 50, 1e-6);
-  const ThrottleResult later = on_throttle(st, 50, kLead + kSec / 2, 0, 0);
-  EXPECT_TRUE(later.cut);  // a new episode: cut again, from the rate now being sent
-  EXPECT_NEAR(later.from, 0.4 * std::pow(0.5 - k, 3) + 50, 1e-6);
-  EXPECT_NEAR(later.to, 0.7 * later.from, 1e-6);
+  EXPECT_FALSE(again.unconfirmed);  // the same episode, not a lack of evidence
+  EXPECT_GE(st.throttled.first_at, kLead + 499'999);  // counted
+  EXPECT_DOUBLE_EQ(effective_rate(st, 50, kLead + 499'999), held);
+  EXPECT_TRUE(on_throttle(st, 50, kLead + kSec / 2, 0, 0, 1).cut);  // a new episode
 }
 
-TEST(AdaptiveRate, RecoversOnTheCubicCurveAndFlattensAtTheLastThrottle) {
+// After a cut the rate is held for the hold (0.5 s), then probes on T (1 + 0.05 x^3): flat for a
+// second (5% up at 1 s), steep after (x3.7 at 4 s), until it reaches the rule and stops adapting.
+TEST(AdaptiveRate, HoldsThenProbesOnTheCurveUpToTheRule) {
+  AdaptiveState st;
+  for (Micros t = 0; t < kLead; t += kSec) second_of(st, t, 60, 10);
+  const ThrottleResult r = on_throttle(st, 50, kLead, 0, 0, 1);
+  ASSERT_TRUE(r.cut);
+  const double target = r.to;
+  ASSERT_DOUBLE_EQ(target, 0.95 * 25);  // half of 50: the estimate (10) was below it
+  Micros now = kLead;
+  for (int tenth = 1; tenth <= 60; ++tenth) {
+    traffic(st, now, kSec / 10, 6, 0);  // still asked for 60/s
+    now += kSec / 10;
+    const double x = (static_cast<double>(now - kLead) - 500'000.0) / 1e6;
+    const double expect = x <= 0 ? target : target * (1 + 0.05 * x * x * x);
+    const double rate = effective_rate(st, 50, now);
+    if (expect >= 50) {
+      EXPECT_DOUBLE_EQ(rate, 50) << "t=" << tenth / 10.0;
+      EXPECT_DOUBLE_EQ(st.target, 0);  // back to the rule
+      break;
+    }
+    EXPECT_NEAR(rate, expect, 1e-9) << "t=" << tenth / 10.0;
+  }
+  EXPECT_DOUBLE_EQ(st.target, 0);
+}
+
+// The same level refused again soon after: the hold doubles (0.5, 1, 2 s), capped at 3 s. A
+// different level, or a cut long after the last, starts again at 0.5 s.
+TEST(AdaptiveRate, TheSameLevelRefusedAgainIsProbedLessOften) {
   AdaptiveState st;
   Micros now = 0;
-  arrive(st, now, kLead, 1200);
-  now = kLead;
-  on_throttle(st, 50, now, 0, 0);  // w_max 50 is the configured rate: recovery ends at 50
-  const double k = std::cbrt(50 * 0.3 / 0.4);  // 3.35 s to get back
-  double last = 0;
-  for (int tenth = 1; tenth < 34; ++tenth) {
-    arrive(st, now, now + kSec / 10, 6);  // still asked for 60/s
-    now += kSec / 10;
-    const double rate = effective_rate(st, 50, now);
-    const double t = tenth / 10.0;
-    EXPECT_NEAR(rate, 0.4 * std::pow(t - k, 3) + 50, 1e-6) << "t=" << t;
-    EXPECT_GE(rate, last);  // concave, rising
-    last = rate;
+  for (; now < kLead; now += kSec) second_of(st, now, 20, 20);
+  std::vector<Micros> holds;
+  for (int i = 0; i < 4; ++i) {  // asked for 20/s, and 20/s admitted: each cut estimates 20
+    for (int k = 3; k >= 1; --k) second_of(st, now + (3 - k) * kSec, 20, 20);
+    now += 3 * kSec;
+    const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
+    ASSERT_TRUE(r.cut) << i;
+    holds.push_back(st.hold_us);
+    EXPECT_EQ(st.epoch, now + st.hold_us);
   }
-  arrive(st, now, now + kSec, 60);
-  now += kSec;
-  EXPECT_DOUBLE_EQ(effective_rate(st, 50, now), 50);  // back to the rule
-  EXPECT_DOUBLE_EQ(st.w_max, 0);
+  EXPECT_EQ(holds, (std::vector<Micros>{500'000, 1'000'000, 2'000'000, 3'000'000}));
+  for (int k = 0; k < 3; ++k) second_of(st, now + k * kSec, 10, 10);  // a different level: it dropped
+  now += 3 * kSec;
+  ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);
+  EXPECT_EQ(st.hold_us, 500'000);
+  now += 40 * kSec;  // long after
+  second_of(st, now - kSec, 10, 10);
+  ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);
+  EXPECT_EQ(st.hold_us, 500'000);
 }
 
-TEST(AdaptiveRate, ProbesAboveTheLastThrottleButNeverAboveTheRule) {
-  // A cut while 20/s was being sent (the supplier's allowance).
-  AdaptiveState s3;
-  arrive(s3, 0, kLead, 400);
-  on_throttle(s3, 50, kLead, 0, 0);
-  ASSERT_NEAR(s3.w_max, 20, 0.26);
-  Micros now = kLead;
-  const double k = std::cbrt(20 * 0.3 / 0.4);  // 2.47 s
-  for (; now < kLead + static_cast<Micros>(k * kSec) + 3 * kSec; now += kSec / 10) {
-    arrive(s3, now, now + kSec / 10, 6);  // asked for 60/s from now on
-    const double rate = effective_rate(s3, 50, now + kSec / 10);
-    EXPECT_LE(rate, 50);
-    EXPECT_GE(rate, 14 - 1e-9);
+// Refused while probing above the level the last cut estimated: the allowance is at least that
+// level (a probe refused again finds it unchanged), or what the last second admitted if more (it
+// rose). Refused at or under that level: it dropped, to what was admitted a second since that cut.
+TEST(AdaptiveRate, TheEstimateKeepsTheLevelWhenAProbeIsRefusedAndFollowsADrop) {
+  for (const int last_second : {16, 22}) {
+    AdaptiveState st;
+    Micros now = 0;
+    for (; now < kLead; now += kSec) second_of(st, now, 36, 20);  // sending 36/s: one cut can reach 20
+    ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);
+    ASSERT_DOUBLE_EQ(st.level, 20);
+    second_of(st, now, 60, 20);
+    second_of(st, now + kSec, 60, last_second);
+    now += 2 * kSec;
+    const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
+    ASSERT_TRUE(r.cut);
+    ASSERT_GT(r.from, 20);  // probing above the level
+    EXPECT_DOUBLE_EQ(st.level, last_second < 20 ? 20 : last_second) << last_second;  // (never above the 22.2 sent)
   }
-  EXPECT_GT(effective_rate(s3, 50, now), 20);  // past K it probes above the last throttle
-}
-
-TEST(AdaptiveRate, AFloorBelowWhichItNeverCuts) {
   AdaptiveState st;
-  EXPECT_DOUBLE_EQ(floor_rate(50), 1.0);    // 2% of the rule
-  EXPECT_DOUBLE_EQ(floor_rate(2), 0.1);     // at least 0.1/s
-  EXPECT_DOUBLE_EQ(floor_rate(0.05), 0.05); // never above the rule
-  arrive(st, 0, kLead, 1200);
-  Micros now = kLead;
-  // Throttled every 0.6 s with a 1 s pause (the curve does not climb back in between), asked for
-  // 60/s throughout: 50 * 0.7^n comes down to the floor and stays there.
-  for (int i = 0; i < 30; ++i) {
-    on_throttle(st, 50, now, kSec, 0);
-    arrive(st, now, now + 600'000, 36);
-    now += 600'000;
+  Micros now = 0;
+  for (; now < kLead; now += kSec) second_of(st, now, 36, 20);  // sending 36/s: one cut can reach 20
+  ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);  // held at 19 for 0.5 s...
+  traffic(st, now, kSec / 2, 30, 6);                    // ...and the supplier admits 12 a second
+  now += kSec / 2;
+  const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
+  ASSERT_TRUE(r.cut);
+  EXPECT_DOUBLE_EQ(r.from, 19);
+  EXPECT_DOUBLE_EQ(st.level, 12);
+  EXPECT_DOUBLE_EQ(r.to, 0.95 * 12);
+}
+
+// A probe refused soon after passing the level raises it by at most a quarter (a token bucket's
+// refilled burst let it through for a while); one that got more than a second's worth through
+// above the level found a rise, and the last second's admissions stand.
+TEST(AdaptiveRate, ARefusedProbeRaisesTheLevelByAQuarterUnlessMuchWentThroughAboveIt) {
+  for (const bool rose : {false, true}) {
+    AdaptiveState st;
+    Micros now = 0;
+    for (; now < kLead; now += kSec) second_of(st, now, 36, 20);
+    ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);
+    ASSERT_DOUBLE_EQ(st.level, 20);
+    // Asked for 60/s from now on; the probe climbs. The supplier admitted 20/s, then (a burst, or a
+    // rise) 40 in the last second.
+    for (int k = 0; k < 3; ++k) second_of(st, now + k * kSec, 60, rose ? 40 : 20);
+    second_of(st, now + 3 * kSec, 60, 40);
+    now += 4 * kSec;
+    const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
+    ASSERT_TRUE(r.cut);
+    ASSERT_GT(r.from, 40);  // sending above what it admitted
+    EXPECT_DOUBLE_EQ(st.level, rose ? 40 : 25) << rose;
   }
-  EXPECT_NEAR(effective_rate(st, 50, now), floor_rate(50), 1e-12);
+}
+
+// A long pause counts as one second: a supplier's bucket fills once, however long it waits.
+TEST(AdaptiveRate, ALongPauseCountsAsOneSecondOfTheEstimate) {
+  AdaptiveState st;
+  Micros now = 0;
+  for (; now < kLead; now += kSec) second_of(st, now, 60, 20);
+  ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);
+  second_of(st, now, 60, 18);
+  now += kSec;
+  ASSERT_TRUE(on_throttle(st, 50, now, 10 * kSec, 0, 1).cut);  // paused 10 s
+  EXPECT_DOUBLE_EQ(st.level, 18);
+  now += 10 * kSec;  // the pause is over
+  second_of(st, now, 60, 22);
+  now += kSec;
+  ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);
+  EXPECT_DOUBLE_EQ(st.level, 22.0 / 2);  // the last second of the pause and the one after it
+}
+
+// One caller's own throttles among other callers' requests cut nothing (counted unconfirmed);
+// two callers throttled within 2 s cut; a caller that is the only one asking cuts.
+TEST(AdaptiveRate, ACutNeedsEvidenceThatTheInterfaceIsThrottled) {
+  AdaptiveState st;
+  for (Micros t = 0; t < kLead; t += kSec) second_of(st, t, 60, 50, /*callers=*/6);
+  for (int i = 0; i < 100; ++i) {  // caller 7's 429s, 10 a second for 10 s, among the others' traffic
+    const Micros at = kLead + i * kSec / 10;
+    second_of(st, at, 6, 5, 6);
+    note_demand(st, at, 1.0, 7);
+    const ThrottleResult r = on_throttle(st, 50, at, 1 * kSec, 0, 7);
+    EXPECT_FALSE(r.cut) << i;
+    EXPECT_TRUE(r.unconfirmed) << i;
+    EXPECT_FALSE(r.paused) << i;
+  }
+  EXPECT_DOUBLE_EQ(st.target, 0);
+  EXPECT_DOUBLE_EQ(effective_rate(st, 50, kLead + 10 * kSec), 50);
+  // A throttle for a second caller within 2 s of caller 7's last: the interface is throttled.
+  const ThrottleResult two = on_throttle(st, 50, kLead + 10 * kSec + kSec, 0, 0, 3);
+  EXPECT_TRUE(two.cut);
+  // The only caller asking: its throttles are the interface's.
+  AdaptiveState alone;
+  for (Micros t = 0; t < kLead; t += kSec) second_of(alone, t, 60, 50, 1);
+  EXPECT_TRUE(on_throttle(alone, 50, kLead, 0, 0, 1).cut);
+  // ...but not once another caller asked within the window.
+  AdaptiveState joined;
+  for (Micros t = 0; t < kLead; t += kSec) second_of(joined, t, 60, 50, 1);
+  note_demand(joined, kLead - kSec, 1.0, 2);
+  note_demand(joined, kLead - 1, 1.0, 1);
+  EXPECT_TRUE(on_throttle(joined, 50, kLead, 0, 0, 1).unconfirmed);
 }
 
 TEST(AdaptiveRate, CappedAtDemandAndTheCurveWaitsForIt) {
   AdaptiveState st;
-  arrive(st, 0, kLead, 1200);
+  for (Micros t = 0; t < kLead; t += kSec) second_of(st, t, 60, 29);
   Micros now = kLead;
-  on_throttle(st, 50, now, 0, 0);  // 35/s
+  on_throttle(st, 50, now, 0, 0, 1);  // held at 0.95 * 29
   // The interface is now asked for 5/s only, for 20 s: the rate never shows more than that, and
   // the curve does not advance while nobody asks for it.
   for (int i = 0; i < 200; ++i) {
-    arrive(st, now, now + kSec / 10, i % 2);  // 5/s
+    traffic(st, now, kSec / 10, i % 2, 0);  // 5/s
     now += kSec / 10;
     const double rate = effective_rate(st, 50, now);
-    // Once the sliding second holds only the new demand, the rate is no more than it.
     if (i >= 10) {
       EXPECT_LE(rate, 5.0 + 1e-9) << i;
     }
   }
-  EXPECT_GT(st.w_max, 0);  // still adapting: 20 s of a 5/s demand proved nothing above it
-  arrive(st, now, now + kSec, 60);
+  EXPECT_GT(st.target, 0);  // still adapting: 20 s of a 5/s demand proved nothing above it
+  second_of(st, now, 60, 0);
   now += kSec;
   const double resumed = effective_rate(st, 50, now);
-  EXPECT_GT(resumed, 30);  // from where the curve stood, not from scratch...
-  EXPECT_LT(resumed, 50);  // ...and not at the rule at once
+  EXPECT_GT(resumed, 27);  // from where the curve stood, not from scratch...
+  EXPECT_LT(resumed, 40);  // ...and not at the rule at once
 }
 
 TEST(AdaptiveRate, RetryAfterPausesWithJitterAndCapsAtTheMaximum) {
   AdaptiveState st;
-  arrive(st, 0, kLead, 1200);
-  const ThrottleResult r = on_throttle(st, 50, kLead, 3 * kSec, 120'000);
+  for (Micros t = 0; t < kLead; t += kSec) second_of(st, t, 60, 50);
+  const ThrottleResult r = on_throttle(st, 50, kLead, 3 * kSec, 120'000, 1);
   EXPECT_TRUE(r.paused);
   EXPECT_EQ(r.pause_until, kLead + 3 * kSec + 120'000);
-  EXPECT_EQ(st.epoch, r.pause_until);  // the curve starts when sending may resume
+  EXPECT_EQ(st.epoch, r.pause_until + 500'000);  // the hold starts when sending may resume
   AdaptiveState capped;
-  arrive(capped, 0, kLead, 1200);
+  for (Micros t = 0; t < kLead; t += kSec) second_of(capped, t, 60, 50);
   AdaptiveParams p;
   p.max_pause_us = 10 * kSec;
-  EXPECT_EQ(on_throttle(capped, 50, kLead, 3600 * kSec, 0, p).pause_until, kLead + 10 * kSec);
+  EXPECT_EQ(on_throttle(capped, 50, kLead, 3600 * kSec, 0, 1, p).pause_until, kLead + 10 * kSec);
   // A pause already longer is not shortened by a later, shorter one.
-  arrive(st, kLead, kLead + kSec, 60);
-  const ThrottleResult shorter = on_throttle(st, 50, kLead + kSec, 1 * kSec, 0);
+  second_of(st, kLead, 60, 0);
+  const ThrottleResult shorter = on_throttle(st, 50, kLead + kSec, 1 * kSec, 0, 1);
   EXPECT_TRUE(shorter.cut);
   EXPECT_FALSE(shorter.paused);
   EXPECT_EQ(st.pause_until, kLead + 3 * kSec + 120'000);
   EXPECT_FALSE(adaptive_rested(st, kLead + 2 * kSec));
 }
 
-// A supplier's burst lets a rate through for a while that it does not allow: the cut starts from
-// what went through over the last seconds (the measured rate of grants), not the rate of the
-// moment, but never below beta times the rate of the moment.
-TEST(AdaptiveRate, TheMeasuredRateOfGrantsBoundsTheCut) {
+// A state with nothing left in it decides as a missing one: forgotten only once its counts, its
+// callers' window and its last cut's recency have all run out.
+TEST(AdaptiveRate, RestedOnlyOnceNothingInItCounts) {
   AdaptiveState st;
-  Micros now = 0;
-  for (; now < kLead; now += kSec / 60) note_demand(st, now, 1.0);  // asked for 60/s...
-  for (Micros t = 0; t < kLead; t += kSec / 40) note_grant(st, t, 1.0);  // ...40/s went through
-  const ThrottleResult r = on_throttle(st, 50, now, 0, 0);
-  EXPECT_NEAR(r.from, 40, 0.6);
-  AdaptiveState quiet;  // after a quiet spell the measure lags: then beta times the rate of the moment
-  for (Micros t = 0; t < kLead; t += kSec / 60) note_demand(quiet, t, 1.0);
-  for (Micros t = kLead - kSec / 2; t < kLead; t += kSec / 60) note_grant(quiet, t, 1.0);
-  EXPECT_NEAR(on_throttle(quiet, 50, kLead, 0, 0).from, 35, 1e-9);
-  EXPECT_NEAR(sent_rate(quiet, kLead + 2 * kSec), sent_rate(quiet, kLead) * std::exp(-1.0), 1e-9);
+  second_of(st, 0, 10, 10);
+  EXPECT_FALSE(adaptive_rested(st, kSec));
+  EXPECT_FALSE(adaptive_rested(st, 2 * kSec));  // the callers' window (2 s) is not over
+  EXPECT_TRUE(adaptive_rested(st, 3 * kSec));
+  on_throttle(st, 50, 3 * kSec, 0, 0, 1);  // the only caller: cuts
+  ASSERT_GT(st.target, 0);
+  EXPECT_FALSE(adaptive_rested(st, 10 * kSec));
+}
+
+TEST(AdaptiveRate, CallerIdsAreNonZeroAndFitADouble) {
+  EXPECT_NE(caller_id(""), 0u);
+  EXPECT_LT(caller_id("127.0.0.1"), std::uint64_t{1} << 53);
+  EXPECT_NE(caller_id("10.0.0.1"), caller_id("10.0.0.2"));
+  EXPECT_EQ(caller_id("10.0.0.1"), caller_id("10.0.0.1"));
 }
 
 TEST(AdaptiveRate, EffectiveParamsScaleAnExplicitBurst) {

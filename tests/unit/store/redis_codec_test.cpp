@@ -111,22 +111,31 @@ TEST(RedisCodec, AcquireCallOfQuotasOnly) {
 }
 
 // An adaptive bucket's call names its adapted-rate hash right after the bucket and sends
-// its configured rate and burst after its shape; the reply ends with the rate and the pause.
+// its configured rate, burst and the request's caller after its shape; the reply ends with the
+// rate and the pause.
 TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   AcquireRequest req{{"/a", rate(4)}, {}, {}, 1.0, 250'000};
   req.adaptive = limiter::Adaptive::shadow;
+  req.caller = 4503599627370497;  // 2^52 + 1: sent whole
   Args a = acquire_call(req, "p:", "");
-  ASSERT_EQ(a.size(), 1u + 2 + 9 + 7 + 2);
+  ASSERT_EQ(a.size(), 1u + 2 + 9 + 7 + 5);
   EXPECT_EQ(a[0], "2");
   EXPECT_EQ(a[1], "p:{/a}");
   EXPECT_EQ(a[2], "p:{/a}r:/a");
   EXPECT_EQ(a[11], "2");                // shadow
   EXPECT_EQ(as_double(a[19]), 4);       // the configured rate
   EXPECT_EQ(a[20], "");                 // no explicit burst
+  EXPECT_EQ(a[21], "4503599627370497");  // the caller
+  EXPECT_EQ(as_double(a[22]), 0);         // no admissions to report
+  EXPECT_EQ(a[23], "0");                  // a new arrival
   req.adaptive = limiter::Adaptive::on;
   req.bucket.params.burst = 6;
+  req.admitted = 3;
+  req.again = true;
   a = acquire_call(req, "p:", "");
   EXPECT_EQ(a[11], "1");
+  EXPECT_EQ(as_double(a[22]), 3);
+  EXPECT_EQ(a[23], "1");
   EXPECT_EQ(as_double(a[20]), 6);
   EXPECT_FALSE(lean_request(req));  // adaptive buckets take the general script
 
@@ -141,8 +150,9 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
 TEST(RedisCodec, AdaptCallAndReply) {
   AcquireRequest req{{"/a", rate(50)}, {}, "IBE", 1.0, 0};
   req.adaptive = limiter::Adaptive::on;
+  req.caller = 77;
   const Args a = adapt_call(req, "p:", 3'000'000, 12'345, "");
-  ASSERT_EQ(a.size(), 9u);
+  ASSERT_EQ(a.size(), 10u);
   EXPECT_EQ(a[0], "2");
   EXPECT_EQ(a[1], "p:{IBE}/a");
   EXPECT_EQ(a[2], "p:{IBE}r:/a");
@@ -150,13 +160,19 @@ TEST(RedisCodec, AdaptCallAndReply) {
   EXPECT_EQ(as_double(a[5]), 50);
   EXPECT_EQ(a[7], "3000000");
   EXPECT_EQ(a[8], "12345");
-  const auto o = parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35"}, 1'000'000);
+  EXPECT_EQ(a[9], "77");
+  const auto o = parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35", "0"}, 1'000'000);
   ASSERT_TRUE(o.has_value());
   EXPECT_TRUE(o->ok && o->result.cut && o->result.paused);
+  EXPECT_FALSE(o->result.unconfirmed);
+  const auto u = parse_adapt_reply({"0", "0", "0", "0", "0", "0", "50", "1"}, 0);
+  ASSERT_TRUE(u.has_value());
+  EXPECT_TRUE(u->result.unconfirmed);
   EXPECT_EQ(o->result.to, 35);
   EXPECT_EQ(o->pause_left_us, 3'012'345);
   EXPECT_EQ(o->result.pause_until, 4'012'345);  // on the caller's clock
   EXPECT_FALSE(parse_adapt_reply({"1", "x"}, 0).has_value());
+  EXPECT_FALSE(parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35"}, 0).has_value());
 }
 
 TEST(RedisCodec, ParsesAGrantWithParentQuotasAndShare) {
