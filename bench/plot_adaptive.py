@@ -1,18 +1,30 @@
 #!/usr/bin/env python3
-"""Per-phase figures and an SVG plot of the adaptive rate's runs (bench/adaptive.sh).
+"""Per-phase figures and SVG plots of the adaptive rate's runs (bench/adaptive.sh).
 
-Reads <dir>/<run>.csv (second, allowance, received, throttled, gateway_429, effective_rate,
-supplier_tokens_end: the permits the supplier's bucket held at the end of the second) for the
-runs local-adaptive, local-control and redis-fleet-adaptive; prints, per run and phase, what the
-supplier received and refused after the phase's first 4 s; draws <svg>: the supplier's allowance,
-the adaptive gateway's effective rate, what the supplier accepted per second, and its 429s per
-second with and without adaptive. Standard library only.
+    python3 bench/plot_adaptive.py DIR SVG
+
+Reads each <DIR>/<run>.csv (second, allowance, received, throttled, gateway_429, effective_rate,
+supplier_tokens_end: the permits the supplier held at the end of the second, in its bucket or in
+its current one-second window) that tests/integration/adaptive_e2e_test.cpp wrote; prints, per
+run and phase, what the supplier received and refused after the phase's first 4 s (local-adaptive,
+local-control, local-shadow, redis-fleet-adaptive first, then the others by name). Draws SVG: the
+supplier's allowance, the adaptive gateway's effective rate, what the supplier accepted per
+second, and its 429s per second with and without adaptive; and, next to it, adaptive-<run>.svg
+for each supplier-kind run (<kind>-<signal>-<status>-<one|fleet>, as window-bare-429-fleet): the
+same lines and that run's refusals per second. Standard library only.
 """
 import csv
 import os
+import re
 import sys
 
 SETTLE = 4
+RULE, OFFERED = 50, 60  # the tests' rule (requests a second) and the traffic they offer
+FIRST = ("local-adaptive", "local-control", "local-shadow", "redis-fleet-adaptive")
+KIND = re.compile(r"^(window|bucket)-(retry_after|ratelimit|bare)-(\d{3})-(one|fleet)$")
+KINDS = {"window": "fixed 1 s windows", "bucket": "token bucket"}
+SIGNALS = {"retry_after": "Retry-After", "ratelimit": "RateLimit fields", "bare": "none"}
+GATEWAYS = {"one": "one gateway", "fleet": "three gateways on Redis"}
 
 
 def load(path):
@@ -47,7 +59,7 @@ def phase_figures(rows):
 
 
 def summary(name, rows):
-    print(f"{name}:")
+    print(f"{name} ({describe(name, rows)}):" if supplier_kind(name) and rows else f"{name}:")
     print(f"  allowance  received  refused  refused%  accepted/allowed   (seconds {SETTLE}.. of each phase)")
     for f in phase_figures(rows):
         print(f"  {f['allowance']:9.0f}  {f['received']:8.0f}  {f['refused']:7.0f}  {f['refused_pct']:7.2f}%  {f['used_pct']:15.1f}%")
@@ -56,17 +68,44 @@ def summary(name, rows):
     print(f"  whole run: received {total_r:.0f}, refused {total_t:.0f} ({100 * total_t / max(total_r, 1):.2f}%)")
 
 
-def plot(runs, path):
+def supplier_kind(name):
+    """What a supplier-kind run's name says (None for the other runs): kind, signal, status and
+    gateways, in words."""
+    m = KIND.match(name)
+    if not m:
+        return None
+    return {"kind": KINDS[m.group(1)], "signal": SIGNALS[m.group(2)], "status": int(m.group(3)),
+            "gateways": GATEWAYS[m.group(4)]}
+
+
+def describe(name, rows):
+    """A supplier-kind run in words, as its plot's title."""
+    k = supplier_kind(name)
+    refusal = f"bare {k['status']}" if k["signal"] == "none" else f"{k['status']} with {k['signal']}"
+    allowances = " → ".join(f"{ph[0]['allowance']:.0f}" for ph in phases(rows))
+    return (f"{k['kind']}, {refusal}, {k['gateways']}; allowance {allowances}/s, {OFFERED}/s offered, "
+            f"{RULE}/s rule")
+
+
+def run_names(d):
+    """The runs of <d>: the first four in their order, then the others by name."""
+    names = sorted(f[: -len(".csv")] for f in os.listdir(d) if f.endswith(".csv"))
+    return [n for n in FIRST if n in names] + [n for n in names if n not in FIRST]
+
+
+def draw(path, title, a, bars, labels):
+    """One plot: run a's allowance (dashed step), effective rate and what the supplier accepted
+    per second, over bars (rows, colour, inset, legend text) of refusals per second, drawn in
+    order (the first behind); labels: the legend of the effective rate and of the accepted line."""
     W, H, L, R, T, B = 960, 420, 60, 230, 30, 50
     pw, ph = W - L - R, H - T - B
-    a = runs.get("local-adaptive") or next(iter(runs.values()))
     n = len(a)
     ymax = 65.0
     x = lambda i: L + pw * i / max(n, 1)
     y = lambda v: T + ph * (1 - min(v, ymax) / ymax)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
            f'<rect width="{W}" height="{H}" fill="white"/>',
-           f'<text x="{L}" y="18" font-size="14">50/s rule, 60/s offered; supplier allows 20 → 35 → 50/s (one gateway, in-process store)</text>']
+           f'<text x="{L}" y="18" font-size="14">{title}</text>']
     for v in range(0, 70, 10):
         out.append(f'<line x1="{L}" y1="{y(v):.1f}" x2="{L + pw}" y2="{y(v):.1f}" stroke="#eee"/>')
         out.append(f'<text x="{L - 8}" y="{y(v) + 4:.1f}" text-anchor="end">{v}</text>')
@@ -74,14 +113,10 @@ def plot(runs, path):
         out.append(f'<text x="{x(i):.1f}" y="{T + ph + 18}" text-anchor="middle">{i}</text>')
     out.append(f'<text x="{L + pw / 2}" y="{H - 12}" text-anchor="middle">seconds</text>')
     out.append(f'<text x="16" y="{T + ph / 2}" transform="rotate(-90 16 {T + ph / 2})" text-anchor="middle">requests / s</text>')
-    c = runs.get("local-control")
-    if c:  # the control run's 429s as bars behind
-        for i, r in enumerate(c):
-            out.append(f'<rect x="{x(i) + 1:.1f}" y="{y(r["throttled"]):.1f}" width="{pw / n - 2:.1f}" '
-                       f'height="{y(0) - y(r["throttled"]):.1f}" fill="#f6c28b"/>')
-    for i, r in enumerate(a):  # the adaptive run's 429s as bars in front
-        out.append(f'<rect x="{x(i) + 3:.1f}" y="{y(r["throttled"]):.1f}" width="{pw / n - 6:.1f}" '
-                   f'height="{y(0) - y(r["throttled"]):.1f}" fill="#d62728"/>')
+    for rows, color, inset, _ in bars:
+        for i, r in enumerate(rows):
+            out.append(f'<rect x="{x(i) + inset:.1f}" y="{y(r["throttled"]):.1f}" width="{pw / n - 2 * inset:.1f}" '
+                       f'height="{y(0) - y(r["throttled"]):.1f}" fill="{color}"/>')
 
     def line(rows, key, color, dash="", step=False):
         pts = []
@@ -99,9 +134,8 @@ def plot(runs, path):
     line(a, "effective_rate", "#1f77b4")
     accepted = [dict(r, accepted=r["received"] - r["throttled"]) for r in a]
     line(accepted, "accepted", "#2ca02c", step=True)
-    legend = [("#555", "supplier allowance", "6,4"), ("#1f77b4", "effective rate (adaptive)", ""),
-              ("#2ca02c", "accepted by supplier /s (adaptive)", ""), ("#d62728", "supplier 429s /s (adaptive)", "bar"),
-              ("#f6c28b", "supplier 429s /s (control)", "bar")]
+    legend = [("#555", "supplier allowance", "6,4"), ("#1f77b4", labels[0], ""), ("#2ca02c", labels[1], "")]
+    legend += [(color, text, "bar") for _, color, _, text in reversed(bars)]  # the front bars first
     for k, (color, text, kind) in enumerate(legend):
         yy = T + 20 + 22 * k
         if kind == "bar":
@@ -115,16 +149,39 @@ def plot(runs, path):
         f.write("\n".join(out) + "\n")
 
 
+def plot(runs, path):
+    """The adaptive runs at one gateway: the adaptive run against the control run's 429s."""
+    a = runs.get("local-adaptive") or next(iter(runs.values()))
+    bars = []
+    if runs.get("local-control"):  # the control run's 429s as bars behind
+        bars.append((runs["local-control"], "#f6c28b", 1, "supplier 429s /s (control)"))
+    bars.append((a, "#d62728", 3, "supplier 429s /s (adaptive)"))  # the adaptive run's in front
+    draw(path, "50/s rule, 60/s offered; supplier allows 20 → 35 → 50/s (one gateway, in-process store)", a, bars,
+         ("effective rate (adaptive)", "accepted by supplier /s (adaptive)"))
+
+
+def plot_kind(name, rows, path):
+    """A supplier-kind run: its lines and its refusals per second (429s or 503s)."""
+    k = supplier_kind(name)
+    rate = "effective rate (first gateway)" if k["gateways"] != GATEWAYS["one"] else "effective rate"
+    draw(path, describe(name, rows), rows, [(rows, "#d62728", 3, f"supplier {k['status']}s /s")],
+         (rate, "accepted by supplier /s"))
+
+
 def main():
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
     d, svg = sys.argv[1], sys.argv[2]
     runs = {}
-    for name in ("local-adaptive", "local-control", "local-shadow", "redis-fleet-adaptive"):
-        p = os.path.join(d, name + ".csv")
-        if os.path.exists(p):
-            runs[name] = load(p)
-            summary(name, runs[name])
-    if runs:
-        plot(runs, svg)
+    for name in run_names(d):
+        runs[name] = load(os.path.join(d, name + ".csv"))
+        summary(name, runs[name])
+    first = {n: r for n, r in runs.items() if n in FIRST}
+    if first:
+        plot(first, svg)
+    for name, rows in runs.items():
+        if supplier_kind(name) and rows:
+            plot_kind(name, rows, os.path.join(os.path.dirname(svg), f"adaptive-{name}.svg"))
 
 
 if __name__ == "__main__":
