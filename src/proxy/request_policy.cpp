@@ -124,14 +124,6 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
   req.timeout_us = out.capped ? 0 : rule.timeout_us();
   req.use_bucket = rule.has_bucket;
   req.adaptive = rule.has_bucket ? rule.adaptive : limiter::Adaptive::off;
-  if (req.adaptive != limiter::Adaptive::off) {
-    req.admitted = rules->metrics_of(rule).take_admitted();
-    // Who asked: a throttle cuts the shared rate only when it is not one caller's alone.
-    if (settings.trusted && !settings.trusted->empty())
-      req.caller = limiter::caller_id(client_address(facts.peer, facts.headers.joined("X-Forwarded-For"), *settings.trusted));
-    else
-      req.caller = limiter::caller_id(facts.peer);
-  }
   if (facts.budget && settings.deadlines && !out.shadow) {
     // The wait it may be given: what its budget leaves once the upstream has answered.
     LatencyEstimate& estimate = rules->metrics_of(rule).upstream_latency;
@@ -165,6 +157,16 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
     out.step = Step::forward;  // a quota-only rule whose quotas are all disabled: nothing to decide
     out.outcome = Outcome::forwarded;
     return;
+  }
+  if (req.adaptive != limiter::Adaptive::off) {
+    // Only a request the store decides takes this gateway's count of the supplier's admissions
+    // along (a plan that ends before the store would lose it).
+    req.admitted = rules->metrics_of(rule).take_admitted();
+    // Who asked: a throttle cuts the shared rate only when it is not one caller's alone.
+    if (settings.trusted && !settings.trusted->empty())
+      req.caller = limiter::caller_id(client_address(facts.peer, facts.headers.joined("X-Forwarded-For"), *settings.trusted));
+    else
+      req.caller = limiter::caller_id(facts.peer);
   }
   out.step = Step::decide;
 }

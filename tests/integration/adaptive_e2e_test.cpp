@@ -311,6 +311,19 @@ TEST(AdaptiveE2E, ShadowWatchesWithoutChangingDecisions) {
   EXPECT_EQ(r0["adaptive_state"]["last_cut"]["cause"], "429");
 }
 
+// `n` gateways on config `c`; with more than one (a fleet on Redis), each once its store is connected.
+std::vector<std::unique_ptr<GatewayProcess>> start_gateways(const json& c, int n) {
+  std::vector<std::unique_ptr<GatewayProcess>> fleet;
+  for (int i = 0; i < n; ++i) {
+    fleet.push_back(std::make_unique<GatewayProcess>(c));
+    EXPECT_GT(fleet.back()->port, 0) << fleet.back()->proc->output();
+    if (n > 1) {
+      EXPECT_TRUE(fleet.back()->proc->wait_for_line("redis store connected", 10s)) << fleet.back()->proc->output();
+    }
+  }
+  return fleet;
+}
+
 class AdaptiveFleet : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -319,11 +332,8 @@ class AdaptiveFleet : public ::testing::Test {
     ASSERT_GT(supplier.port, 0);
   }
   void start_fleet(const json& c) {
-    for (int i = 0; i < 3; ++i) {
-      fleet.push_back(std::make_unique<GatewayProcess>(c));
-      ASSERT_GT(fleet.back()->port, 0) << fleet.back()->proc->output();
-      ASSERT_TRUE(fleet.back()->proc->wait_for_line("redis store connected", 10s)) << fleet.back()->proc->output();
-    }
+    fleet = start_gateways(c, 3);
+    ASSERT_FALSE(HasFailure());
   }
   MockUpstream supplier;
   std::vector<std::unique_ptr<GatewayProcess>> fleet;
@@ -427,18 +437,6 @@ void PrintTo(const SupplierCase& c, std::ostream* os) { *os << c.name; }
 class SupplierKinds : public ::testing::TestWithParam<SupplierCase> {};
 
 const std::vector<Phase> kDropThenRise{{20, 12}, {12, 12}, {30, 12}};
-
-std::vector<std::unique_ptr<GatewayProcess>> start_gateways(const json& c, int n) {
-  std::vector<std::unique_ptr<GatewayProcess>> fleet;
-  for (int i = 0; i < n; ++i) {
-    fleet.push_back(std::make_unique<GatewayProcess>(c));
-    EXPECT_GT(fleet.back()->port, 0) << fleet.back()->proc->output();
-    if (n > 1) {
-      EXPECT_TRUE(fleet.back()->proc->wait_for_line("redis store connected", 10s)) << fleet.back()->proc->output();
-    }
-  }
-  return fleet;
-}
 
 TEST_P(SupplierKinds, FollowsADropAndARise) {
   const SupplierCase& k = GetParam();
