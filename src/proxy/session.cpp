@@ -175,9 +175,10 @@ class Session {
   net::awaitable<bool> client_left(const Plan& plan, store::Reservation reservation, OutcomeCounter& count);
   // An adaptive bucket paused while its request was held: the store is asked again.
   net::awaitable<void> ask_again(Plan& plan, const RuleViews& rules, store::StoreDecision& sd, Verdict& verdict);
-  // After a hold on an adaptive bucket: whether a pause began while it waited, later than the one
-  // its slot was granted knowing of; then the request asks again with what is left of its window.
-  static bool paused_meanwhile(const BucketMetrics& bm, std::int64_t known_pause, std::int64_t window_end, int round,
+  // After a hold on an adaptive bucket: whether a cut (which voids the slots granted before it:
+  // the store restarted the schedule at the new rate) came while it waited, later than the one its
+  // slot was granted knowing of; then the request asks again with what is left of its window.
+  static bool voided_meanwhile(const BucketMetrics& bm, std::int64_t known_cut, std::int64_t window_end, int round,
                                Plan& plan);
   // An adaptive bucket's decision: its effective rate and pause, published.
   static void note_adaptive(const Plan& plan, const RuleViews& rules, const store::StoreDecision& sd);
@@ -558,10 +559,10 @@ net::awaitable<bool> Session::handle(std::string_view body) {
       const bool adaptive = plan.request.adaptive == limiter::Adaptive::on && sd.effective_rate > 0;
       // Only an adaptive bucket's hold may need it: no clock read otherwise.
       const std::int64_t window_end = adaptive ? limiter::steady_now_us() + plan.request.timeout_us : 0;
-      // The pause this slot was granted knowing of (the decision's own, not the shared marker: another
-      // thread may have raised that for a pause the store began just after this grant): only a
-      // later one voids it.
-      std::int64_t known_pause = adaptive && sd.paused_us > 0 ? limiter::steady_now_us() + sd.paused_us : 0;
+      // The cut this slot was granted knowing of (the decision's own, not the shared marker: another
+      // thread may have raised that for a cut the store made just after this grant): only a later
+      // one voids it.
+      std::int64_t known_cut = adaptive ? limiter::steady_now_us() - sd.cut_age_us : 0;
       compact_for_hold(body, target);
       for (int round = 0; verdict.action == Action::hold; ++round) {
         // Held on a timer (never a thread), the client watched meanwhile: its slot comes back if
@@ -570,13 +571,14 @@ net::awaitable<bool> Session::handle(std::string_view body) {
         std::shared_ptr<Hold> held = start_hold(bm, std::chrono::microseconds(verdict.wait_us));
         co_await held->timer.async_wait(with(held->ec));
         if (!end_hold(bm, *held)) co_return co_await client_left(plan, sd.reservation, count);
-        // An adaptive bucket paused while it waited (the upstream said Retry-After): its slot
-        // went with the pause. It asks again with what is left of its window: a slot after the
-        // pause, or a 429 saying when. (A pause known when the slot was granted, give or take the
-        // few milliseconds by which gateways' readings of it differ, does not count.)
-        if (!adaptive || !paused_meanwhile(bm, known_pause, window_end, round, plan)) break;
+        // An adaptive bucket cut its rate while it waited (the upstream throttled): its slot, at
+        // the old rate, went with the cut. It asks again with what is left of its window: a slot
+        // at the new rate (after the pause, if any), or a 429 saying when. (A cut known when the
+        // slot was granted, give or take the few milliseconds by which gateways' readings of it
+        // differ, does not count.)
+        if (!adaptive || !voided_meanwhile(bm, known_cut, window_end, round, plan)) break;
         co_await ask_again(plan, *rules, sd, verdict);
-        known_pause = sd.paused_us > 0 ? limiter::steady_now_us() + sd.paused_us : 0;
+        known_cut = limiter::steady_now_us() - sd.cut_age_us;
         if (verdict.action == Action::reject) {
           // Counted as delayed when it was held; the pause that caught it is counted here.
           bm.adaptive().paused_rejections.Increment();
@@ -732,11 +734,10 @@ net::awaitable<void> Session::ask_again(Plan& plan, const RuleViews& rules, stor
   verdict = verdict_for(plan, sd);
 }
 
-bool Session::paused_meanwhile(const BucketMetrics& bm, std::int64_t known_pause, std::int64_t window_end, int round,
+bool Session::voided_meanwhile(const BucketMetrics& bm, std::int64_t known_cut, std::int64_t window_end, int round,
                                Plan& plan) {
+  if (bm.cut_at_us.load(std::memory_order_relaxed) <= known_cut + 5'000) return false;
   const std::int64_t now = limiter::steady_now_us();
-  const std::int64_t pause = bm.pause_until_us.load(std::memory_order_relaxed);
-  if (pause <= now || pause <= known_pause + 5'000) return false;
   // At most three times; the fourth asks only for a permit now.
   plan.request.timeout_us = round < 3 ? std::max<std::int64_t>(0, window_end - now) : 0;
   return true;
@@ -746,8 +747,9 @@ void Session::note_adaptive(const Plan& plan, const RuleViews& rules, const stor
   if (plan.request.adaptive == limiter::Adaptive::off || !(sd.effective_rate > 0)) return;
   BucketMetrics& bm = rules.metrics_of(*plan.rule);
   bm.adaptive().effective_rate.Set(sd.effective_rate);
-  if (plan.request.adaptive == limiter::Adaptive::on && sd.paused_us > 0)
-    bm.raise_pause(limiter::steady_now_us() + sd.paused_us);
+  if (plan.request.adaptive != limiter::Adaptive::on) return;
+  if (sd.paused_us > 0) bm.raise_pause(limiter::steady_now_us() + sd.paused_us);
+  if (sd.cut_age_us < store::kCutAgeMax) bm.raise_cut(limiter::steady_now_us() - sd.cut_age_us);
 }
 
 net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal) {
@@ -777,6 +779,7 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
   AdaptiveSeries& series = bm.adaptive();
   series.effective_rate.Set(o.effective_rate);
   if (mode == limiter::Adaptive::on && o.pause_left_us > 0) bm.raise_pause(limiter::steady_now_us() + o.pause_left_us);
+  if (mode == limiter::Adaptive::on && o.result.cut) bm.raise_cut(limiter::steady_now_us());
   if (o.result.unconfirmed) series.unconfirmed.Increment();
   if (!o.result.cut) co_return;  // the same episode as a cut a moment ago (here or elsewhere in the fleet)
   series.cuts.Increment();

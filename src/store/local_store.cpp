@@ -112,6 +112,7 @@ LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& re
   if (req.adaptive == limiter::Adaptive::on) {
     ref.params = limiter::effective_params(req.bucket.params, out.effective_rate);
     if (st.pause_until > now) out.paused_us = st.pause_until - now;
+    out.cut_age_us = now - st.last_signal < kCutAgeMax ? now - st.last_signal : kCutAgeMax;
   }
   Entry& e = bucket_entry(shard, ref, false, now);
   if (!e.adaptive) e.adaptive = std::make_unique<limiter::AdaptiveState>();
@@ -429,12 +430,15 @@ AdaptOutcome LocalStore::adapt(const AcquireRequest& req, Micros pause_us, Micro
   const double configured = req.bucket.params.rate;
   out.result = limiter::on_throttle(st, configured, now, pause_us, jitter_us, req.caller);
   out.effective_rate = limiter::effective_rate(st, configured, now);
-  if (req.adaptive == limiter::Adaptive::on && out.result.paused) {
-    // Nothing is sent before the pause ends, and no permit piles up meanwhile: the bucket starts
-    // empty then. Grants made before it are void (their holders ask again when they wake).
+  if (req.adaptive == limiter::Adaptive::on && out.result.cut) {
+    // A cut restarts the bucket's schedule at the new rate, empty, when its pause ends (or now):
+    // the slots granted before it, at the old rate, are void (their holders ask again when they
+    // wake: the session's hold), and nothing piles up during a pause. A refund of a void slot
+    // never reopens the bucket before the restart (pause_floor).
+    const Micros restart = st.pause_until > now ? st.pause_until : now;
     e->state.stored = 0;
-    if (e->state.next_free < st.pause_until) e->state.next_free = st.pause_until;
-    e->pause_floor = st.pause_until;
+    e->state.next_free = restart;
+    e->pause_floor = restart;
   }
   out.pause_left_us = st.pause_until > now ? st.pause_until - now : 0;
   out.ok = true;

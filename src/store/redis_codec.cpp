@@ -502,7 +502,7 @@ std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const 
 
 std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas,
                                                 bool adaptive) {
-  if (items.size() != 13 + 5 * quotas + (adaptive ? 2 : 0)) return std::nullopt;
+  if (items.size() != 13 + 5 * quotas + (adaptive ? 3 : 0)) return std::nullopt;
   auto micros = [](const std::string& s) {
     const double v = std::stod(s);  // the script's "never" is 2^53
     return v >= 9007199254740992.0 ? limiter::kInfinite : static_cast<Micros>(v);
@@ -540,6 +540,7 @@ std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>&
     if (adaptive) {
       out.effective_rate = std::stod(items[13 + 5 * quotas]);
       out.paused_us = micros(items[14 + 5 * quotas]);
+      out.cut_age_us = micros(items[15 + 5 * quotas]);
     }
     return out;
   } catch (const std::exception&) {  // stod/stoll on something that is not a number

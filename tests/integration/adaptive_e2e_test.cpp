@@ -243,6 +243,16 @@ RunResult drive(const std::string& name, std::vector<std::unique_ptr<GatewayProc
       csv << i << ',' << x.allowance << ',' << x.received << ',' << x.throttled << ',' << x.gateway_429 << ','
           << x.effective << ',' << tokens[i + 1] << '\n';
     }
+    // Each throttle the supplier answered, in ms from the start, and the gateways' log lines (cuts
+    // and pauses): to read an episode request by request.
+    std::ofstream events(std::string(dir) + "/" + name + ".throttles");
+    events << "# t0 " << t0 << '\n';
+    for (const auto& a : stats["throttled_us"]) events << (a.get<std::int64_t>() - t0) / 1000.0 << '\n';
+    std::ofstream logs(std::string(dir) + "/" + name + ".log");
+    for (auto& gw : fleet) {
+      gw->proc->wait_for_line("\x01", 50ms);  // reads what is there
+      logs << gw->proc->output();
+    }
   }
   for (const PhaseFigures& f : out.settled)
     std::printf("[%s] allowance %.0f/s: supplier received %d, refused %d (%.2f%%), accepted %.1f%% of what it allowed"

@@ -102,6 +102,18 @@ class RedisScript : public ::testing::Test {
   static const char* route_name(Route r) {
     return r == Route::general ? "general script" : r == Route::lean ? "lean script" : "both scripts";
   }
+  // A throttle signal with a pause, in both stores: both cut and pause.
+  void cut(LocalStore& local, const AcquireRequest& req, Micros pause_us, Micros now) {
+    const AdaptOutcome lo = local.adapt(req, pause_us, 0);
+    std::vector<std::string> args{"EVAL", adapt_script()};
+    for (auto& a : adapt_call(req, "t:", pause_us, 0, std::to_string(now))) args.push_back(a);
+    redisReply* r = redis->cmd(args);
+    const auto ro = parse_adapt_reply(items(r), now);
+    if (r) freeReplyObject(r);
+    ASSERT_TRUE(ro.has_value());
+    ASSERT_TRUE(lo.result.cut && ro->result.cut);
+    ASSERT_TRUE(lo.result.paused && ro->result.paused);
+  }
   // A fresh start for one route of a replay.
   void begin(Route r) {
     route = r;
@@ -313,6 +325,7 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
       ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
       ASSERT_EQ(l.effective_rate, r.effective_rate);
       ASSERT_EQ(l.paused_us, r.paused_us);
+      ASSERT_EQ(l.cut_age_us, r.cut_age_us);
       lowest = std::min(lowest, l.effective_rate);
       (l.decision.granted ? granted : rejected)++;
       if (l.decision.granted && l.decision.wait_us > 0) held.push_back({req, l.reservation});
@@ -335,9 +348,10 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
   }
 }
 
-// A pause (1 s) applied to a bucket with a queue 1.5 s long, then every held caller leaves: the
-// slots after the pause come back, those inside it do not reopen it, in the script (the bucket's
-// 'f') as in the local store.
+// A pause (1 s) applied to a bucket with a queue 1.5 s long, then every held caller leaves: no
+// refund reopens the bucket inside the pause, in the script (the bucket's 'f') as in the local
+// store. (The cut voided the queue: a refund gives back only the bucket's newest slot, here the
+// one that fell on the restart itself.)
 TEST_F(RedisScript, ARefundNeverReopensAPause) {
   begin(Route::general);
   ManualClock clock(1'700'000'000'000'000);
@@ -352,22 +366,13 @@ TEST_F(RedisScript, ARefundNeverReopensAPause) {
     ASSERT_NO_FATAL_FAILURE(expect_same(l, acquire(req, clock.now_us())));
     if (l.decision.wait_us > 0) held.push_back(l.reservation);
   }
-  const AdaptOutcome lo = local.adapt(req, 1'000'000, 0);
-  std::vector<std::string> args{"EVAL", adapt_script()};
-  for (auto& a : adapt_call(req, "t:", 1'000'000, 0, std::to_string(clock.now_us()))) args.push_back(a);
-  redisReply* r = redis->cmd(args);
-  const auto ro = parse_adapt_reply(items(r), clock.now_us());
-  if (r) freeReplyObject(r);
-  ASSERT_TRUE(ro.has_value());
-  ASSERT_TRUE(lo.result.paused && ro->result.paused);
+  ASSERT_NO_FATAL_FAILURE(cut(local, req, 1'000'000, clock.now_us()));
   int given = 0;
   for (auto it = held.rbegin(); it != held.rend(); ++it) {
     const RefundResult lb = local.give_back_slots(req, *it);
     ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(req, *it, clock.now_us())));
     given += static_cast<int>(lb.bucket);
   }
-  // The slots after the pause's end came back; those inside it are void and stay taken.
-  EXPECT_GT(given, 0);
   EXPECT_LT(given, static_cast<int>(held.size()));
   AcquireRequest now_only = req;
   now_only.timeout_us = 0;
@@ -376,6 +381,38 @@ TEST_F(RedisScript, ARefundNeverReopensAPause) {
   ASSERT_NO_FATAL_FAILURE(expect_same(l, rr));
   EXPECT_FALSE(rr.decision.granted);  // nothing before the pause ends
   EXPECT_GE(rr.decision.retry_after_us, 1'000'000 - 1);
+}
+
+// A cut voids the slots granted before it, at the old rate (their holders ask again when they
+// wake): a bucket with a queue 2.5 s long, cut with a pause of 1 s, restarts empty at the new rate
+// when the pause ends, not behind the old queue; both stores alike. The decision says when the cut
+// was (cut_age_us), for the holders' check.
+TEST_F(RedisScript, ACutVoidsTheQueue) {
+  begin(Route::general);
+  ManualClock clock(1'700'000'000'000'000);
+  LocalStore local(clock);
+  BucketParams p;
+  p.rate = 10;
+  AcquireRequest req{{"/a", p}, {}, "", 1.0, 3'000'000};
+  req.adaptive = limiter::Adaptive::on;
+  for (int i = 0; i < 35; ++i) {
+    const StoreDecision l = local.decide(req);
+    ASSERT_NO_FATAL_FAILURE(expect_same(l, acquire(req, clock.now_us())));
+    ASSERT_TRUE(l.decision.granted);
+  }
+  ASSERT_NO_FATAL_FAILURE(cut(local, req, 1'000'000, clock.now_us()));
+  clock.advance(1'000'000);
+  AcquireRequest soon = req;
+  soon.timeout_us = 300'000;
+  const StoreDecision l = local.decide(soon);
+  const StoreDecision r = acquire(soon, clock.now_us());
+  ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
+  // The first permit of the restarted (empty) bucket: one interval of the new rate (4.75/s) away.
+  EXPECT_TRUE(r.decision.granted);
+  EXPECT_EQ(r.effective_rate, 4.75);
+  EXPECT_EQ(r.decision.wait_us, 210'526);
+  EXPECT_EQ(l.cut_age_us, 1'000'000);
+  EXPECT_EQ(r.cut_age_us, 1'000'000);
 }
 
 // Coalesced decisions: the requests for one bucket that arrive while its call is in flight go in one

@@ -108,11 +108,11 @@ class BucketMetrics {
   // they wake. Only ever raised (raise_pause): a store's pauses never shrink, and a decision made
   // before a pause whose answer lands after it must not erase it.
   std::atomic<std::int64_t> pause_until_us{0};
-  void raise_pause(std::int64_t until) {
-    std::int64_t seen = pause_until_us.load(std::memory_order_relaxed);
-    while (until > seen && !pause_until_us.compare_exchange_weak(seen, until, std::memory_order_relaxed)) {
-    }
-  }
+  void raise_pause(std::int64_t until) { raise(pause_until_us, until); }
+  // The bucket's last cut as heard from the store (steady clock, us): a cut voids the slots granted
+  // before it, and held requests granted before it ask again when they wake. Only ever raised.
+  std::atomic<std::int64_t> cut_at_us{0};
+  void raise_cut(std::int64_t at) { raise(cut_at_us, at); }
   // Adaptive buckets: the supplier's answers other than throttles that this gateway saw since it
   // last told the store (each decision for the bucket takes them along): what the supplier admits.
   void note_admitted() { admitted_pending_.fetch_add(1, std::memory_order_relaxed); }
@@ -124,6 +124,11 @@ class BucketMetrics {
   AdaptiveEvent last_event() const;
 
  private:
+  static void raise(std::atomic<std::int64_t>& mark, std::int64_t to) {
+    std::int64_t seen = mark.load(std::memory_order_relaxed);
+    while (to > seen && !mark.compare_exchange_weak(seen, to, std::memory_order_relaxed)) {
+    }
+  }
   // /metrics lists only the outcomes a bucket saw: an outcome's series is made by its first count.
   prometheus::Counter& first_count(Outcome o);
 

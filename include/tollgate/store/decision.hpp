@@ -96,6 +96,9 @@ struct RefundResult {
 // the configured policy says forward unlimited (open) or refuse with 503 (closed).
 enum class StoreStatus { ok, unavailable, unavailable_open, unavailable_closed };
 
+// The cut age a decision reports when the last cut is older than this (or there was none).
+inline constexpr Micros kCutAgeMax = 60'000'000;
+
 struct StoreDecision {
   StoreStatus status = StoreStatus::ok;
   limiter::Decision decision;  // combined over bucket and parent
@@ -111,7 +114,11 @@ struct StoreDecision {
   // long the bucket's pause still runs from the decision (0: none).
   double effective_rate = 0;
   Micros paused_us = 0;
+  // ...and how long ago its last cut was (at most kCutAgeMax): a cut voids the slots granted
+  // before it, and their holders ask again when they wake.
+  Micros cut_age_us = kCutAgeMax;
 };
+
 
 // What a throttle signal from the upstream did to an adaptive bucket (BucketStore::throttled).
 struct AdaptOutcome {

@@ -13,8 +13,9 @@
 -- pause of 2 s for a bucket of 10/s, adaptive on, no burst:
 --   redis-cli --eval /tmp/adapt.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , '' 1 10 '' 2000000 0 7
 --
--- With "on", a pause also empties the bucket until it ends (as LocalStore::adapt), and is kept in
--- its hash ('f') so that a refund cannot bring a slot back inside it (refund.lua).
+-- With "on", a cut restarts the bucket's schedule (as LocalStore::adapt): empty, from the end of
+-- the pause or from now; the slots granted before it are void. The restart is kept in its hash
+-- ('f') so that a refund cannot bring a slot back before it (refund.lua).
 --
 -- (This header, every line down to the first that is not a "--" comment, is not sent to Redis:
 -- the build drops it, cmake/embed_lua.cmake. The rest of the file is sent byte for byte, and
@@ -90,11 +91,13 @@ else
   cut, from = 1, sent
   to = A.effective(st, conf, now)
   eff = to
-  if on and paused == 1 then
+  if on then
+    -- The schedule restarts at the new rate, empty, when the pause ends (or now): the slots granted
+    -- before the cut are void, and a refund never reopens the bucket before the restart ('f').
     local h = redis.call('HMGET', KEYS[1], 's', 'n', 'm', 'c')
-    local n, mx, cool = st.pause, nil, nil
+    local n, mx, cool = now, nil, nil
+    if st.pause > now then n = st.pause end
     if h[1] then
-      if tonumber(h[2]) > n then n = tonumber(h[2]) end
       mx, cool = h[3], h[4]
     else
       local interval = 1e6 / conf
@@ -102,7 +105,7 @@ else
       if burst ~= '' then m = tonumber(burst) end
       mx, cool = fmt(m), fmt(interval)
     end
-    redis.call('HSET', KEYS[1], 's', '0', 'n', fmt(n), 'm', mx, 'c', cool, 'f', st.pause)
+    redis.call('HSET', KEYS[1], 's', '0', 'n', fmt(n), 'm', mx, 'c', cool, 'f', n)
     redis.call('PEXPIRE', KEYS[1], math.floor(((n - now) + tonumber(mx) * tonumber(cool)) / 1000) + 1000)
   end
 end

@@ -139,12 +139,13 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   EXPECT_EQ(as_double(a[20]), 6);
   EXPECT_FALSE(lean_request(req));  // adaptive buckets take the general script
 
-  std::vector<std::string> reply{"1", "0", "0", "3", "4", "0", "0", "5", "0", "1", "0", "0", "0", "2.5", "120000"};
+  std::vector<std::string> reply{"1", "0", "0", "3", "4", "0", "0", "5", "0", "1", "0", "0", "0", "2.5", "120000", "700000"};
   const auto d = parse_acquire_reply(reply, 0, true);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->effective_rate, 2.5);
   EXPECT_EQ(d->paused_us, 120'000);
-  EXPECT_FALSE(parse_acquire_reply(reply, 0, false).has_value());  // two items too many
+  EXPECT_EQ(d->cut_age_us, 700'000);
+  EXPECT_FALSE(parse_acquire_reply(reply, 0, false).has_value());  // three items too many
 }
 
 TEST(RedisCodec, AdaptCallAndReply) {
