@@ -562,7 +562,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
       // The cut this slot was granted knowing of (the decision's own, not the shared marker: another
       // thread may have raised that for a cut the store made just after this grant): only a later
       // one voids it.
-      std::int64_t known_cut = adaptive ? limiter::steady_now_us() - sd.cut_age_us : 0;
+      std::int64_t known_cut = sd.last_cut_us;
       compact_for_hold(body, target);
       for (int round = 0; verdict.action == Action::hold; ++round) {
         // Held on a timer (never a thread), the client watched meanwhile: its slot comes back if
@@ -578,7 +578,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
         // differ, does not count.)
         if (!adaptive || !voided_meanwhile(bm, known_cut, window_end, round, plan)) break;
         co_await ask_again(plan, *rules, sd, verdict);
-        known_cut = limiter::steady_now_us() - sd.cut_age_us;
+        known_cut = sd.last_cut_us;
         if (verdict.action == Action::reject) {
           // Counted as delayed when it was held; the pause that caught it is counted here.
           bm.adaptive().paused_rejections.Increment();
@@ -736,7 +736,7 @@ net::awaitable<void> Session::ask_again(Plan& plan, const RuleViews& rules, stor
 
 bool Session::voided_meanwhile(const BucketMetrics& bm, std::int64_t known_cut, std::int64_t window_end, int round,
                                Plan& plan) {
-  if (bm.cut_at_us.load(std::memory_order_relaxed) <= known_cut + 5'000) return false;
+  if (bm.last_cut_us.load(std::memory_order_relaxed) <= known_cut) return false;
   const std::int64_t now = limiter::steady_now_us();
   // At most three times; the fourth asks only for a permit now.
   plan.request.timeout_us = round < 3 ? std::max<std::int64_t>(0, window_end - now) : 0;
@@ -749,7 +749,7 @@ void Session::note_adaptive(const Plan& plan, const RuleViews& rules, const stor
   bm.adaptive().effective_rate.Set(sd.effective_rate);
   if (plan.request.adaptive != limiter::Adaptive::on) return;
   if (sd.paused_us > 0) bm.raise_pause(limiter::steady_now_us() + sd.paused_us);
-  if (sd.cut_age_us < store::kCutAgeMax) bm.raise_cut(limiter::steady_now_us() - sd.cut_age_us);
+  bm.raise_cut(sd.last_cut_us);
 }
 
 net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal) {
@@ -779,7 +779,7 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
   AdaptiveSeries& series = bm.adaptive();
   series.effective_rate.Set(o.effective_rate);
   if (mode == limiter::Adaptive::on && o.pause_left_us > 0) bm.raise_pause(limiter::steady_now_us() + o.pause_left_us);
-  if (mode == limiter::Adaptive::on && o.result.cut) bm.raise_cut(limiter::steady_now_us());
+  if (mode == limiter::Adaptive::on) bm.raise_cut(o.last_cut_us);
   if (o.result.unconfirmed) series.unconfirmed.Increment();
   if (!o.result.cut) co_return;  // the same episode as a cut a moment ago (here or elsewhere in the fleet)
   series.cuts.Increment();

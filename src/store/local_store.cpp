@@ -112,7 +112,7 @@ LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& re
   if (req.adaptive == limiter::Adaptive::on) {
     ref.params = limiter::effective_params(req.bucket.params, out.effective_rate);
     if (st.pause_until > now) out.paused_us = st.pause_until - now;
-    out.cut_age_us = now - st.last_signal < kCutAgeMax ? now - st.last_signal : kCutAgeMax;
+    out.last_cut_us = st.last_signal > 0 ? st.last_signal : 0;
   }
   Entry& e = bucket_entry(shard, ref, false, now);
   if (!e.adaptive) e.adaptive = std::make_unique<limiter::AdaptiveState>();
@@ -441,6 +441,7 @@ AdaptOutcome LocalStore::adapt(const AcquireRequest& req, Micros pause_us, Micro
     e->pause_floor = restart;
   }
   out.pause_left_us = st.pause_until > now ? st.pause_until - now : 0;
+  out.last_cut_us = st.last_signal > 0 ? st.last_signal : 0;
   out.ok = true;
   return out;
 }

@@ -416,7 +416,7 @@ std::vector<std::string> adapt_call(const AcquireRequest& req, const std::string
 }
 
 std::optional<AdaptOutcome> parse_adapt_reply(const std::vector<std::string>& items, Micros now) {
-  if (items.size() != 8) return std::nullopt;
+  if (items.size() != 9) return std::nullopt;
   try {
     AdaptOutcome out;
     out.ok = true;
@@ -429,6 +429,7 @@ std::optional<AdaptOutcome> parse_adapt_reply(const std::vector<std::string>& it
     out.result.pause_until = now + out.pause_left_us;
     out.effective_rate = std::stod(items[6]);
     out.result.unconfirmed = items[7] == "1";
+    out.last_cut_us = static_cast<Micros>(std::stod(items[8]));
     return out;
   } catch (const std::exception&) {
     return std::nullopt;
@@ -540,7 +541,7 @@ std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>&
     if (adaptive) {
       out.effective_rate = std::stod(items[13 + 5 * quotas]);
       out.paused_us = micros(items[14 + 5 * quotas]);
-      out.cut_age_us = micros(items[15 + 5 * quotas]);
+      out.last_cut_us = micros(items[15 + 5 * quotas]);
     }
     return out;
   } catch (const std::exception&) {  // stod/stoll on something that is not a number

@@ -249,10 +249,7 @@ RunResult drive(const std::string& name, std::vector<std::unique_ptr<GatewayProc
     events << "# t0 " << t0 << '\n';
     for (const auto& a : stats["throttled_us"]) events << (a.get<std::int64_t>() - t0) / 1000.0 << '\n';
     std::ofstream logs(std::string(dir) + "/" + name + ".log");
-    for (auto& gw : fleet) {
-      gw->proc->wait_for_line("\x01", 50ms);  // reads what is there
-      logs << gw->proc->output();
-    }
+    for (auto& gw : fleet) logs << gw->proc->read_available();
   }
   for (const PhaseFigures& f : out.settled)
     std::printf("[%s] allowance %.0f/s: supplier received %d, refused %d (%.2f%%), accepted %.1f%% of what it allowed"

@@ -312,6 +312,7 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
         EXPECT_EQ(l.result.unconfirmed, rr->result.unconfirmed);
         EXPECT_EQ(l.pause_left_us, rr->pause_left_us);
         EXPECT_EQ(l.effective_rate, rr->effective_rate);
+        EXPECT_EQ(l.last_cut_us, rr->last_cut_us);
         cuts += l.result.cut;
         pauses += l.result.paused;
         unconfirmed += l.result.unconfirmed;
@@ -325,7 +326,7 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
       ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
       ASSERT_EQ(l.effective_rate, r.effective_rate);
       ASSERT_EQ(l.paused_us, r.paused_us);
-      ASSERT_EQ(l.cut_age_us, r.cut_age_us);
+      ASSERT_EQ(l.last_cut_us, r.last_cut_us);
       lowest = std::min(lowest, l.effective_rate);
       (l.decision.granted ? granted : rejected)++;
       if (l.decision.granted && l.decision.wait_us > 0) held.push_back({req, l.reservation});
@@ -386,7 +387,7 @@ TEST_F(RedisScript, ARefundNeverReopensAPause) {
 // A cut voids the slots granted before it, at the old rate (their holders ask again when they
 // wake): a bucket with a queue 2.5 s long, cut with a pause of 1 s, restarts empty at the new rate
 // when the pause ends, not behind the old queue; both stores alike. The decision says when the cut
-// was (cut_age_us), for the holders' check.
+// was (last_cut_us), for the holders' check.
 TEST_F(RedisScript, ACutVoidsTheQueue) {
   begin(Route::general);
   ManualClock clock(1'700'000'000'000'000);
@@ -411,8 +412,8 @@ TEST_F(RedisScript, ACutVoidsTheQueue) {
   EXPECT_TRUE(r.decision.granted);
   EXPECT_EQ(r.effective_rate, 4.75);
   EXPECT_EQ(r.decision.wait_us, 210'526);
-  EXPECT_EQ(l.cut_age_us, 1'000'000);
-  EXPECT_EQ(r.cut_age_us, 1'000'000);
+  EXPECT_EQ(l.last_cut_us, clock.now_us() - 1'000'000);
+  EXPECT_EQ(r.last_cut_us, clock.now_us() - 1'000'000);
 }
 
 // Coalesced decisions: the requests for one bucket that arrive while its call is in flight go in one

@@ -53,6 +53,12 @@ void Process::signal(int sig) {
   if (pid_ > 0 && !exit_code_) ::kill(pid_, sig);
 }
 
+const std::string& Process::read_available() {
+  while (read_some(std::chrono::milliseconds(0))) {
+  }
+  return output_;
+}
+
 bool Process::read_some(std::chrono::milliseconds timeout) {
   pollfd p{fd_, POLLIN, 0};
   if (poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;

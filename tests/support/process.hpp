@@ -25,6 +25,8 @@ class Process {
   std::optional<int> wait_exit(std::chrono::milliseconds timeout);
   void signal(int sig);
   const std::string& output() const { return output_; }  // everything read so far
+  // Reads what the process has written so far, without waiting (wait_for_line still sees it all).
+  const std::string& read_available();
   pid_t pid() const { return pid_; }
 
  private:

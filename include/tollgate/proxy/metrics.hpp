@@ -109,10 +109,10 @@ class BucketMetrics {
   // before a pause whose answer lands after it must not erase it.
   std::atomic<std::int64_t> pause_until_us{0};
   void raise_pause(std::int64_t until) { raise(pause_until_us, until); }
-  // The bucket's last cut as heard from the store (steady clock, us): a cut voids the slots granted
+  // The bucket's last cut as heard from the store (its clock, us): a cut voids the slots granted
   // before it, and held requests granted before it ask again when they wake. Only ever raised.
-  std::atomic<std::int64_t> cut_at_us{0};
-  void raise_cut(std::int64_t at) { raise(cut_at_us, at); }
+  std::atomic<std::int64_t> last_cut_us{0};
+  void raise_cut(std::int64_t at) { raise(last_cut_us, at); }
   // Adaptive buckets: the supplier's answers other than throttles that this gateway saw since it
   // last told the store (each decision for the bucket takes them along): what the supplier admits.
   void note_admitted() { admitted_pending_.fetch_add(1, std::memory_order_relaxed); }

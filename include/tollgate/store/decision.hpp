@@ -96,9 +96,6 @@ struct RefundResult {
 // the configured policy says forward unlimited (open) or refuse with 503 (closed).
 enum class StoreStatus { ok, unavailable, unavailable_open, unavailable_closed };
 
-// The cut age a decision reports when the last cut is older than this (or there was none).
-inline constexpr Micros kCutAgeMax = 60'000'000;
-
 struct StoreDecision {
   StoreStatus status = StoreStatus::ok;
   limiter::Decision decision;  // combined over bucket and parent
@@ -114,9 +111,10 @@ struct StoreDecision {
   // long the bucket's pause still runs from the decision (0: none).
   double effective_rate = 0;
   Micros paused_us = 0;
-  // ...and how long ago its last cut was (at most kCutAgeMax): a cut voids the slots granted
-  // before it, and their holders ask again when they wake.
-  Micros cut_age_us = kCutAgeMax;
+  // ...and when its last cut was, on the store's clock (0: none): a cut voids the slots granted
+  // before it, and their holders ask again when they wake (a value, not an age: gateways compare
+  // them exactly).
+  Micros last_cut_us = 0;
 };
 
 
@@ -126,6 +124,7 @@ struct AdaptOutcome {
   limiter::ThrottleResult result;  // cut / paused, from the store's clock
   Micros pause_left_us = 0;     // the pause still to run, from the store's now
   double effective_rate = 0;    // after the signal
+  Micros last_cut_us = 0;       // the bucket's last cut, on the store's clock (StoreDecision's)
   std::string error;
 };
 

@@ -16,7 +16,7 @@
 -- Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound (0 bucket, 1 parent, 2 share, 3 quota),
 --          bound_quota (rejected) or the maxShare grant's release (granted), release1, cost1, spent1, release2, cost2, spent2,
 --          then per quota: admitted, used, remaining, retry_after_us, reset_us,
---          then when adaptive: effective rate, pause left (us), time since the last cut (us, at most 60 s)}
+--          then when adaptive: effective rate, pause left (us), the last cut's time (us, 0: none)}
 --          (doubles as strings).
 --
 -- Examples (add -h/-p; "dbg:" is a scratch key prefix, the gateway's keys are
@@ -41,7 +41,6 @@
 -- editing it changes the script's SHA1.)
 
 local SAT = 9007199254740992 -- 2^53: the largest whole number a Lua double holds exactly
-local CUT_AGE_MAX = 60000000 -- store::kCutAgeMax
 local function trunc(x)
   if x ~= x then return 0 end
   if x >= SAT then return SAT end
@@ -191,7 +190,7 @@ local ka, kb, sa, sb
 if has_a then ka, sa, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
 -- Adaptive: the arrival counts as demand, and with `on` the bucket decides at the effective rate
 -- (its shape made here from that rate, as limiter::effective_params and shape_of make it).
-local A, ad, kad, eff, pause_left, cut_age = nil, nil, nil, 0, 0, CUT_AGE_MAX
+local A, ad, kad, eff, pause_left, last_cut = nil, nil, nil, 0, 0, 0
 if has_a and adaptive > 0 then
   kad = KEYS[ki]
   local conf, burst, caller, oks = tonumber(ARGV[base]), ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
@@ -208,8 +207,7 @@ if has_a and adaptive > 0 then
     local interval = 1e6 / eff
     sa = {interval = interval, max = mx, cool = interval, warm = false, threshold = 0, cold = 0, slope = 0}
     if ad.pause > now then pause_left = ad.pause - now end
-    cut_age = now - ad.signal
-    if cut_age > CUT_AGE_MAX then cut_age = CUT_AGE_MAX end
+    if ad.signal > 0 then last_cut = ad.signal end
   end
 end
 if has_b then kb, sb, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
@@ -309,7 +307,7 @@ if not all then
     A.save(kad, ad)
     table.insert(out, fmt(eff))
     table.insert(out, pause_left)
-    table.insert(out, cut_age)
+    table.insert(out, last_cut)
   end
   return out
 end
@@ -335,6 +333,6 @@ if ad then
   A.save(kad, ad)
   table.insert(out, fmt(eff))
   table.insert(out, pause_left)
-  table.insert(out, cut_age)
+  table.insert(out, last_cut)
 end
 return out

@@ -7,7 +7,8 @@
 -- KEYS[1] the bucket, KEYS[2] its adaptive hash. ARGV[1] now_us ('' = Redis TIME), ARGV[2] 1 on,
 -- 2 shadow, ARGV[3] the configured rate, ARGV[4] its burst ('' unset), ARGV[5] pause_us, ARGV[6] jitter_us,
 -- ARGV[7] the throttled request's caller id (an integer below 2^53).
--- Returns {cut (0/1), from, to, paused (0/1), pause_until, pause left, effective rate, unconfirmed (0/1)}.
+-- Returns {cut (0/1), from, to, paused (0/1), pause_until, pause left, effective rate, unconfirmed (0/1),
+-- the last cut's time (0: none)}.
 --
 -- Example (add -h/-p; "dbg:" is a scratch key prefix, see acquire.lua): a throttle signal with a
 -- pause of 2 s for a bucket of 10/s, adaptive on, no burst:
@@ -112,4 +113,6 @@ end
 A.save(KEYS[2], st)
 local left = 0
 if st.pause > now then left = st.pause - now end
-return {cut, fmt(from), fmt(to), paused, st.pause, left, fmt(eff), unconfirmed}
+local last_cut = 0
+if st.signal > 0 then last_cut = st.signal end
+return {cut, fmt(from), fmt(to), paused, st.pause, left, fmt(eff), unconfirmed, last_cut}

@@ -144,7 +144,7 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->effective_rate, 2.5);
   EXPECT_EQ(d->paused_us, 120'000);
-  EXPECT_EQ(d->cut_age_us, 700'000);
+  EXPECT_EQ(d->last_cut_us, 700'000);
   EXPECT_FALSE(parse_acquire_reply(reply, 0, false).has_value());  // three items too many
 }
 
@@ -162,18 +162,20 @@ TEST(RedisCodec, AdaptCallAndReply) {
   EXPECT_EQ(a[7], "3000000");
   EXPECT_EQ(a[8], "12345");
   EXPECT_EQ(a[9], "77");
-  const auto o = parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35", "0"}, 1'000'000);
+  const auto o = parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35", "0", "1700000000000000"},
+                                     1'000'000);
   ASSERT_TRUE(o.has_value());
   EXPECT_TRUE(o->ok && o->result.cut && o->result.paused);
   EXPECT_FALSE(o->result.unconfirmed);
-  const auto u = parse_adapt_reply({"0", "0", "0", "0", "0", "0", "50", "1"}, 0);
+  EXPECT_EQ(o->last_cut_us, 1'700'000'000'000'000);  // on the store's clock
+  const auto u = parse_adapt_reply({"0", "0", "0", "0", "0", "0", "50", "1", "0"}, 0);
   ASSERT_TRUE(u.has_value());
   EXPECT_TRUE(u->result.unconfirmed);
   EXPECT_EQ(o->result.to, 35);
   EXPECT_EQ(o->pause_left_us, 3'012'345);
   EXPECT_EQ(o->result.pause_until, 4'012'345);  // on the caller's clock
   EXPECT_FALSE(parse_adapt_reply({"1", "x"}, 0).has_value());
-  EXPECT_FALSE(parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35"}, 0).has_value());
+  EXPECT_FALSE(parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35", "0"}, 0).has_value());
 }
 
 TEST(RedisCodec, ParsesAGrantWithParentQuotasAndShare) {
