@@ -142,10 +142,12 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   // time for up to a second (the supplier's allowance refilled meanwhile and was spent after
   // it), not beyond (a bucket fills once).
   double estimate = admitted(st, now);
-  if (now - previous < p.recent_us) {
+  const bool recent = now - previous < p.recent_us;
+  const bool probing = recent && sent > st.level;
+  if (recent) {
     Micros start = previous;
     if (st.pause_until - 1'000'000 > start && st.pause_until < now) start = st.pause_until - 1'000'000;
-    if (sent > st.level) {
+    if (probing) {
       // A token bucket's burst (refilled in a pause or a hold) lets a probe through above the
       // allowance for a while, at most a second's worth: unless more than that went through above
       // the level since the last cut, one refused probe raises the level by at most a quarter.
@@ -161,16 +163,23 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   if (estimate > sent) estimate = sent;
   const double lowest = p.max_cut * sent;
   if (estimate < lowest) estimate = lowest;
-  double target = p.margin * estimate;
-  const double fl = floor_rate(configured, p);
-  if (target < fl) target = fl;
-  // The same level refused again soon after: probe less often.
+  // The same level refused again soon after: probe less often. A probe that finds it again takes
+  // the mean of the two estimates (each is noisy: a sliding second across a fixed window's edge
+  // reads high), so that a level read too high is not held just over the allowance, and a small
+  // rise is still learnt over a few probes.
   Micros hold = p.hold_min_us;
-  if (st.level > 0 && now - previous < p.recent_us && std::fabs(estimate - st.level) <= p.same_level * st.level) {
+  if (st.level > 0 && recent && std::fabs(estimate - st.level) <= p.same_level * st.level) {
     hold = st.hold_us * 2;
     if (hold < p.hold_min_us) hold = p.hold_min_us;
     if (hold > p.hold_max_us) hold = p.hold_max_us;
+    if (probing) {
+      estimate = (estimate + st.level) / 2;
+      if (estimate < lowest) estimate = lowest;
+    }
   }
+  double target = p.margin * estimate;
+  const double fl = floor_rate(configured, p);
+  if (target < fl) target = fl;
   st.level = estimate;
   st.hold_us = hold;
   if (pause_us > 0) {

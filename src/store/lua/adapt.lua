@@ -50,10 +50,12 @@ else
   local d = A.demand(st, now)
   if d < sent then sent = d end
   local estimate = A.admitted(st, now)
-  if now - previous < A.RECENT then
+  local recent = now - previous < A.RECENT
+  local probing = recent and sent > st.level
+  if recent then
     local start = previous
     if st.pause - 1000000 > start and st.pause < now then start = st.pause - 1000000 end
-    if sent > st.level then
+    if probing then
       local above = st.so - st.level * ((now - start) / 1e6)
       local most = st.level * A.GAIN
       if not (above > st.level) and estimate > most then estimate = most end
@@ -66,15 +68,19 @@ else
   if estimate > sent then estimate = sent end
   local lowest = A.MAX_CUT * sent
   if estimate < lowest then estimate = lowest end
-  local target = A.MARGIN * estimate
-  local fl = A.floor(conf)
-  if target < fl then target = fl end
   local hold = A.HOLD_MIN
-  if st.level > 0 and now - previous < A.RECENT and math.abs(estimate - st.level) <= A.SAME * st.level then
+  if st.level > 0 and recent and math.abs(estimate - st.level) <= A.SAME * st.level then
     hold = st.hold * 2
     if hold < A.HOLD_MIN then hold = A.HOLD_MIN end
     if hold > A.HOLD_MAX then hold = A.HOLD_MAX end
+    if probing then
+      estimate = (estimate + st.level) / 2
+      if estimate < lowest then estimate = lowest end
+    end
   end
+  local target = A.MARGIN * estimate
+  local fl = A.floor(conf)
+  if target < fl then target = fl end
   st.level = estimate
   st.hold = hold
   if pause_us > 0 then
