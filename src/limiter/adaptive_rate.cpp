@@ -163,19 +163,20 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   if (estimate > sent) estimate = sent;
   const double lowest = p.max_cut * sent;
   if (estimate < lowest) estimate = lowest;
-  // The same level refused again soon after: probe less often. A probe that finds it again takes
-  // the mean of the two estimates (each is noisy: a sliding second across a fixed window's edge
-  // reads high), so that a level read too high is not held just over the allowance, and a small
-  // rise is still learnt over a few probes.
+  // The same level refused again soon after: probe less often, and take the mean of the two
+  // estimates. Each is noisy, the other way round against fixed windows: a refused probe's last
+  // second, across a window's edge, reads a few requests of the window before (high); the
+  // admissions since a cut, with the rest of a full window paused through, read low. Held just
+  // under either, the rate sits over the allowance or well under it. A small real change is
+  // still followed, over a few cuts.
   Micros hold = p.hold_min_us;
   if (st.level > 0 && recent && std::fabs(estimate - st.level) <= p.same_level * st.level) {
     hold = st.hold_us * 2;
     if (hold < p.hold_min_us) hold = p.hold_min_us;
     if (hold > p.hold_max_us) hold = p.hold_max_us;
-    if (probing) {
-      estimate = (estimate + st.level) / 2;
-      if (estimate < lowest) estimate = lowest;
-    }
+    estimate = (estimate + st.level) / 2;
+    if (estimate > sent) estimate = sent;
+    if (estimate < lowest) estimate = lowest;
   }
   double target = p.margin * estimate;
   const double fl = floor_rate(configured, p);

@@ -14,9 +14,10 @@
 // backed by evidence that the interface, not one caller, is over its allowance cuts the rate to
 // `margin` (0.95) of the estimate, never more than halving it at once (the estimate may lag), and
 // holds it there for a while (0.5 s, doubled each time the same level is refused again soon
-// after, up to 3 s). Then it probes upward on T (1 + probe x^3), x the seconds since probing
-// began: flat near the held rate for a second (a probe that finds the allowance unchanged costs
-// a few refusals), steep after (a risen allowance is reached within a few seconds). Reaching the
+// after, up to 3 s; a probe that finds the same level again takes the mean of the two
+// estimates). Then it probes upward on T (1 + probe x^3), x the seconds since probing began:
+// flat near the held rate for a second (a probe that finds the allowance unchanged costs a few
+// refusals), steep after (a risen allowance is reached within a few seconds). Reaching the
 // configured rate ends the adaptation. Never below the floor, never above the configured rate,
 // and while the interface is asked for less than the curve, the curve does not advance.
 //
@@ -47,7 +48,7 @@ struct AdaptiveParams {
   Micros evidence_us = 2'000'000;  // throttles of two callers within this, or only one caller asking
   Micros hold_min_us = 500'000;    // the hold after a cut before probing...
   Micros hold_max_us = 3'000'000;  // ...doubled up to this while the same level is refused again
-  double same_level = 0.2;         // estimates within this share of each other are the same level
+  double same_level = 0.25;        // estimates within this share of each other are the same level
   Micros recent_us = 30'000'000;   // ...when the cuts are this close
   Micros max_pause_us = 60'000'000;  // Retry-After and RateLimit t are capped here
   double floor_share = 0.02;     // the floor: this share of the configured rate...

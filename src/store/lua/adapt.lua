@@ -73,10 +73,9 @@ else
     hold = st.hold * 2
     if hold < A.HOLD_MIN then hold = A.HOLD_MIN end
     if hold > A.HOLD_MAX then hold = A.HOLD_MAX end
-    if probing then
-      estimate = (estimate + st.level) / 2
-      if estimate < lowest then estimate = lowest end
-    end
+    estimate = (estimate + st.level) / 2
+    if estimate > sent then estimate = sent end
+    if estimate < lowest then estimate = lowest end
   end
   local target = A.MARGIN * estimate
   local fl = A.floor(conf)

@@ -170,6 +170,33 @@ TEST(AdaptiveRate, TheEstimateKeepsTheLevelWhenAProbeIsRefusedAndFollowsADrop) {
   EXPECT_DOUBLE_EQ(r.to, 0.95 * 12);
 }
 
+// Refused at or under the level soon after a cut: what was admitted since reads the allowance low
+// when the rest of a full window was paused through. Within a quarter of the level, it is the
+// same level found again: the mean of the two, and a longer hold; a real drop (to 12 from 20) is
+// followed at once.
+TEST(AdaptiveRate, TheSameLevelFoundAgainTakesTheMeanAndADropIsFollowed) {
+  for (const int admitted : {16, 12}) {
+    AdaptiveState st;
+    Micros now = 0;
+    for (; now < kLead; now += kSec) second_of(st, now, 36, 20);  // sending 36/s: one cut reaches 20
+    ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);           // held at 19
+    ASSERT_DOUBLE_EQ(st.level, 20);
+    traffic(st, now, kSec, 40, admitted);
+    now += kSec;
+    const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
+    ASSERT_TRUE(r.cut);
+    EXPECT_LE(r.from, 20);  // at or under the level: the allowance dropped, or was read high
+    if (admitted == 16) {
+      EXPECT_DOUBLE_EQ(st.level, 18);  // (16 + 20) / 2
+      EXPECT_EQ(st.hold_us, 1'000'000);
+    } else {
+      EXPECT_DOUBLE_EQ(st.level, 12);
+      EXPECT_EQ(st.hold_us, 500'000);
+    }
+    EXPECT_DOUBLE_EQ(r.to, 0.95 * st.level);
+  }
+}
+
 // A probe refused soon after passing the level raises it by at most a quarter (a token bucket's
 // refilled burst let it through for a while); one that got more than a second's worth through
 // above the level found a rise, and the last second's admissions stand.
