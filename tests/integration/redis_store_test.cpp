@@ -102,6 +102,23 @@ class RedisScript : public ::testing::Test {
   static const char* route_name(Route r) {
     return r == Route::general ? "general script" : r == Route::lean ? "lean script" : "both scripts";
   }
+  // An adaptive (on) request for a bucket of 10/s, waiting up to `timeout_us`.
+  static AcquireRequest adaptive_request(Micros timeout_us) {
+    BucketParams p;
+    p.rate = 10;
+    AcquireRequest req{{"/a", p}, {}, "", 1.0, timeout_us};
+    req.adaptive = limiter::Adaptive::on;
+    return req;
+  }
+  // `n` decisions at `now` in both stores, alike; the reservations of those held go to `held`.
+  void queue(LocalStore& local, const AcquireRequest& req, int n, Micros now, std::vector<Reservation>& held) {
+    for (int i = 0; i < n; ++i) {
+      const StoreDecision l = local.decide(req);
+      ASSERT_NO_FATAL_FAILURE(expect_same(l, acquire(req, now)));
+      ASSERT_TRUE(l.decision.granted);
+      if (l.decision.wait_us > 0) held.push_back(l.reservation);
+    }
+  }
   // A throttle signal with a pause, in both stores: both cut and pause.
   void cut(LocalStore& local, const AcquireRequest& req, Micros pause_us, Micros now) {
     const AdaptOutcome lo = local.adapt(req, pause_us, 0);
@@ -357,16 +374,9 @@ TEST_F(RedisScript, ARefundNeverReopensAPause) {
   begin(Route::general);
   ManualClock clock(1'700'000'000'000'000);
   LocalStore local(clock);
-  BucketParams p;
-  p.rate = 10;
-  AcquireRequest req{{"/a", p}, {}, "", 1.0, 2'000'000};
-  req.adaptive = limiter::Adaptive::on;
+  const AcquireRequest req = adaptive_request(2'000'000);
   std::vector<Reservation> held;
-  for (int i = 0; i < 25; ++i) {
-    const StoreDecision l = local.decide(req);
-    ASSERT_NO_FATAL_FAILURE(expect_same(l, acquire(req, clock.now_us())));
-    if (l.decision.wait_us > 0) held.push_back(l.reservation);
-  }
+  ASSERT_NO_FATAL_FAILURE(queue(local, req, 25, clock.now_us(), held));
   ASSERT_NO_FATAL_FAILURE(cut(local, req, 1'000'000, clock.now_us()));
   int given = 0;
   for (auto it = held.rbegin(); it != held.rend(); ++it) {
@@ -392,15 +402,10 @@ TEST_F(RedisScript, ACutVoidsTheQueue) {
   begin(Route::general);
   ManualClock clock(1'700'000'000'000'000);
   LocalStore local(clock);
-  BucketParams p;
-  p.rate = 10;
-  AcquireRequest req{{"/a", p}, {}, "", 1.0, 3'000'000};
-  req.adaptive = limiter::Adaptive::on;
-  for (int i = 0; i < 35; ++i) {
-    const StoreDecision l = local.decide(req);
-    ASSERT_NO_FATAL_FAILURE(expect_same(l, acquire(req, clock.now_us())));
-    ASSERT_TRUE(l.decision.granted);
-  }
+  const AcquireRequest req = adaptive_request(3'000'000);
+  std::vector<Reservation> held;
+  ASSERT_NO_FATAL_FAILURE(queue(local, req, 35, clock.now_us(), held));
+  ASSERT_EQ(held.size(), 25u);  // all granted: 10 at once, 25 held
   ASSERT_NO_FATAL_FAILURE(cut(local, req, 1'000'000, clock.now_us()));
   clock.advance(1'000'000);
   AcquireRequest soon = req;
