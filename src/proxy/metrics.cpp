@@ -101,7 +101,8 @@ AdaptiveSeries& BucketMetrics::adaptive() {
                  "Adaptive buckets: throttle episodes that paused the bucket (Retry-After, RateLimit t).")
             .Add(l),
         counters(registry_, "tollgate_adaptive_paused_rejections_total",
-                 "Adaptive buckets: held requests a pause caught, answered 429 when they woke.")
+                 "Adaptive buckets: held requests whose slot a cut voided (and its pause, if any), answered 429 "
+                 "when they woke and asked again.")
             .Add(l),
         counters(registry_, "tollgate_adaptive_unconfirmed_total",
                  "Adaptive buckets: upstream throttles that cut nothing, one caller's own among other callers' "

@@ -173,7 +173,7 @@ class Session {
   // The client left before its slot: its slot comes back now if nobody live queued behind it
   // (with any abandoned ones it unblocks), or later with the ones after it. Returns false.
   net::awaitable<bool> client_left(const Plan& plan, store::Reservation reservation, OutcomeCounter& count);
-  // An adaptive bucket paused while its request was held: the store is asked again.
+  // An adaptive bucket cut its rate while its request was held: the store is asked again.
   net::awaitable<void> ask_again(Plan& plan, const RuleViews& rules, store::StoreDecision& sd, Verdict& verdict);
   // After a hold on an adaptive bucket: whether a cut (which voids the slots granted before it:
   // the store restarted the schedule at the new rate) came while it waited, later than the one its
@@ -574,13 +574,12 @@ net::awaitable<bool> Session::handle(std::string_view body) {
         // An adaptive bucket cut its rate while it waited (the upstream throttled): its slot, at
         // the old rate, went with the cut. It asks again with what is left of its window: a slot
         // at the new rate (after the pause, if any), or a 429 saying when. (A cut known when the
-        // slot was granted, give or take the few milliseconds by which gateways' readings of it
-        // differ, does not count.)
+        // slot was granted does not count.)
         if (!adaptive || !voided_meanwhile(bm, known_cut, window_end, round, plan)) break;
         co_await ask_again(plan, *rules, sd, verdict);
         known_cut = sd.last_cut_us;
         if (verdict.action == Action::reject) {
-          // Counted as delayed when it was held; the pause that caught it is counted here.
+          // Counted as delayed when it was held; the cut that caught it is counted here.
           bm.adaptive().paused_rejections.Increment();
           access.rec.status = 429;
         } else if (verdict.action == Action::unavailable) {
@@ -736,7 +735,11 @@ net::awaitable<void> Session::ask_again(Plan& plan, const RuleViews& rules, stor
 
 bool Session::voided_meanwhile(const BucketMetrics& bm, std::int64_t known_cut, std::int64_t window_end, int round,
                                Plan& plan) {
-  if (bm.last_cut_us.load(std::memory_order_relaxed) <= known_cut) return false;
+  // Another cut than the one its slot was granted knowing of (the store's own timestamps, so
+  // exact): a later one voided the slot. (An earlier or none: the store forgot the bucket, or a
+  // fallback store decides meanwhile; nothing was voided.)
+  const std::int64_t cut = bm.last_cut_us.load(std::memory_order_relaxed);
+  if (cut <= known_cut) return false;
   const std::int64_t now = limiter::steady_now_us();
   // At most three times; the fourth asks only for a permit now.
   plan.request.timeout_us = round < 3 ? std::max<std::int64_t>(0, window_end - now) : 0;
@@ -749,7 +752,7 @@ void Session::note_adaptive(const Plan& plan, const RuleViews& rules, const stor
   bm.adaptive().effective_rate.Set(sd.effective_rate);
   if (plan.request.adaptive != limiter::Adaptive::on) return;
   if (sd.paused_us > 0) bm.raise_pause(limiter::steady_now_us() + sd.paused_us);
-  bm.raise_cut(sd.last_cut_us);
+  bm.last_cut_us.store(sd.last_cut_us, std::memory_order_relaxed);
 }
 
 net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal) {
@@ -779,7 +782,7 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
   AdaptiveSeries& series = bm.adaptive();
   series.effective_rate.Set(o.effective_rate);
   if (mode == limiter::Adaptive::on && o.pause_left_us > 0) bm.raise_pause(limiter::steady_now_us() + o.pause_left_us);
-  if (mode == limiter::Adaptive::on) bm.raise_cut(o.last_cut_us);
+  if (mode == limiter::Adaptive::on) bm.last_cut_us.store(o.last_cut_us, std::memory_order_relaxed);
   if (o.result.unconfirmed) series.unconfirmed.Increment();
   if (!o.result.cut) co_return;  // the same episode as a cut a moment ago (here or elsewhere in the fleet)
   series.cuts.Increment();

@@ -436,6 +436,7 @@ AdaptOutcome LocalStore::adapt(const AcquireRequest& req, Micros pause_us, Micro
     // wake: the session's hold), and nothing piles up during a pause. A refund of a void slot
     // never reopens the bucket before the restart (pause_floor).
     const Micros restart = st.pause_until > now ? st.pause_until : now;
+    e->abandoned.reset();  // the slots of left callers, remembered for refunds: void too
     e->state.stored = 0;
     e->state.next_free = restart;
     e->pause_floor = restart;

@@ -384,7 +384,7 @@ TEST_F(RedisScript, ARefundNeverReopensAPause) {
     ASSERT_NO_FATAL_FAILURE(expect_same_refund(lb, give_back(req, *it, clock.now_us())));
     given += static_cast<int>(lb.bucket);
   }
-  EXPECT_LT(given, static_cast<int>(held.size()));
+  EXPECT_EQ(given, 1);  // the slot that fell on the restart (pause end) itself
   AcquireRequest now_only = req;
   now_only.timeout_us = 0;
   const StoreDecision l = local.decide(now_only);

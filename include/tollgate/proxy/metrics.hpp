@@ -72,7 +72,7 @@ struct AdaptiveSeries {
   prometheus::Gauge& effective_rate;      // the rate it decides at now (permits/s)
   prometheus::Counter& cuts;              // throttle episodes that cut the rate
   prometheus::Counter& pauses;            // ... and those that paused it (Retry-After, RateLimit t)
-  prometheus::Counter& paused_rejections; // held requests a pause caught: 429 when they woke
+  prometheus::Counter& paused_rejections; // held requests whose slot a cut voided: 429 when they woke
   prometheus::Counter& unconfirmed;       // throttles that cut nothing: one caller's among others' successes
 };
 
@@ -104,15 +104,19 @@ class BucketMetrics {
   // The adaptive series: made on the first call. `adaptive_seen` says whether that happened.
   AdaptiveSeries& adaptive();
   const AdaptiveSeries* adaptive_seen() const { return adaptive_.load(std::memory_order_acquire); }
-  // The bucket's pause as heard from the store (steady clock, us): held requests check it when
-  // they wake. Only ever raised (raise_pause): a store's pauses never shrink, and a decision made
-  // before a pause whose answer lands after it must not erase it.
+  // The bucket's pause as heard from the store (steady clock, us), for /admin/rules. Only ever
+  // raised (raise_pause): a store's pauses never shrink, and a decision made before a pause whose
+  // answer lands after it must not erase it.
   std::atomic<std::int64_t> pause_until_us{0};
   void raise_pause(std::int64_t until) { raise(pause_until_us, until); }
-  // The bucket's last cut as heard from the store (its clock, us): a cut voids the slots granted
-  // before it, and held requests granted before it ask again when they wake. Only ever raised.
+  // The bucket's last cut as the store last told it (the store's own clock, us; 0: none): a cut
+  // voids the slots granted before it, and held requests granted knowing of an earlier one ask
+  // again when they wake. Set by every adaptive decision and throttle, not only raised: a store
+  // that forgot the bucket (Redis expired its hash, the in-process store swept it) or a fallback
+  // store on another clock (the `local` failure policy) must bring it back with it. A decision
+  // made before a cut whose answer lands after it can hide that cut from holders waking until the
+  // next decision.
   std::atomic<std::int64_t> last_cut_us{0};
-  void raise_cut(std::int64_t at) { raise(last_cut_us, at); }
   // Adaptive buckets: the supplier's answers other than throttles that this gateway saw since it
   // last told the store (each decision for the bucket takes them along): what the supplier admits.
   void note_admitted() { admitted_pending_.fetch_add(1, std::memory_order_relaxed); }

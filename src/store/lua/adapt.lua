@@ -111,6 +111,7 @@ else
       if burst ~= '' then m = tonumber(burst) end
       mx, cool = fmt(m), fmt(interval)
     end
+    redis.call('HDEL', KEYS[1], 'k') -- the slots of left callers, remembered for refunds: void too (refund.lua)
     redis.call('HSET', KEYS[1], 's', '0', 'n', fmt(n), 'm', mx, 'c', cool, 'f', n)
     redis.call('PEXPIRE', KEYS[1], math.floor(((n - now) + tonumber(mx) * tonumber(cool)) / 1000) + 1000)
   end

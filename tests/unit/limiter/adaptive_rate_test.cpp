@@ -154,7 +154,7 @@ TEST(AdaptiveRate, TheEstimateKeepsTheLevelWhenAProbeIsRefusedAndFollowsADrop) {
     const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
     ASSERT_TRUE(r.cut);
     ASSERT_GT(r.from, 20);  // probing above the level
-    // 22 is the same level (within a fifth of 20): the mean of the two (never above the 22.2 sent).
+    // 22 is the same level (within a quarter of 20): the mean of the two (never above the 22.2 sent).
     EXPECT_DOUBLE_EQ(st.level, last_second < 20 ? 20 : 21) << last_second;
   }
   AdaptiveState st;
