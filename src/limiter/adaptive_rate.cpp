@@ -143,11 +143,10 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   // it), not beyond (a bucket fills once).
   double estimate = admitted(st, now);
   const bool recent = now - previous < p.recent_us;
-  const bool probing = recent && sent > st.level;
   if (recent) {
     Micros start = previous;
     if (st.pause_until - 1'000'000 > start && st.pause_until < now) start = st.pause_until - 1'000'000;
-    if (probing) {
+    if (sent > st.level) {
       // A token bucket's burst (refilled in a pause or a hold) lets a probe through above the
       // allowance for a while, at most a second's worth: unless more than that went through above
       // the level since the last cut, one refused probe raises the level by at most a quarter.

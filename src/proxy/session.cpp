@@ -560,8 +560,8 @@ net::awaitable<bool> Session::handle(std::string_view body) {
       // Only an adaptive bucket's hold may need it: no clock read otherwise.
       const std::int64_t window_end = adaptive ? limiter::steady_now_us() + plan.request.timeout_us : 0;
       // The cut this slot was granted knowing of (the decision's own, not the shared marker: another
-      // thread may have raised that for a cut the store made just after this grant): only a later
-      // one voids it.
+      // thread may have set that for a cut the store made just after this grant): only a later one
+      // voids it.
       std::int64_t known_cut = sd.last_cut_us;
       compact_for_hold(body, target);
       for (int round = 0; verdict.action == Action::hold; ++round) {

@@ -14,7 +14,7 @@
 // backed by evidence that the interface, not one caller, is over its allowance cuts the rate to
 // `margin` (0.95) of the estimate, never more than halving it at once (the estimate may lag), and
 // holds it there for a while (0.5 s, doubled each time the same level is refused again soon
-// after, up to 3 s; a probe that finds the same level again takes the mean of the two
+// after, up to 3 s; a cut that finds the same level again takes the mean of the two
 // estimates). Then it probes upward on T (1 + probe x^3), x the seconds since probing began:
 // flat near the held rate for a second (a probe that finds the allowance unchanged costs a few
 // refusals), steep after (a risen allowance is reached within a few seconds). Reaching the

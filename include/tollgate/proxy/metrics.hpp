@@ -108,7 +108,11 @@ class BucketMetrics {
   // raised (raise_pause): a store's pauses never shrink, and a decision made before a pause whose
   // answer lands after it must not erase it.
   std::atomic<std::int64_t> pause_until_us{0};
-  void raise_pause(std::int64_t until) { raise(pause_until_us, until); }
+  void raise_pause(std::int64_t until) {
+    std::int64_t seen = pause_until_us.load(std::memory_order_relaxed);
+    while (until > seen && !pause_until_us.compare_exchange_weak(seen, until, std::memory_order_relaxed)) {
+    }
+  }
   // The bucket's last cut as the store last told it (the store's own clock, us; 0: none): a cut
   // voids the slots granted before it, and held requests granted knowing of an earlier one ask
   // again when they wake. Set by every adaptive decision and throttle, not only raised: a store
@@ -128,11 +132,6 @@ class BucketMetrics {
   AdaptiveEvent last_event() const;
 
  private:
-  static void raise(std::atomic<std::int64_t>& mark, std::int64_t to) {
-    std::int64_t seen = mark.load(std::memory_order_relaxed);
-    while (to > seen && !mark.compare_exchange_weak(seen, to, std::memory_order_relaxed)) {
-    }
-  }
   // /metrics lists only the outcomes a bucket saw: an outcome's series is made by its first count.
   prometheus::Counter& first_count(Outcome o);
 

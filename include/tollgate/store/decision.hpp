@@ -117,7 +117,6 @@ struct StoreDecision {
   Micros last_cut_us = 0;
 };
 
-
 // What a throttle signal from the upstream did to an adaptive bucket (BucketStore::throttled).
 struct AdaptOutcome {
   bool ok = false;              // the store applied it (false: it could not, see error)

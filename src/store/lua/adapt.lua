@@ -51,11 +51,10 @@ else
   if d < sent then sent = d end
   local estimate = A.admitted(st, now)
   local recent = now - previous < A.RECENT
-  local probing = recent and sent > st.level
   if recent then
     local start = previous
     if st.pause - 1000000 > start and st.pause < now then start = st.pause - 1000000 end
-    if probing then
+    if sent > st.level then
       local above = st.so - st.level * ((now - start) / 1e6)
       local most = st.level * A.GAIN
       if not (above > st.level) and estimate > most then estimate = most end
