@@ -1,5 +1,5 @@
 // tollgate-mock-upstream --port P [--host H] [--latency-ms N] [--connect-delay-ms N]
-//                        [--limit SUFFIX=RATE|SUFFIX={JSON} ...]
+//                        [--limit SUFFIX=RATE|SUFFIX={JSON} ...] [--auth JSON]
 //                        [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
 // A small airline-style upstream for demos, tests and benchmarks. Every path answers with small
 // JSON; the query can ask for special behaviour:
@@ -59,6 +59,51 @@
 // HTTP. --tls-client-ca FILE also requires a client certificate signed by a CA in FILE (a
 // handshake without one fails). Server-side session resumption (cache and tickets) is on, as
 // OpenSSL has it by default. The listening line then ends in " (https)".
+//
+// An OAuth2 supplier: POST /oauth2/token answers the client-credentials grant (RFC 6749 4.4). Its
+// body is a form (application/x-www-form-urlencoded; '+' and %XX are decoded) holding
+// grant_type=client_credentials and, optionally, scope. The client's id and secret come in
+// Authorization: Basic base64(id:secret), each form-encoded before base64 (RFC 6749 2.3.1), or as
+// the form's client_id and client_secret (Basic wins when both are sent). A request that passes is
+// answered 200 {"access_token": "tok-<N>-<hex>", "token_type": "Bearer", "expires_in": E}, with
+// "scope" echoing the one asked for, if any. Wrong or missing credentials, where expected ones are
+// set, are a 401 {"error":"invalid_client"} with WWW-Authenticate: Basic, and so is a Basic field
+// that does not decode to id:secret, whatever is expected; a missing grant_type or a field sent
+// twice is a 400 {"error":"invalid_request"}, another grant_type a 400
+// {"error":"unsupported_grant_type"}, a method other than POST a 405. Every answer of the endpoint
+// carries Cache-Control: no-store. A token is valid until E seconds after its answer was sent (the
+// monotonic clock) or until it is revoked. The endpoint is not counted in /__stats.
+// PUT (or POST) /__auth with an object changes the settings it names and keeps the others (--auth
+// JSON does the same at start); it answers as GET /__auth does:
+//   "expires_in": E, seconds (an integer >= 1; 1800 at start), for the tokens issued from then on.
+//   "mode": what a request that passes the checks gets: "ok" (the default), "fail" (500
+//          {"error":"server_error"}), "slow" (every answer, refusals included, comes after slow_ms
+//          milliseconds, on a timer), "garbage" (200 with the body <html>oops</html>, still said to
+//          be application/json) or "no_token" (200 {"token_type": "Bearer", "expires_in": E}).
+//   "slow_ms": milliseconds (an integer >= 0; 1000 at start).
+//   "client_id", "client_secret": the credentials expected. "" (as at start; null too) accepts
+//          any, none included; each of the two is checked on its own.
+//   "require": true makes every API path (one not starting with /__, other than /oauth2/token)
+//          require Authorization: Bearer <a valid token>; without one the answer is 401
+//          {"error":"invalid_token"} with WWW-Authenticate: Bearer error="invalid_token".
+//   "require_header": {"name": N, "value": V} makes every API path require field N with exactly
+//          the value V, a 401 {"error":"missing_api_key"} otherwise; null drops it.
+// The bearer token is checked first, then the field, both before the limits: a refused request is
+// counted in /__stats as an arrival and in its path's "unauthorized" (and "unauthorized_us"),
+// never as accepted, and takes nothing from a limit. A wrong type or value, or an unknown field, is
+// a 400 naming it, and nothing changes. POST /__auth/revoke invalidates every token issued so far
+// (answering {"revoked": n}, the tokens that were still valid).
+// GET /__auth shows the settings, in the form PUT takes, and these counts:
+//   "token_requests", "token_ok" (tokens issued), "token_failed" (the other answers),
+//   "token_outcomes" (answers by outcome: {"ok": n, "invalid_client": n, "invalid_request": n,
+//   "unsupported_grant_type": n, "server_error": n, "garbage": n, "no_token": n,
+//   "method_not_allowed": n}, those seen only), "token_times_us" (the arrival of each request, the
+//   clock of /__stats), "token_styles" (how each sent its credentials: "basic", "body" or "none"),
+//   "token_scopes" (the scope each asked for, or null), "tokens_valid" (now), "unauthorized" (API
+//   requests refused by either check), "last_authorization" (the Authorization field of the last
+//   API request, null without one) and "last_header_value" (its field named by require_header, or
+//   X-Api-Key when none is required; null without one). POST /__reset clears these counts too, and
+//   keeps the settings and the tokens.
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
 
 #include <openssl/ssl.h>
@@ -68,12 +113,17 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <climits>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -93,10 +143,12 @@ struct PathStats {
   std::uint64_t throttled = 0;        // refusals of either kind: the limit's and the callers'
   std::uint64_t caller_refused = 0;   // of those, refused for the caller (refuse_callers)
   std::uint64_t accepted = 0;         // answered 2xx
+  std::uint64_t unauthorized = 0;     // refused 401 by "require" or "require_header"
   std::vector<std::int64_t> arrivals_us;
   std::vector<std::int64_t> throttled_us;  // arrivals refused (429, or 503 with "status": 503)
   std::vector<std::int64_t> caller_refused_us;
   std::vector<std::int64_t> accepted_us;
+  std::vector<std::int64_t> unauthorized_us;
 };
 
 std::int64_t now_us() {
@@ -360,6 +412,336 @@ json airline_body(std::string_view path) {
   return {{"ok", true}};
 }
 
+// The OAuth2 supplier: what /oauth2/token answers, the tokens it issued and what it has seen.
+enum class TokenMode { ok, fail, slow, garbage, no_token };
+constexpr std::pair<TokenMode, const char*> kTokenModes[] = {{TokenMode::ok, "ok"},
+                                                             {TokenMode::fail, "fail"},
+                                                             {TokenMode::slow, "slow"},
+                                                             {TokenMode::garbage, "garbage"},
+                                                             {TokenMode::no_token, "no_token"}};
+
+struct AuthSettings {
+  int expires_in = 1800;
+  TokenMode mode = TokenMode::ok;
+  int slow_ms = 1000;
+  std::string client_id;      // "": any
+  std::string client_secret;  // "": any
+  bool require = false;
+  std::string header_name;  // "": no field required
+  std::string header_value;
+};
+
+struct AuthCounts {
+  std::uint64_t requests = 0;
+  std::uint64_t ok = 0;
+  std::uint64_t failed = 0;
+  std::uint64_t unauthorized = 0;
+  std::map<std::string, std::uint64_t> outcomes;
+  std::vector<std::int64_t> times_us;
+  std::vector<std::string> styles;
+  std::vector<json> scopes;      // a string, or null
+  json last_authorization;       // null: none seen
+  json last_header_value;
+};
+
+AuthSettings g_auth;
+AuthCounts g_auth_counts;
+std::map<std::string, std::int64_t> g_tokens;  // valid tokens, to when they expire (now_us)
+std::uint64_t g_token_seq = 0;                 // never reset, so that every token differs
+
+void drop_expired_tokens() {
+  const std::int64_t now = now_us();
+  std::erase_if(g_tokens, [&](const auto& t) { return t.second <= now; });
+}
+
+std::string random_hex() {
+  static std::mt19937_64 rng{std::random_device{}()};
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Form decoding: '+' is a space, %XX a byte; a '%' not followed by two hex digits stays as it is.
+std::string form_decode(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+struct Form {
+  std::map<std::string, std::string> fields;
+  bool repeated = false;  // a field sent twice (RFC 6749 3.2 forbids it)
+};
+
+Form parse_form(std::string_view body) {
+  Form f;
+  while (!body.empty()) {
+    const auto amp = body.find('&');
+    const std::string_view kv = body.substr(0, amp);
+    if (!kv.empty()) {
+      const auto eq = kv.find('=');
+      const std::string key = form_decode(kv.substr(0, eq));
+      const std::string value = eq == std::string_view::npos ? std::string() : form_decode(kv.substr(eq + 1));
+      if (!f.fields.emplace(key, value).second) f.repeated = true;
+    }
+    if (amp == std::string_view::npos) break;
+    body = body.substr(amp + 1);
+  }
+  return f;
+}
+
+std::optional<std::string> base64_decode(std::string_view in) {
+  std::string out;
+  unsigned buf = 0;
+  int bits = 0;
+  std::size_t i = 0;
+  for (; i < in.size() && in[i] != '='; ++i) {
+    const char c = in[i];
+    int v;
+    if (c >= 'A' && c <= 'Z') v = c - 'A';
+    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9') v = c - '0' + 52;
+    else if (c == '+') v = 62;
+    else if (c == '/') v = 63;
+    else return std::nullopt;
+    buf = ((buf << 6) | static_cast<unsigned>(v)) & 0xffffff;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((buf >> bits) & 0xff);
+    }
+  }
+  for (; i < in.size(); ++i)
+    if (in[i] != '=') return std::nullopt;
+  return out;
+}
+
+// The credentials of `field` if it is of `scheme` (named in any case, as RFC 7235 has it).
+std::optional<std::string_view> credentials_of(std::string_view field, std::string_view scheme) {
+  if (field.size() <= scheme.size() || field[scheme.size()] != ' ') return std::nullopt;
+  for (std::size_t i = 0; i < scheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(field[i])) != std::tolower(static_cast<unsigned char>(scheme[i])))
+      return std::nullopt;
+  field.remove_prefix(scheme.size());
+  while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
+  while (!field.empty() && field.back() == ' ') field.remove_suffix(1);
+  return field;
+}
+
+// Answers a request to /oauth2/token into `res`, counting it; returns the milliseconds to hold
+// the answer ("slow").
+int token_answer(const http::request<http::string_body>& req, http::response<http::string_body>& res) {
+  AuthCounts& c = g_auth_counts;
+  ++c.requests;
+  c.times_us.push_back(now_us());
+  res.set(http::field::cache_control, "no-store");
+  res.set(http::field::pragma, "no-cache");
+  const Form form = parse_form(req.body());
+
+  std::string style = "none";
+  std::optional<std::string> id, secret;
+  bool undecodable = false;
+  if (const auto basic = credentials_of(req[http::field::authorization], "Basic")) {
+    style = "basic";
+    const std::optional<std::string> pair = base64_decode(*basic);
+    const auto colon = pair ? pair->find(':') : std::string::npos;
+    if (colon == std::string::npos) {
+      undecodable = true;
+    } else {
+      id = form_decode(std::string_view(*pair).substr(0, colon));
+      secret = form_decode(std::string_view(*pair).substr(colon + 1));
+    }
+  } else if (form.fields.contains("client_id") || form.fields.contains("client_secret")) {
+    style = "body";
+    if (const auto it = form.fields.find("client_id"); it != form.fields.end()) id = it->second;
+    if (const auto it = form.fields.find("client_secret"); it != form.fields.end()) secret = it->second;
+  }
+  c.styles.push_back(style);
+  const auto scope = form.fields.find("scope");
+  c.scopes.push_back(scope == form.fields.end() ? json(nullptr) : json(scope->second));
+
+  const auto matches = [](const std::optional<std::string>& got, const std::string& want) {
+    return want.empty() || (got && *got == want);
+  };
+  const auto grant = form.fields.find("grant_type");
+  std::string outcome;
+  const auto refuse = [&](http::status status, const char* error) {
+    res.result(status);
+    res.body() = json{{"error", error}}.dump();
+    outcome = error;
+  };
+  if (req.method() != http::verb::post) {
+    refuse(http::status::method_not_allowed, "invalid_request");
+    res.set(http::field::allow, "POST");
+    outcome = "method_not_allowed";
+  } else if (form.repeated) {
+    refuse(http::status::bad_request, "invalid_request");
+  } else if (undecodable || !matches(id, g_auth.client_id) || !matches(secret, g_auth.client_secret)) {
+    refuse(http::status::unauthorized, "invalid_client");
+    res.set(http::field::www_authenticate, "Basic realm=\"tollgate-mock-upstream\"");
+  } else if (grant == form.fields.end()) {
+    refuse(http::status::bad_request, "invalid_request");
+  } else if (grant->second != "client_credentials") {
+    refuse(http::status::bad_request, "unsupported_grant_type");
+  } else if (g_auth.mode == TokenMode::fail) {
+    refuse(http::status::internal_server_error, "server_error");
+  } else if (g_auth.mode == TokenMode::garbage) {
+    res.body() = "<html>oops</html>";
+    outcome = "garbage";
+  } else if (g_auth.mode == TokenMode::no_token) {
+    res.body() = json{{"token_type", "Bearer"}, {"expires_in", g_auth.expires_in}}.dump();
+    outcome = "no_token";
+  } else {
+    const std::string token = "tok-" + std::to_string(++g_token_seq) + "-" + random_hex();
+    // Valid for E seconds from when the answer leaves, a slow one included.
+    const int held_ms = g_auth.mode == TokenMode::slow ? g_auth.slow_ms : 0;
+    g_tokens[token] = now_us() + (static_cast<std::int64_t>(g_auth.expires_in) * 1000 + held_ms) * 1000;
+    json body = {{"access_token", token}, {"token_type", "Bearer"}, {"expires_in", g_auth.expires_in}};
+    if (scope != form.fields.end() && !scope->second.empty()) body["scope"] = scope->second;
+    res.body() = body.dump();
+    outcome = "ok";
+  }
+  if (outcome == "ok") ++c.ok;
+  else ++c.failed;
+  ++c.outcomes[outcome];
+  return g_auth.mode == TokenMode::slow ? g_auth.slow_ms : 0;
+}
+
+// Why an API request is refused ("invalid_token" or "missing_api_key"), or null; notes its
+// Authorization and its key field for GET /__auth.
+const char* api_refusal(const http::request<http::string_body>& req) {
+  AuthCounts& c = g_auth_counts;
+  const auto field_or_null = [&](std::string_view name) {
+    const auto it = req.find(name);
+    return it == req.end() ? json(nullptr) : json(std::string(it->value()));
+  };
+  c.last_authorization = field_or_null("Authorization");
+  c.last_header_value = field_or_null(g_auth.header_name.empty() ? "X-Api-Key" : g_auth.header_name);
+  if (g_auth.require) {
+    const auto token = credentials_of(req[http::field::authorization], "Bearer");
+    drop_expired_tokens();
+    if (!token || !g_tokens.contains(std::string(*token))) return "invalid_token";
+  }
+  if (!g_auth.header_name.empty()) {
+    const auto it = req.find(g_auth.header_name);
+    if (it == req.end() || it->value() != g_auth.header_value) return "missing_api_key";
+  }
+  return nullptr;
+}
+
+// A header field name: RFC 9110's token.
+bool is_field_name(const std::string& s) {
+  if (s.empty()) return false;
+  for (const char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("!#$%&'*+-.^_`|~", c)) return false;
+  return true;
+}
+
+// Changes the settings `j` names; returns why it is wrong (and changes nothing), or "".
+std::string set_auth(const json& j) {
+  if (!j.is_object()) return "expected an object of settings";
+  AuthSettings next = g_auth;
+  const auto integer = [](const json& v, int min, int& out) {
+    if (!v.is_number_integer()) return false;
+    // A large unsigned one would wrap as a long long.
+    const long long n = v.is_number_unsigned() && v.get<unsigned long long>() > static_cast<unsigned long long>(INT_MAX)
+                            ? LLONG_MAX
+                            : v.get<long long>();
+    if (n < min || n > INT_MAX) return false;
+    out = static_cast<int>(n);
+    return true;
+  };
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    const json& v = it.value();
+    if (k == "expires_in") {
+      if (!integer(v, 1, next.expires_in)) return "expires_in must be an integer >= 1";
+    } else if (k == "slow_ms") {
+      if (!integer(v, 0, next.slow_ms)) return "slow_ms must be an integer >= 0";
+    } else if (k == "mode") {
+      bool known = false;
+      if (v.is_string())
+        for (const auto& [m, n] : kTokenModes)
+          if (v.get<std::string>() == n) {
+            next.mode = m;
+            known = true;
+          }
+      if (!known) return R"(mode must be "ok", "fail", "slow", "garbage" or "no_token")";
+    } else if (k == "client_id" || k == "client_secret") {
+      if (!v.is_string() && !v.is_null()) return k + " must be a string";
+      (k == "client_id" ? next.client_id : next.client_secret) = v.is_null() ? "" : v.get<std::string>();
+    } else if (k == "require") {
+      if (!v.is_boolean()) return "require must be true or false";
+      next.require = v.get<bool>();
+    } else if (k == "require_header") {
+      const std::string why = R"(require_header must be {"name": field name, "value": string} or null)";
+      if (v.is_null()) {
+        next.header_name.clear();
+        next.header_value.clear();
+        continue;
+      }
+      if (!v.is_object() || v.size() != 2 || !v.contains("name") || !v.contains("value") || !v["name"].is_string() ||
+          !is_field_name(v["name"].get<std::string>()) || !v["value"].is_string())
+        return why;
+      next.header_name = v["name"].get<std::string>();
+      next.header_value = v["value"].get<std::string>();
+    } else {
+      return "unknown field " + k;
+    }
+  }
+  g_auth = std::move(next);
+  return {};
+}
+
+std::string set_auth_text(const std::string& body) {
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) return "not JSON";
+  return set_auth(j);
+}
+
+json auth_json() {
+  drop_expired_tokens();
+  const AuthCounts& c = g_auth_counts;
+  json outcomes = json::object();
+  for (const auto& [o, n] : c.outcomes) outcomes[o] = n;
+  return {{"expires_in", g_auth.expires_in},
+          {"mode", name_of(g_auth.mode, kTokenModes)},
+          {"slow_ms", g_auth.slow_ms},
+          {"client_id", g_auth.client_id},
+          {"client_secret", g_auth.client_secret},
+          {"require", g_auth.require},
+          {"require_header", g_auth.header_name.empty()
+                                 ? json(nullptr)
+                                 : json{{"name", g_auth.header_name}, {"value", g_auth.header_value}}},
+          {"token_requests", c.requests},
+          {"token_ok", c.ok},
+          {"token_failed", c.failed},
+          {"token_outcomes", outcomes},
+          {"tokens_valid", g_tokens.size()},
+          {"unauthorized", c.unauthorized},
+          {"token_times_us", c.times_us},
+          {"token_styles", c.styles},
+          {"token_scopes", c.scopes},
+          {"last_authorization", c.last_authorization},
+          {"last_header_value", c.last_header_value}};
+}
+
 // The stream a session reads and writes: plain TCP, or TLS over it.
 template <class Stream>
 Stream make_stream(tcp::socket sock, ssl::context* tls) {
@@ -407,6 +789,7 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
     res.set(http::field::content_type, "application/json");
     res.set(http::field::server, "tollgate-mock-upstream");
     res.keep_alive(req.keep_alive());
+    int token_delay_ms = 0;  // "slow" token answers
     if (path == "/__stats") {
       json paths = json::object();
       for (const auto& [p, s] : g_stats)
@@ -414,15 +797,18 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
                     {"throttled", s.throttled},
                     {"caller_refused", s.caller_refused},
                     {"accepted", s.accepted},
+                    {"unauthorized", s.unauthorized},
                     {"arrivals_us", s.arrivals_us},
                     {"throttled_us", s.throttled_us},
                     {"caller_refused_us", s.caller_refused_us},
-                    {"accepted_us", s.accepted_us}};
+                    {"accepted_us", s.accepted_us},
+                    {"unauthorized_us", s.unauthorized_us}};
       res.body() = json{{"total", g_total}, {"connections", g_connections}, {"open", g_open}, {"paths", paths}}.dump();
     } else if (path == "/__reset") {
       g_stats.clear();
       g_total = 0;
       g_connections = 0;
+      g_auth_counts = {};  // the settings and the tokens stay
       res.body() = R"({"reset":true})";
     } else if (path == "/__limits") {
       if (req.method() == http::verb::put || req.method() == http::verb::post) {
@@ -435,6 +821,42 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
       } else {
         res.body() = limits_json().dump();
       }
+    } else if (path == "/__auth") {
+      if (req.method() == http::verb::put || req.method() == http::verb::post) {
+        if (const std::string why = set_auth_text(req.body()); !why.empty()) {
+          res.result(http::status::bad_request);
+          res.body() = json{{"error", why}}.dump();
+        } else {
+          res.body() = auth_json().dump();
+        }
+      } else {
+        res.body() = auth_json().dump();
+      }
+    } else if (path == "/__auth/revoke") {
+      if (req.method() == http::verb::post) {
+        const std::size_t revoked = g_tokens.size();
+        g_tokens.clear();
+        res.body() = json{{"revoked", revoked}}.dump();
+      } else {
+        res.result(http::status::method_not_allowed);
+        res.set(http::field::allow, "POST");
+        res.body() = R"({"error":"POST /__auth/revoke"})";
+      }
+    } else if (path == "/oauth2/token") {
+      token_delay_ms = token_answer(req, res);
+    } else if (const char* refusal = path.starts_with("/__") ? nullptr : api_refusal(req)) {
+      // Refused for its credentials: an arrival, never accepted, and nothing taken from a limit.
+      auto& s = g_stats[path];
+      ++s.count;
+      ++s.unauthorized;
+      ++g_total;
+      ++g_auth_counts.unauthorized;
+      s.arrivals_us.push_back(now_us());
+      s.unauthorized_us.push_back(s.arrivals_us.back());
+      res.result(http::status::unauthorized);
+      if (std::strcmp(refusal, "invalid_token") == 0)
+        res.set(http::field::www_authenticate, R"(Bearer error="invalid_token")");
+      res.body() = json{{"error", refusal}}.dump();
     } else if (const Decision d = decide(path, req["X-Real-IP"]); d.what == Decision::caller) {
       // Refused for the caller's own quota: nothing says when to come back, since it is not the
       // supplier's capacity that ran out. Counted as throttled too, as every refusal is.
@@ -503,6 +925,10 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
       if (const int size = int_param(target, "size", 0); size > static_cast<int>(text.size()))
         text = json{{"data", body}, {"pad", std::string(size - text.size(), 'x')}}.dump();
       res.body() = std::move(text);
+    }
+    if (token_delay_ms > 0) {
+      net::steady_timer t(stream.get_executor(), std::chrono::milliseconds(token_delay_ms));
+      co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
     }
     if (const std::string id = query_param(target, "reply_request_id"); !id.empty()) {
       res.insert("X-Request-Id", id);
@@ -610,8 +1036,15 @@ int main(int argc, char** argv) {
         std::cerr << "mock-upstream: --limit " << spec << ": " << why << "\n";
         return 2;
       }
+    } else if (a == "--auth" && i + 1 < argc) {
+      const std::string spec = argv[++i];
+      if (const std::string why = set_auth_text(spec); !why.empty()) {
+        std::cerr << "mock-upstream: --auth " << spec << ": " << why << "\n";
+        return 2;
+      }
     } else {
       std::cerr << "usage: tollgate-mock-upstream [--host H] [--port P] [--latency-ms N] [--limit SUFFIX=RATE|SUFFIX={JSON} ...]\n"
+                   "                              [--auth JSON]\n"
                    "                              [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n";
       return 2;
     }

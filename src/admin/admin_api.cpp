@@ -781,14 +781,26 @@ SimpleResponse AdminApi::get_overview(std::string_view query) const {
     for (const proxy::UpstreamView& v : running) {
       json eps = json::array();
       for (const auto& e : v.endpoints) eps.push_back({{"endpoint", e.endpoint}, {"up", e.up}, {"outstanding", e.outstanding}});
+      json auth;  // null: none
+      if (v.auth) {
+        auth = {{"type", v.auth->type}};
+        if (v.auth->type != "header") {
+          auth["expires_in_s"] = v.auth->expires_in_s >= 0 ? json(v.auth->expires_in_s) : json(nullptr);
+          auth["last_refresh_unix"] = v.auth->last_refresh_unix > 0 ? json(v.auth->last_refresh_unix) : json(nullptr);
+          auth["failures"] = v.auth->failures;
+          auth["last_error"] = v.auth->last_error;
+        }
+      }
       bool found = false;
       for (json& u : upstreams)
         if (u["upstream"] == v.name) {
           u["resolved"] = v.resolved;
           u["endpoints"] = eps;
+          u["auth"] = auth;
           found = true;
         }
-      if (!found) upstreams.push_back({{"upstream", v.name}, {"resolved", v.resolved}, {"endpoints", std::move(eps)}});
+      if (!found)
+        upstreams.push_back({{"upstream", v.name}, {"resolved", v.resolved}, {"endpoints", std::move(eps)}, {"auth", auth}});
     }
   }
   out["upstreams"] = std::move(upstreams);

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <sys/stat.h>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -34,8 +37,11 @@ const std::vector<ObjectFields>& schema() {
       {"admin", {"listen", "token_env", "token_name", "max_connections", "allowed_hosts"}},
       {"upstreams.<name>",
        {"url", "urls", "tls", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms", "dns_refresh_ms", "eject",
-        "min_idle_conns"}},
+        "min_idle_conns", "auth"}},
       {"upstreams.<name>.eject", {"consecutive_failures", "base_ms", "max_percent"}},
+      {"upstreams.<name>.auth",
+       {"type", "name", "value_env", "value_file", "token_url", "client_id_env", "client_secret_env", "scope",
+        "auth_style", "refresh_before_s", "token_rate"}},
       {"upstreams.<name>.tls", {"ca_file", "server_name", "cert_file", "key_file", "min_version", "insecure_skip_verify"}},
       {"routes[]", {"prefix", "upstream", "strip_prefix", "connect_timeout_ms", "response_timeout_ms"}},
       {"proxy",
@@ -250,6 +256,136 @@ void parse_upstream_tls(const json& obj, UpstreamConfig& u, const std::string& p
     fail(tp + ".insecure_skip_verify", "true with a ca_file: say which one you mean");
 }
 
+// A secret named by an environment variable: set and not empty, else the start is refused.
+std::string secret_from_env(const json& obj, const std::string& path, const char* key) {
+  const std::string var = get_string(obj, path, key, "");
+  if (var.empty()) fail(join(path, key), "is required");
+  const char* v = std::getenv(var.c_str());
+  if (v == nullptr || *v == '\0') fail(join(path, key), "names " + var + ", which is not set (or empty)");
+  return v;
+}
+
+// A secret kept in a file: readable by its owner only (mode 0600 or stricter), its one line
+// without the line end.
+std::string secret_from_file(const std::string& file, const std::string& field) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) fail(field, file + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(field, file + " is not a regular file");
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    fail(field, file + " has mode " + mode + ": a secret's file must be 0600 or stricter (chmod 600 " + file + ")");
+  }
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail(field, file + ": cannot be read");
+  std::string v((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+  if (v.empty()) fail(field, file + " is empty");
+  return v;
+}
+
+// A field value the gateway sends: visible ASCII and spaces, no line break (no header injection).
+void check_field_value(const std::string& v, const std::string& field) {
+  for (const char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\t') || c == 0x7f)
+      fail(field, "holds a control character (a line break would end the field): refused");
+  }
+}
+
+bool is_token_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool loopback_host(const UpstreamTarget& t) {
+  if (t.host == "localhost" || t.host == "::1") return true;
+  in_addr a4;
+  return inet_pton(AF_INET, t.host.c_str(), &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
+}
+
+// upstreams.<name>.auth. An oauth2 one also makes the internal upstream its token requests take
+// ("<name>.token"), returned to be listed after the upstream.
+std::optional<UpstreamConfig> parse_upstream_auth(const json& obj, UpstreamConfig& u, const std::string& path) {
+  if (!obj.contains("auth")) return std::nullopt;
+  const std::string ap = path + ".auth";
+  const json& a = obj["auth"];
+  check_keys(a, ap, "upstreams.<name>.auth");
+  UpstreamAuthConfig& c = u.auth;
+  if (!a.contains("type")) fail(ap + ".type", "is required (\"header\" or \"oauth2_client_credentials\")");
+  c.type = get_enum(a, ap, "type", AuthType::header,
+                    {{"header", AuthType::header}, {"oauth2_client_credentials", AuthType::oauth2_client_credentials}});
+  const auto only = [&](std::initializer_list<const char*> keys, const char* type) {
+    for (const char* k : keys)
+      if (a.contains(k)) fail(ap + "." + k, std::string("does not apply to type \"") + type + "\"");
+  };
+  if (c.type == AuthType::header) {
+    only({"token_url", "client_id_env", "client_secret_env", "scope", "auth_style", "refresh_before_s", "token_rate"},
+         "header");
+    c.name = get_string(a, ap, "name", "");
+    if (c.name.empty()) fail(ap + ".name", "is required (the field to send, e.g. \"X-Api-Key\")");
+    for (const char ch : c.name)
+      if (!is_token_char(ch)) fail(ap + ".name", "is not a field name: '" + c.name + "'");
+    std::string lower = c.name;
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    for (const char* own : {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
+                            "trailer", "expect", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip",
+                            "forwarded", "x-request-id", "x-tollgate-shadow", "proxy-authorization"})
+      if (lower == own) fail(ap + ".name", "'" + c.name + "' is a field the gateway sets or removes itself");
+    const bool env = a.contains("value_env"), file = a.contains("value_file");
+    if (env == file) fail(ap + ".value_env", env ? "and .value_file are both given: use one" : "(or .value_file) is required");
+    if (env) {
+      c.value_env = get_string(a, ap, "value_env", "");
+      c.value = secret_from_env(a, ap, "value_env");
+    } else {
+      c.value_file = get_string(a, ap, "value_file", "");
+      if (c.value_file.empty()) fail(ap + ".value_file", "must name a file");
+      c.value = secret_from_file(c.value_file, ap + ".value_file");
+    }
+    check_field_value(c.value, ap + (env ? ".value_env" : ".value_file"));
+    return std::nullopt;
+  }
+  only({"name", "value_env", "value_file"}, "oauth2_client_credentials");
+  c.token_url = get_string(a, ap, "token_url", "");
+  if (c.token_url.empty()) fail(ap + ".token_url", "is required");
+  c.client_id_env = get_string(a, ap, "client_id_env", "");
+  c.client_id = secret_from_env(a, ap, "client_id_env");
+  c.client_secret_env = get_string(a, ap, "client_secret_env", "");
+  c.client_secret = secret_from_env(a, ap, "client_secret_env");
+  c.scope = get_string(a, ap, "scope", "");
+  check_field_value(c.scope, ap + ".scope");
+  c.basic = get_enum(a, ap, "auth_style", true, {{"basic", true}, {"body", false}});
+  c.refresh_before_s = static_cast<std::uint32_t>(get_uint(a, ap, "refresh_before_s", c.refresh_before_s, 0, 86'400));
+  if (a.contains("token_rate")) {
+    const json& r = a["token_rate"];
+    if (!r.is_number() || !(r.get<double>() >= 0.001) || r.get<double>() > 1000)
+      fail(ap + ".token_rate", "must be a number within [0.001, 1000] (token requests a second)");
+    c.token_rate = r.get<double>();
+  }
+  UpstreamConfig t;
+  t.name = u.name + ".token";
+  t.token_endpoint_of = u.name;
+  c.token_upstream = t.name;
+  UpstreamTarget target = parse_upstream_url(c.token_url, ap + ".token_url", t.https, t.base_path);
+  if (t.base_path.empty()) fail(ap + ".token_url", "has no path (e.g. https://auth.example/oauth2/token)");
+  if (!t.https && !loopback_host(target))
+    fail(ap + ".token_url", "must be https:// (the client secret would cross the network in clear; http:// is "
+                            "accepted only for a loopback address)");
+  t.url = target.url;
+  t.host = target.host;
+  t.port = target.port;
+  t.targets.push_back(std::move(target));
+  if (t.https && u.https) {
+    // The upstream's trust, client certificate and minimum version; its server_name only for
+    // the same host (another host's certificate names that host).
+    t.tls = u.tls;
+    if (t.host != u.host) t.tls.server_name.clear();
+  }
+  t.connect_timeout_ms = u.connect_timeout_ms;
+  t.response_timeout_ms = u.response_timeout_ms;
+  t.dns_refresh_ms = u.dns_refresh_ms;
+  return t;
+}
+
 template <typename T>
 std::optional<T> row_number(const json& row, const char* key, RawRow& out) {
   if (!row.contains(key) || row.at(key).is_null()) return std::nullopt;
@@ -450,8 +586,14 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     u.response_timeout_ms =
         static_cast<std::uint32_t>(get_uint(it.value(), path, "response_timeout_ms", 0, 1, 3'600'000));
     u.idle_timeout_ms = static_cast<std::uint32_t>(get_uint(it.value(), path, "idle_timeout_ms", 0, 1, 3'600'000));
+    std::optional<UpstreamConfig> token = parse_upstream_auth(it.value(), u, path);
     c.upstreams.push_back(std::move(u));
+    if (token) c.upstreams.push_back(std::move(*token));
   }
+  for (const auto& t : c.upstreams)
+    if (!t.token_endpoint_of.empty() && ups.contains(t.name))
+      fail("upstreams." + t.token_endpoint_of + ".auth",
+           "needs the name '" + t.name + "' for its token requests, and an upstream has it: rename that one");
 
   if (!doc.contains("routes")) fail("routes", "is required");
   const json& routes = doc["routes"];
@@ -467,7 +609,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     r.response_timeout_ms = static_cast<std::uint32_t>(get_uint(routes[i], path, "response_timeout_ms", 0, 1, 3'600'000));
     if (r.prefix.empty() || r.prefix.front() != '/') fail(path + ".prefix", "must start with '/'");
     bool known = false;
-    for (const auto& u : c.upstreams) known = known || u.name == r.upstream;
+    for (const auto& u : c.upstreams) known = known || (u.name == r.upstream && u.token_endpoint_of.empty());
     if (!known) fail(path + ".upstream", "names no upstream: '" + r.upstream + "'");
     c.routes.push_back(std::move(r));
   }

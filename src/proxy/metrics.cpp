@@ -25,6 +25,7 @@ const char* upstream_error_name(UpstreamError e) {
     case UpstreamError::timeout: return "timeout";
     case UpstreamError::unresolved: return "unresolved";
     case UpstreamError::deadline: return "deadline";
+    case UpstreamError::auth: return "auth";
     case UpstreamError::count_: break;
   }
   return "unknown";
@@ -182,6 +183,25 @@ BucketMetrics& Metrics::bucket(std::string_view name) {
   auto it = buckets_.find(name);
   if (it == buckets_.end())
     it = buckets_.emplace(std::string(name), std::make_unique<BucketMetrics>(registry, std::string(name))).first;
+  return *it->second;
+}
+
+AuthMetrics& Metrics::auth(std::string_view upstream) {
+  std::lock_guard lock(mu_);
+  auto it = auth_.find(upstream);
+  if (it == auth_.end()) {
+    const std::string n(upstream);
+    auto a = std::make_unique<AuthMetrics>();
+    auto& refresh = counters(registry, "tollgate_upstream_auth_refresh_total",
+                             "OAuth2 token requests by upstream and result: ok, rejected (the token endpoint answered "
+                             "an error), invalid (no usable token in its answer), failed (not reached, or no whole answer).");
+    for (std::size_t i = 0; i < a->refresh.size(); ++i)
+      a->refresh[i] = &refresh.Add({{"upstream", n}, {"result", AuthMetrics::kResults[i]}});
+    a->ttl_seconds = &gauges(registry, "tollgate_upstream_auth_token_ttl_seconds",
+                             "Seconds until the upstream's current OAuth2 token expires (0: none held).")
+                          .Add({{"upstream", n}});
+    it = auth_.emplace(n, std::move(a)).first;
+  }
   return *it->second;
 }
 

@@ -283,7 +283,10 @@ void ProxyServer::refresh_endpoint_gauges() const {
   const auto now_us = limiter::steady_now_us();
   const auto table = impl_->px.routes();
   if (!table) return;
-  for (auto& u : table->upstreams()) u.endpoints->refresh_gauges(now_us);
+  for (auto& u : table->upstreams()) {
+    u.endpoints->refresh_gauges(now_us);
+    if (u.auth) u.auth->refresh_gauge();
+  }
 }
 
 std::vector<UpstreamView> ProxyServer::upstreams_view() const {
@@ -299,6 +302,10 @@ std::vector<UpstreamView> ProxyServer::upstreams_view() const {
     for (const auto& e : u.endpoints->current(version)->endpoints)
       v.endpoints.push_back({e->label, e->ejected_until_us.load(std::memory_order_relaxed) <= now_us,
                              e->outstanding.load(std::memory_order_relaxed)});
+    if (u.auth) {
+      const UpstreamAuth::Status s = u.auth->status();
+      v.auth = AuthView{s.type, s.expires_in_s, s.last_refresh_unix, s.failures, s.last_error};
+    }
     out.push_back(std::move(v));
   }
   return out;

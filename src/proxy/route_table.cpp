@@ -20,8 +20,12 @@ RouteTable::RouteTable(const config::GatewayConfig& config, const config::ProxyL
     up.metrics = &metrics.upstream(u.name);
     if (previous)
       for (const Upstream& was : previous->upstreams_)
-        if (was.conf == u) up.endpoints = was.endpoints;  // unchanged: its health, sessions and pools go on
+        if (was.conf == u) {  // unchanged: its health, sessions, pools and token go on
+          up.endpoints = was.endpoints;
+          up.auth = was.auth;
+        }
     if (!up.endpoints) up.endpoints = std::make_shared<UpstreamEndpoints>(u, workers, metrics, *up.metrics);
+    if (!up.auth && u.auth.type != config::AuthType::none) up.auth = std::make_shared<UpstreamAuth>(u, metrics);
     all.push_back(up.endpoints.get());
     upstreams_.push_back(std::move(up));
   }

@@ -17,6 +17,7 @@
 #include "tollgate/config/gateway_config.hpp"
 #include "tollgate/proxy/metrics.hpp"
 #include "tollgate/proxy/tls_context.hpp"
+#include "upstream_auth.hpp"
 
 namespace tollgate::proxy {
 
@@ -29,6 +30,7 @@ struct Upstream {
   milliseconds response_timeout;
   milliseconds idle_timeout;  // a pooled connection idle longer is closed, not reused
   UpstreamMetrics* metrics = nullptr;  // its series (kept by name across tables)
+  std::shared_ptr<UpstreamAuth> auth;  // upstreams.<name>.auth (null: none); kept, with its token, by the next table when unchanged
 };
 
 struct Route {

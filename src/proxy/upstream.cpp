@@ -53,15 +53,18 @@ bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec ==
 // client sent), X-Real-IP (the client's address as proxy.trusted_proxies find it), Forwarded (the
 // client's elements only from a trusted proxy, then this hop's), Host, Content-Length, X-Request-Id
 // (the request's id, one field: the client's when it was kept) and X-Tollgate-Shadow. Any other
-// field (traceparent, tracestate, ...) goes as it came.
+// field (traceparent, tracestate, ...) goes as it came. With a supplier credential
+// (upstreams.<name>.auth) the caller's field of its name is dropped and `auth_field` (the whole
+// line) goes instead: a caller never chooses the credential.
 // Flattened (every call in it inlined): once it stopped being inlined into forward(), its appends
 // became calls, ~470 instructions per request (bench/instructions.sh, T0).
-[[gnu::flatten]] std::string request_head(const UpstreamRequest& r, std::string_view host_header) {
+[[gnu::flatten]] std::string request_head(const UpstreamRequest& r, std::string_view host_header,
+                                         std::string_view auth_name = {}, std::string_view auth_field = {}) {
   const http1::RequestHead& h = r.head;
   std::string out;
   const std::string_view original_host = h.value(Name::host);
   out.reserve(h.head_bytes + 176 + r.client_ip.size() + r.hop_fields.size() + original_host.size() +
-              r.request_id.size() + r.shadow.size());
+              r.request_id.size() + r.shadow.size() + auth_field.size());
   out.append(h.method_text).push_back(' ');
   out.append(r.target).append(" HTTP/1.1\r\n", 11);
   std::string xff;
@@ -86,8 +89,10 @@ bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec ==
         break;
     }
     if (h.connection_names_other && http1::connection_names(h, f.name)) continue;
+    if (!auth_name.empty() && beast::iequals(f.name, auth_name)) continue;
     append_field(out, f.name, f.value);
   }
+  out.append(auth_field);
   if (xff.empty()) append_field(out, "X-Forwarded-For", r.client_ip);
   else append_field(out, "X-Forwarded-For", xff.append(", ", 2).append(r.client_ip));
   append_field(out, "X-Forwarded-Proto", r.client_tls ? "https" : "http");
@@ -272,6 +277,19 @@ net::awaitable<bool> tls_failed(ProxyContext& px, TimedSocket& client, unsigned 
   rec.status = 502;
   const std::string detail = "upstream '" + up.conf.name + "': TLS: " + f.words;
   const OwnAnswer answer = error_answer(502, "upstream_tls_failed", detail, rec.request_id);
+  co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
+}
+
+// No supplier credential could be had (the token endpoint failed, refused or is slower than the
+// caller's deadline): 502, counted as `auth`; nothing was sent to the supplier.
+net::awaitable<bool> auth_failed(ProxyContext& px, TimedSocket& client, unsigned version, bool keep, Upstream& up,
+                                 AccessRecord& rec) {
+  upstream_error(px, up, UpstreamError::auth);
+  rec.status = 502;
+  const UpstreamAuth::Status s = up.auth->status();
+  const std::string detail = "upstream '" + up.conf.name + "': no OAuth2 token could be had" +
+                             (s.last_error.empty() ? std::string(" in time") : ": " + s.last_error);
+  const OwnAnswer answer = error_answer(502, "upstream_auth_failed", detail, rec.request_id);
   co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
 }
 
@@ -545,6 +563,29 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
     co_return co_await answer_unresolved(px, client, version, keep, up, rec);
   }
 
+  // The supplier's credential (upstreams.<name>.auth): a fixed field, or the OAuth2 token, waited
+  // for (a timer) up to the caller's deadline or the route's response timeout. None to be had:
+  // 502 upstream_auth_failed, and the request is never sent without it.
+  std::string_view auth_name, auth_field;
+  std::string token_field;
+  const auto auth_by = [&] {
+    const Deadline by = deadline_after(route.response_timeout);
+    return req.budget && req.deadline < by ? req.deadline : by;
+  };
+  if (up.auth) {
+    auth_name = up.auth->field_name();
+    if (!up.auth->oauth2()) {
+      auth_field = up.auth->static_field();
+    } else {
+      token_field = co_await up.auth->field(px, w, auth_by());
+      if (token_field.empty()) {
+        co_await return_permit(px, req);
+        co_return co_await auth_failed(px, client, version, keep, up, rec);
+      }
+      auth_field = token_field;
+    }
+  }
+
   std::string head;
   std::string_view head_for;  // the Host `head` was made with
   const TlsClientProfile* const tls = up.conf.https ? pool.tls.get() : nullptr;
@@ -566,105 +607,123 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
   const auto by_deadline = [&](const beast::error_code& e, Deadline by) {
     return e == beast::error::timeout && cut && (by == req.deadline || cut->fired());
   };
-  for (int attempt = 0;;) {
-    beast::error_code ec;
-    const EndpointSet& set = *pool.set;
-    // One endpoint and nothing tried yet (the common case): no clock read, no search.
-    const std::size_t pick = set.endpoints.size() == 1 && tried_count == 0
-                                 ? 0
-                                 : pick_endpoint(set, pool.rr, limiter::steady_now_us(), tried.data(), tried_count);
-    if (pick == kNoEndpoint) {
-      // Every endpoint failed to take it: the last failure is the answer.
-      co_await return_permit(px, req);
-      if (last_tls) co_return co_await tls_failed(px, client, version, keep, up, *last_tls, rec, true);
-      co_return co_await upstream_failed(px, client, version, keep, up, last_connect, UpstreamError::connect, rec, {}, true);
-    }
-    const EndpointPtr& ep = set.endpoints[pick];
-    conn = take_idle(px, pool, up, ep.get(), tls_generation);
-    const bool reused = conn != nullptr;
-    if (cut && reused) cut->watch(&conn->stream);
-    if (pool.warm_timer && pool.idle.size() < up.conf.min_idle_conns) pool.warm_timer->cancel();  // top it up now
-    outstanding.on(ep.get());
-    if (!reused) {
-      conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
-      conn->endpoint = ep;
-      if (cut) cut->watch(&conn->stream);
-      auto connect_by = deadline_after(route.connect_timeout);
-      if (req.budget && req.deadline < connect_by) connect_by = req.deadline;  // the caller's deadline first
-      // (https) The profile is held for the handshake: a reload meanwhile may replace the pool's.
-      const std::shared_ptr<const TlsClientProfile> profile = tls ? pool.tls : nullptr;
-      last_tls.reset();
-      ec = co_await open_connection(w, up, *conn, profile.get(), connect_by, last_tls);
-      if (ec && by_deadline(ec, connect_by)) {
-        co_await return_permit(px, req);  // nothing of it reached the upstream
-        co_return co_await deadline_passed(px, client, version, keep, up, rec);
-      }
-      if (ec) {
-        // Nothing of the request was sent: another endpoint takes it at once, on the same permit.
-        upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::connect);
-        endpoint_failed(up, *conn->endpoint);
-        last_connect = ec;
-        if (tried_count < kMaxTried) tried[tried_count++] = conn->endpoint.get();
-        outstanding.on(nullptr);
-        const bool time_left = !req.budget || std::chrono::steady_clock::now() < req.deadline;
-        if (time_left && tried_count < kMaxTried && tried_count < pool.set->endpoints.size()) {
-          up.metrics->failovers->Increment();
-          continue;
-        }
+  for (bool auth_retried = false;; auth_retried = true) {
+    for (int attempt = 0;;) {
+      beast::error_code ec;
+      const EndpointSet& set = *pool.set;
+      // One endpoint and nothing tried yet (the common case): no clock read, no search.
+      const std::size_t pick = set.endpoints.size() == 1 && tried_count == 0
+                                   ? 0
+                                   : pick_endpoint(set, pool.rr, limiter::steady_now_us(), tried.data(), tried_count);
+      if (pick == kNoEndpoint) {
+        // Every endpoint failed to take it: the last failure is the answer.
         co_await return_permit(px, req);
         if (last_tls) co_return co_await tls_failed(px, client, version, keep, up, *last_tls, rec, true);
-        co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec, {}, true);
+        co_return co_await upstream_failed(px, client, version, keep, up, last_connect, UpstreamError::connect, rec, {}, true);
       }
-    }
-    if (head.empty() || head_for != conn->endpoint->host_header) {
-      head = request_head(req, conn->endpoint->host_header);
-      head_for = conn->endpoint->host_header;
-    }
-    const net::const_buffer head_buf = net::buffer(head), body_buf = net::buffer(req.body.data(), req.body.size());
-    sent_at = std::chrono::steady_clock::now();
-    // The response head is awaited up to the route's timeout, or the caller's deadline if sooner.
-    auto head_by = sent_at + route.response_timeout;
-    if (req.budget && req.deadline < head_by) head_by = req.deadline;
-    conn->stream.start(head_by);
-    const std::size_t written = co_await write_both(conn->stream, head_buf, body_buf, ec);
-    conn->stream.end(ec);
-    bool retry = false;
-    std::string_view why;
-    if (!ec) {
-      bool got_some = false;
-      ec = co_await read_final_head(*conn, *conn->head, head_by, got_some, why);
-      // A reused connection that failed before any response byte (the upstream closed it just
-      // as the request went out): send once more on a fresh connection if the method may be
-      // repeated. The upstream may then see the request twice on one permit, as with nginx's
-      // proxy_next_upstream; non-idempotent requests get 502 instead.
-      retry = ec && reused && attempt == 0 && !got_some && ec != beast::error::timeout && is_idempotent(rh.method);
-    } else {
-      // Nothing reached the upstream unless some bytes were written; then only idempotent methods.
-      retry = reused && attempt == 0 && ec != beast::error::timeout && (written == 0 || is_idempotent(rh.method));
-    }
-    if (!ec) break;
-    if (retry) {
-      px.deps.metrics.upstream_retries.Increment();
-      ++attempt;
-      continue;
-    }
-    if (by_deadline(ec, head_by)) {
-      if (req.latency) {
-        // Cut off at the caller's deadline: the upstream takes at least this long, and the
-        // estimate must learn it, or it would keep admitting requests that cannot make it.
-        const auto now = std::chrono::steady_clock::now();
-        req.latency->record(std::chrono::duration_cast<std::chrono::microseconds>(now - sent_at).count(),
-                            std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count());
+      const EndpointPtr& ep = set.endpoints[pick];
+      conn = take_idle(px, pool, up, ep.get(), tls_generation);
+      const bool reused = conn != nullptr;
+      if (cut && reused) cut->watch(&conn->stream);
+      if (pool.warm_timer && pool.idle.size() < up.conf.min_idle_conns) pool.warm_timer->cancel();  // top it up now
+      outstanding.on(ep.get());
+      if (!reused) {
+        conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
+        conn->endpoint = ep;
+        if (cut) cut->watch(&conn->stream);
+        auto connect_by = deadline_after(route.connect_timeout);
+        if (req.budget && req.deadline < connect_by) connect_by = req.deadline;  // the caller's deadline first
+        // (https) The profile is held for the handshake: a reload meanwhile may replace the pool's.
+        const std::shared_ptr<const TlsClientProfile> profile = tls ? pool.tls : nullptr;
+        last_tls.reset();
+        ec = co_await open_connection(w, up, *conn, profile.get(), connect_by, last_tls);
+        if (ec && by_deadline(ec, connect_by)) {
+          co_await return_permit(px, req);  // nothing of it reached the upstream
+          co_return co_await deadline_passed(px, client, version, keep, up, rec);
+        }
+        if (ec) {
+          // Nothing of the request was sent: another endpoint takes it at once, on the same permit.
+          upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::connect);
+          endpoint_failed(up, *conn->endpoint);
+          last_connect = ec;
+          if (tried_count < kMaxTried) tried[tried_count++] = conn->endpoint.get();
+          outstanding.on(nullptr);
+          const bool time_left = !req.budget || std::chrono::steady_clock::now() < req.deadline;
+          if (time_left && tried_count < kMaxTried && tried_count < pool.set->endpoints.size()) {
+            up.metrics->failovers->Increment();
+            continue;
+          }
+          co_await return_permit(px, req);
+          if (last_tls) co_return co_await tls_failed(px, client, version, keep, up, *last_tls, rec, true);
+          co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec, {}, true);
+        }
       }
-      co_return co_await deadline_passed(px, client, version, keep, up, rec);
+      if (head.empty() || head_for != conn->endpoint->host_header) {
+        head = request_head(req, conn->endpoint->host_header, auth_name, auth_field);
+        head_for = conn->endpoint->host_header;
+      }
+      const net::const_buffer head_buf = net::buffer(head), body_buf = net::buffer(req.body.data(), req.body.size());
+      sent_at = std::chrono::steady_clock::now();
+      // The response head is awaited up to the route's timeout, or the caller's deadline if sooner.
+      auto head_by = sent_at + route.response_timeout;
+      if (req.budget && req.deadline < head_by) head_by = req.deadline;
+      conn->stream.start(head_by);
+      const std::size_t written = co_await write_both(conn->stream, head_buf, body_buf, ec);
+      conn->stream.end(ec);
+      bool retry = false;
+      std::string_view why;
+      if (!ec) {
+        bool got_some = false;
+        ec = co_await read_final_head(*conn, *conn->head, head_by, got_some, why);
+        // A reused connection that failed before any response byte (the upstream closed it just
+        // as the request went out): send once more on a fresh connection if the method may be
+        // repeated. The upstream may then see the request twice on one permit, as with nginx's
+        // proxy_next_upstream; non-idempotent requests get 502 instead.
+        retry = ec && reused && attempt == 0 && !got_some && ec != beast::error::timeout && is_idempotent(rh.method);
+      } else {
+        // Nothing reached the upstream unless some bytes were written; then only idempotent methods.
+        retry = reused && attempt == 0 && ec != beast::error::timeout && (written == 0 || is_idempotent(rh.method));
+      }
+      if (!ec) break;
+      if (retry) {
+        px.deps.metrics.upstream_retries.Increment();
+        ++attempt;
+        continue;
+      }
+      if (by_deadline(ec, head_by)) {
+        if (req.latency) {
+          // Cut off at the caller's deadline: the upstream takes at least this long, and the
+          // estimate must learn it, or it would keep admitting requests that cannot make it.
+          const auto now = std::chrono::steady_clock::now();
+          req.latency->record(std::chrono::duration_cast<std::chrono::microseconds>(now - sent_at).count(),
+                              std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count());
+        }
+        co_return co_await deadline_passed(px, client, version, keep, up, rec);
+      }
+      endpoint_failed(up, *conn->endpoint);
+      // A fresh TLS connection refused on its first read: in TLS 1.3 the server checks the client
+      // certificate after the client's handshake is done, so its alert arrives here.
+      if (!reused && tls && is_tls_error(ec))
+        co_return co_await tls_failed(px, client, version, keep, up,
+                                      describe_tls_failure(conn->stream.tls(), static_cast<unsigned long>(ec.value())), rec);
+      co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::reset, rec, why);
     }
-    endpoint_failed(up, *conn->endpoint);
-    // A fresh TLS connection refused on its first read: in TLS 1.3 the server checks the client
-    // certificate after the client's handshake is done, so its alert arrives here.
-    if (!reused && tls && is_tls_error(ec))
-      co_return co_await tls_failed(px, client, version, keep, up,
-                                    describe_tls_failure(conn->stream.tls(), static_cast<unsigned long>(ec.value())), rec);
-    co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::reset, rec, why);
+    // The supplier refused the OAuth2 token (revoked, or expired early): it is dropped for every
+    // worker, a new one fetched (one fetch, whoever asks), and the request sent once more on its
+    // permit. A 401 says the request was not acted on, so any method goes again; only once.
+    if (conn->head->status != 401 || !up.auth || !up.auth->oauth2() || auth_retried) break;
+    if (cut) cut->watch(nullptr);
+    conn.reset();  // its 401 body is not read: the connection closes
+    outstanding.on(nullptr);
+    up.auth->purge(token_field);
+    token_field = co_await up.auth->field(px, w, auth_by());
+    if (token_field.empty()) {
+      co_await return_permit(px, req);
+      co_return co_await auth_failed(px, client, version, keep, up, rec);
+    }
+    auth_field = token_field;
+    head.clear();
+    tried_count = 0;
   }
 
   if (cut) cut->watch(nullptr);  // the head is in: the rest is under the response timeout
@@ -716,6 +775,127 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
     co_return !ec && keep;
   }
   co_return co_await relay(px, client, version, keep, std::move(conn), pool, up, res, framing, fields);
+}
+
+net::awaitable<Exchange> exchange(ProxyContext& px, Worker& w, WorkerTable& table, std::size_t index,
+                                  std::string_view line, std::string_view fields, std::string_view body, Deadline by,
+                                  std::size_t max_body) {
+  Upstream& up = table.routes->upstreams()[index];
+  Pool& pool = *table.pools[index];
+  Exchange out;
+  refresh_view(pool, up);
+  const TlsClientProfile* const tls = up.conf.https ? pool.tls.get() : nullptr;
+  const std::uint64_t tls_generation = tls ? tls->generation() : 0;
+  std::array<const UpstreamEndpoint*, kMaxTried> tried;
+  std::size_t tried_count = 0;
+  std::unique_ptr<PooledConn> conn;
+  for (int attempt = 0;;) {
+    const std::shared_ptr<const EndpointSet> set = pool.set;
+    const std::size_t pick =
+        set->endpoints.empty() ? kNoEndpoint
+                               : pick_endpoint(*set, pool.rr, limiter::steady_now_us(), tried.data(), tried_count);
+    if (pick == kNoEndpoint || std::chrono::steady_clock::now() >= by) {
+      if (out.why.empty()) out.why = set->endpoints.empty() ? "no address (the name does not resolve)" : "no endpoint left";
+      co_return out;
+    }
+    const EndpointPtr& ep = set->endpoints[pick];
+    conn = take_idle(px, pool, up, ep.get(), tls_generation);
+    const bool reused = conn != nullptr;
+    if (!reused) {
+      conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
+      conn->endpoint = ep;
+      const std::shared_ptr<const TlsClientProfile> profile = tls ? pool.tls : nullptr;
+      std::optional<TlsFailure> failure;
+      auto connect_by = deadline_after(up.connect_timeout);
+      if (by < connect_by) connect_by = by;
+      const beast::error_code ec = co_await open_connection(w, up, *conn, profile.get(), connect_by, failure);
+      if (ec) {
+        upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::connect);
+        endpoint_failed(up, *conn->endpoint);
+        out.why = failure ? "TLS " + failure->reason + ": " + failure->words : "connect: " + ec.message();
+        if (tried_count < kMaxTried) tried[tried_count++] = ep.get();
+        else co_return out;
+        continue;
+      }
+    }
+    std::string head;
+    head.reserve(line.size() + fields.size() + 64);
+    head.append(line).append(fields);
+    append_field(head, "Host", conn->endpoint->host_header);
+    append_field(head, "Content-Length", std::to_string(body.size()));
+    head.append("\r\n", 2);
+    conn->stream.start(by);
+    beast::error_code ec;
+    co_await write_both(conn->stream, net::buffer(head), net::buffer(body.data(), body.size()), ec);
+    conn->stream.end(ec);
+    bool got_some = false;
+    std::string_view why;
+    if (!ec) ec = co_await read_final_head(*conn, *conn->head, by, got_some, why);
+    if (ec) {
+      // A pooled connection the server closed meanwhile: once more on a fresh one.
+      if (reused && attempt == 0 && !got_some && ec != beast::error::timeout) {
+        ++attempt;
+        continue;
+      }
+      upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::reset);
+      endpoint_failed(up, *conn->endpoint);
+      out.why = !why.empty() ? std::string(why) : ec == beast::error::timeout ? "timed out" : ec.message();
+      co_return out;
+    }
+    break;
+  }
+  const http1::ResponseHead& res = *conn->head;
+  out.status = res.status;
+  const http1::BodyFraming framing = http1::response_body(res, false);
+  const std::size_t head_bytes = res.head_bytes;
+  const bool keep = res.keep_alive && framing.kind != http1::BodyKind::until_close;
+  conn->buffer.consume(head_bytes);  // the head's views are not used past this point
+  http1::ChunkedDecoder decoder(max_body);
+  for (;;) {
+    const std::string_view data = view(conn->buffer);
+    bool done = false;
+    if (framing.kind == http1::BodyKind::none) {
+      done = true;
+    } else if (framing.kind == http1::BodyKind::length) {
+      if (framing.length > max_body) {
+        out.why = "response body over " + std::to_string(max_body) + " bytes";
+        co_return out;
+      }
+      const std::size_t want = static_cast<std::size_t>(framing.length) - out.body.size();
+      const std::size_t used = std::min(want, data.size());
+      out.body.append(data.substr(0, used));
+      conn->buffer.consume(used);
+      done = out.body.size() == framing.length;
+    } else if (framing.kind == http1::BodyKind::chunked) {
+      const std::size_t used = decoder.decode(data, [&](const char* p, std::size_t n) { out.body.append(p, n); });
+      conn->buffer.consume(used);
+      if (decoder.error() != http1::Error::none) {
+        out.why = "malformed chunked body";
+        co_return out;
+      }
+      done = decoder.done();
+    } else if (framing.kind == http1::BodyKind::until_close) {
+      out.body.append(data);
+      conn->buffer.consume(data.size());
+      if (out.body.size() > max_body) {
+        out.why = "response body over " + std::to_string(max_body) + " bytes";
+        co_return out;
+      }
+    } else {
+      out.why = "unsupported Transfer-Encoding";
+      co_return out;
+    }
+    if (done) break;
+    const beast::error_code ec = co_await read_more(conn->stream, conn->buffer, by);
+    if (closed(ec) && framing.kind == http1::BodyKind::until_close) break;
+    if (ec) {
+      out.why = ec == beast::error::timeout ? "timed out reading the body" : "body cut short";
+      co_return out;
+    }
+  }
+  out.complete = true;
+  if (keep) give_back(px, pool, std::move(conn));
+  co_return out;
 }
 
 net::awaitable<void> keep_warm(ProxyContext& px, Worker& w, Upstream up, std::shared_ptr<Pool> kept) {

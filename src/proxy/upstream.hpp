@@ -60,4 +60,18 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
                              const UpstreamRequest& req, const Route& route, const RateLimitFields& fields,
                              AccessRecord& rec);
 
+// A request the gateway makes itself (an OAuth2 token request, proxy/upstream_auth) to upstream
+// `index` of `table`: `line` (the request line with its CRLF), `fields` (each with its CRLF; the
+// Host and Content-Length are added) and `body`, sent to its endpoints in turn until one answers;
+// the response read whole, its body up to `max_body` bytes. Everything by `by`.
+struct Exchange {
+  bool complete = false;  // a whole response came: status and body are set
+  int status = 0;
+  std::string body;
+  std::string why;  // when not complete: what failed
+};
+net::awaitable<Exchange> exchange(ProxyContext& px, Worker& w, WorkerTable& table, std::size_t index,
+                                  std::string_view line, std::string_view fields, std::string_view body, Deadline by,
+                                  std::size_t max_body);
+
 }  // namespace tollgate::proxy

@@ -63,6 +63,28 @@ struct EjectConfig {
   friend bool operator==(const EjectConfig&, const EjectConfig&) = default;
 };
 
+// upstreams.<name>.auth: the credential the gateway sends the supplier on every forwarded request
+// (proxy/upstream_auth), in place of any the caller sent. Secrets are read from the environment
+// or a file when the file is loaded (start, SIGHUP), never written anywhere.
+enum class AuthType : std::uint8_t { none, header, oauth2_client_credentials };
+struct UpstreamAuthConfig {
+  AuthType type = AuthType::none;
+  // header: the field `name` with the value from `value_env` or `value_file`.
+  std::string name;
+  std::string value_env, value_file;
+  std::string value;  // resolved (secret)
+  // oauth2_client_credentials (RFC 6749 4.4): a Bearer token from `token_url`.
+  std::string token_url;
+  std::string client_id_env, client_secret_env;
+  std::string client_id, client_secret;  // resolved (secret)
+  std::string scope;                     // "": none sent
+  bool basic = true;                     // auth_style "basic" (HTTP Basic) or "body" (form fields)
+  std::uint32_t refresh_before_s = 60;   // a token is refreshed this long before it expires
+  double token_rate = 1.0;               // token requests a second at most (a bucket of one)
+  std::string token_upstream;            // the internal upstream that reaches token_url ("<name>.token")
+  friend bool operator==(const UpstreamAuthConfig&, const UpstreamAuthConfig&) = default;
+};
+
 struct UpstreamConfig {
   std::string name;
   std::string url;             // the first URL as written, for messages
@@ -78,6 +100,10 @@ struct UpstreamConfig {
   std::uint32_t dns_refresh_ms = 5'000;   // names are resolved again this often (or at the record's TTL, >= 1 s)
   std::uint32_t min_idle_conns = 0;       // per worker: connections kept open (and handshaken) ahead of requests
   EjectConfig eject;
+  UpstreamAuthConfig auth;
+  // Set on the internal upstream that carries an oauth2 upstream's token requests: that
+  // upstream's name. It has no route; its base_path is the token URL's path.
+  std::string token_endpoint_of;
   friend bool operator==(const UpstreamConfig&, const UpstreamConfig&) = default;
 };
 

@@ -41,7 +41,8 @@ inline constexpr std::size_t kOutcomes = static_cast<std::size_t>(Outcome::count
 
 // unresolved: the upstream had no address yet (503 upstream_unresolved).
 // deadline: the caller's own budget ran out before the response head (not the upstream's fault).
-enum class UpstreamError : int { connect, reset, timeout, unresolved, deadline, count_ };
+// auth: no supplier credential could be had (502 upstream_auth_failed, proxy/upstream_auth).
+enum class UpstreamError : int { connect, reset, timeout, unresolved, deadline, auth, count_ };
 const char* upstream_error_name(UpstreamError e);
 inline constexpr std::size_t kUpstreamErrors = static_cast<std::size_t>(UpstreamError::count_);
 
@@ -166,6 +167,13 @@ struct UpstreamMetrics {
   prometheus::Counter* warm_opened = nullptr;   // connections opened ahead of requests (min_idle_conns)
 };
 
+// An upstream's OAuth2 token refreshes (proxy/upstream_auth), by result, and its token's time to live.
+struct AuthMetrics {
+  static constexpr const char* kResults[] = {"ok", "rejected", "invalid", "failed"};
+  std::array<prometheus::Counter*, 4> refresh{};  // by kResults
+  prometheus::Gauge* ttl_seconds = nullptr;
+};
+
 // One endpoint's series: up (1 in use, 0 ejected) and how often it was ejected.
 struct EndpointSeries {
   prometheus::Gauge* up = nullptr;
@@ -204,6 +212,8 @@ class Metrics {
   // the route table), never look it up per request.
   BucketMetrics& bucket(std::string_view name);
   UpstreamMetrics& upstream(std::string_view name);
+  // The series of an upstream with an oauth2 credential (made on first use, kept by name).
+  AuthMetrics& auth(std::string_view upstream);
   // An endpoint's series (made on first use); remove_endpoint drops its `up` gauge when the
   // address leaves the upstream's set (its ejection count stays). Counted: when a reloaded table
   // holds the same endpoint in a new set, the gauge goes only when the last holder lets go.
@@ -227,6 +237,7 @@ class Metrics {
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<BucketMetrics>, std::less<>> buckets_;
   std::map<std::string, std::unique_ptr<UpstreamMetrics>, std::less<>> upstreams_;
+  std::map<std::string, std::unique_ptr<AuthMetrics>, std::less<>> auth_;
   std::map<const prometheus::Gauge*, int> endpoint_holders_;  // endpoint() calls not yet removed
   std::map<std::string, std::unique_ptr<PolicyMetrics>, std::less<>> policies_;
 };

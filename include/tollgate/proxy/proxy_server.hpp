@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,10 +40,20 @@ struct EndpointView {
   bool up = true;        // false while ejected
   int outstanding = 0;   // requests on it now
 };
+// upstreams.<name>.auth as it stands: never a secret or a token.
+struct AuthView {
+  std::string type;                    // "header" or "oauth2_client_credentials"
+  std::int64_t expires_in_s = -1;      // oauth2: the current token's seconds left (-1: none held)
+  std::int64_t last_refresh_unix = 0;  // oauth2: when the last token came (0: never)
+  std::uint64_t failures = 0;          // oauth2: token requests that gave no token
+  std::string last_error;              // oauth2: why the last of them failed
+};
+
 struct UpstreamView {
   std::string name;
   bool resolved = false;  // false: its names do not resolve yet (503 upstream_unresolved)
   std::vector<EndpointView> endpoints;
+  std::optional<AuthView> auth;
 };
 
 class ProxyServer {

@@ -277,6 +277,18 @@ function endpointsCell(u) {
   return el('td', { class: `endpoints ${eps.some((e) => !e.up) ? 'warn' : ''}` }, text);
 }
 
+// An upstream's supplier credential: its type, and for OAuth2 the token's time left, the last
+// refresh and the failed token requests (tinted when no token is held). Never the secret.
+function authCell(a) {
+  if (!a) return el('td', { class: 'auth' }, 'none');
+  if (a.type === 'header') return el('td', { class: 'auth' }, 'static header');
+  const left = a.expires_in_s === null ? 'no token' : `token expires in ${Math.floor(a.expires_in_s)} s`;
+  const last = a.last_refresh_unix ? `, refreshed ${new Date(a.last_refresh_unix * 1000).toLocaleTimeString()}` : '';
+  const failed = a.failures ? `, ${a.failures} failed` : '';
+  const tint = a.expires_in_s === null ? 'bad' : a.failures ? 'warn' : '';
+  return el('td', { class: `auth ${tint}`, title: a.last_error || '' }, `OAuth2: ${left}${last}${failed}`);
+}
+
 function renderUpstreams(o) {
   $('upstreams').tBodies[0].replaceChildren(...o.upstreams.map((u) => {
     const e = u.errors_last_minute ?? {};
@@ -284,7 +296,7 @@ function renderUpstreams(o) {
       el('td', {}, u.upstream), el('td', { class: 'num' }, fmt(u.responses_last_minute, 0)),
       el('td', { class: 'num' }, fmt(u.latency_p50_ms, 1)), el('td', { class: 'num' }, fmt(u.latency_p99_ms, 1)),
       el('td', { class: 'num' }, fmt(e.connect, 0)), el('td', { class: 'num' }, fmt(e.reset, 0)),
-      el('td', { class: 'num' }, fmt(e.timeout, 0)), endpointsCell(u), tlsCell(u.tls));
+      el('td', { class: 'num' }, fmt(e.timeout, 0)), endpointsCell(u), tlsCell(u.tls), authCell(u.auth));
   }));
 }
 

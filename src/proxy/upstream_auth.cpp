@@ -1,0 +1,274 @@
+#include "upstream_auth.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cctype>
+#include <nlohmann/json.hpp>
+#include <openssl/evp.h>
+
+#include "proxy_context.hpp"
+#include "upstream.hpp"
+#include "tollgate/log_line.hpp"
+
+namespace tollgate::proxy {
+
+namespace {
+
+// A token response's body is read up to this many bytes (a token response is well under 8 KiB).
+constexpr std::size_t kMaxTokenBody = 64 * 1024;
+// A token request waits at most this long for its answer (connect included), whatever waits on it.
+constexpr std::chrono::seconds kFetchTimeout{10};
+// A token with no expires_in in its answer is used for this long (RFC 6749 leaves it to "other
+// means"; five minutes is short enough for any supplier's lifetime seen in practice).
+constexpr std::chrono::seconds kDefaultLifetime{300};
+
+// application/x-www-form-urlencoded (RFC 6749 appendix B): unreserved characters as they are,
+// the rest %XX; a space is "+".
+std::string form_encode(std::string_view v) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(ch);
+    } else if (c == ' ') {
+      out.push_back('+');
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::string base64(std::string_view v) {
+  std::string out(4 * ((v.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(v.data()), static_cast<int>(v.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+// RFC 6750 b64token: what a Bearer token may hold (so it cannot break the field it goes in).
+bool bearer_token(std::string_view t) {
+  if (t.empty() || t.size() > 8192) return false;
+  std::size_t i = 0;
+  for (; i < t.size() && t[i] != '='; ++i) {
+    const auto c = static_cast<unsigned char>(t[i]);
+    if (!std::isalnum(c) && std::string_view("-._~+/").find(t[i]) == std::string_view::npos) return false;
+  }
+  for (; i < t.size(); ++i)
+    if (t[i] != '=') return false;
+  return true;
+}
+
+}  // namespace
+
+TokenAnswer read_token_answer(int status, std::string_view body) {
+  TokenAnswer a;
+  nlohmann::json doc = nlohmann::json::parse(body, nullptr, false);
+  if (status < 200 || status > 299) {
+    a.result = TokenAnswer::rejected;
+    a.why = "the token endpoint answered " + std::to_string(status);
+    // RFC 6749 5.2: an error code (and description) says why; nothing else of the body is shown.
+    if (doc.is_object() && doc.contains("error") && doc["error"].is_string()) {
+      std::string code = doc["error"].get<std::string>().substr(0, 64);
+      for (char& c : code)
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+      a.why += " (" + code + ")";
+    }
+    return a;
+  }
+  a.result = TokenAnswer::invalid;
+  if (!doc.is_object()) {
+    a.why = "the token endpoint's answer is not a JSON object";
+    return a;
+  }
+  const auto token = doc.find("access_token");
+  if (token == doc.end() || !token->is_string()) {
+    a.why = "the token endpoint's answer has no access_token";
+    return a;
+  }
+  if (!bearer_token(token->get<std::string>())) {
+    a.why = "the token endpoint's access_token is not a Bearer token (RFC 6750 b64token)";
+    return a;
+  }
+  if (const auto type = doc.find("token_type"); type != doc.end()) {
+    std::string t = type->is_string() ? type->get<std::string>() : "";
+    for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (t != "bearer") {
+      a.why = "the token endpoint's token_type is not Bearer";
+      return a;
+    }
+  }
+  a.lifetime = kDefaultLifetime;
+  if (const auto e = doc.find("expires_in"); e != doc.end()) {
+    // A number, or a number in a string (some endpoints send one).
+    double s = -1;
+    if (e->is_number()) s = e->get<double>();
+    else if (e->is_string()) {
+      const std::string v = e->get<std::string>();
+      char* end = nullptr;
+      s = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0') s = -1;
+    }
+    if (!(s >= 1) || s > 1e9) {
+      a.why = "the token endpoint's expires_in is not a number of seconds >= 1";
+      return a;
+    }
+    a.lifetime = std::chrono::seconds(static_cast<std::int64_t>(s));
+  }
+  a.token = token->get<std::string>();
+  a.result = TokenAnswer::ok;
+  return a;
+}
+
+struct UpstreamAuth::Waiter {
+  explicit Waiter(const net::any_io_executor& ex) : timer(ex) {}
+  net::steady_timer timer;
+};
+
+UpstreamAuth::UpstreamAuth(const config::UpstreamConfig& up, Metrics& metrics) : conf_(up.auth), upstream_(up.name) {
+  if (conf_.type == config::AuthType::header) {
+    field_name_ = conf_.name;
+    static_field_ = conf_.name + ": " + conf_.value + "\r\n";
+    return;
+  }
+  field_name_ = "Authorization";
+  metrics_ = &metrics.auth(upstream_);
+  form_ = "grant_type=client_credentials";
+  if (!conf_.scope.empty()) form_ += "&scope=" + form_encode(conf_.scope);
+  if (conf_.basic) {
+    // RFC 6749 2.3.1: the id and the secret form-encoded, then joined by ':' in Basic.
+    basic_field_ = "Authorization: Basic " + base64(form_encode(conf_.client_id) + ":" + form_encode(conf_.client_secret)) +
+                   "\r\n";
+  } else {
+    form_ += "&client_id=" + form_encode(conf_.client_id) + "&client_secret=" + form_encode(conf_.client_secret);
+  }
+}
+
+void UpstreamAuth::wake_all() {
+  for (auto& w : waiters_) net::post(w->timer.get_executor(), [w] { w->timer.cancel(); });
+  waiters_.clear();
+}
+
+net::awaitable<std::string> UpstreamAuth::field(ProxyContext& px, Worker& w, Deadline by) {
+  for (;;) {
+    std::shared_ptr<Waiter> waiter;
+    {
+      std::lock_guard lock(mu_);
+      const auto now = Clock::now();
+      const bool valid = !token_field_.empty() && now < expires_;
+      if (!refreshing_ && (!valid || now >= refresh_at_)) {
+        refreshing_ = true;
+        net::co_spawn(*w.ctx, refresh(shared_from_this(), px, w), net::detached);
+      }
+      if (valid) co_return token_field_;
+      if (now >= by) co_return std::string();
+      waiter = std::make_shared<Waiter>(w.ctx->get_executor());
+      waiter->timer.expires_at(by);
+      waiters_.push_back(waiter);
+    }
+    beast::error_code ec;
+    co_await waiter->timer.async_wait(with(ec));
+    if (!ec) {  // the deadline, not a wake-up: no longer waiting
+      std::lock_guard lock(mu_);
+      std::erase(waiters_, waiter);
+      if (token_field_.empty() || Clock::now() >= expires_) co_return std::string();
+    }
+  }
+}
+
+void UpstreamAuth::purge(std::string_view field) {
+  std::lock_guard lock(mu_);
+  if (field != token_field_) return;  // another request purged it already, or a new one came
+  token_field_.clear();
+  expires_ = {};
+  log_line("tollgate: warn: upstream '", upstream_, "' answered 401 to its OAuth2 token: dropped, a new one is fetched");
+}
+
+net::awaitable<void> UpstreamAuth::refresh(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w) {
+  // The token endpoint's own bucket: one request at most every 1/token_rate seconds.
+  Clock::time_point start;
+  {
+    std::lock_guard lock(self->mu_);
+    const auto now = Clock::now();
+    start = std::max(now, self->next_request_);
+    self->next_request_ = start + std::chrono::microseconds(static_cast<std::int64_t>(1e6 / self->conf_.token_rate));
+  }
+  if (start > Clock::now()) {
+    net::steady_timer t(*w.ctx);
+    t.expires_at(start);
+    beast::error_code ec;
+    co_await t.async_wait(with(ec));
+  }
+  const auto sent = Clock::now();
+  TokenAnswer a;
+  std::shared_ptr<WorkerTable> table = w.table;  // kept for the request's whole life
+  std::size_t index = table->routes->upstreams().size();
+  for (std::size_t i = 0; i < table->routes->upstreams().size(); ++i)
+    if (table->routes->upstreams()[i].conf.name == self->conf_.token_upstream) index = i;
+  if (index == table->routes->upstreams().size()) {
+    a.result = TokenAnswer::failed;
+    a.why = "its token upstream is gone (the configuration changed)";
+  } else {
+    const std::string line = "POST " + table->routes->upstreams()[index].conf.base_path + " HTTP/1.1\r\n";
+    const std::string fields = "Content-Type: application/x-www-form-urlencoded\r\nAccept: application/json\r\n" +
+                               self->basic_field_;
+    const Exchange x = co_await exchange(px, w, *table, index, line, fields, self->form_, sent + kFetchTimeout,
+                                         kMaxTokenBody);
+    if (x.complete) {
+      a = read_token_answer(x.status, x.body);
+    } else {
+      a.result = TokenAnswer::failed;
+      a.why = "token request: " + x.why;
+    }
+  }
+  std::lock_guard lock(self->mu_);
+  self->refreshing_ = false;
+  self->metrics_->refresh[a.result]->Increment();
+  if (a.result == TokenAnswer::ok) {
+    // Its life counts from when it was asked for: never later than the endpoint's own clock.
+    self->token_field_ = "Authorization: Bearer " + a.token + "\r\n";
+    self->expires_ = sent + a.lifetime;
+    const auto before = std::min<Clock::duration>(std::chrono::seconds(self->conf_.refresh_before_s), a.lifetime / 2);
+    self->refresh_at_ = self->expires_ - before;
+    self->last_refresh_unix_ = std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch()).count();
+    self->metrics_->ttl_seconds->Set(static_cast<double>(a.lifetime.count()));
+  } else {
+    ++self->failures_;
+    self->last_error_ = a.why;
+    log_line("tollgate: warn: upstream '", self->upstream_, "': no OAuth2 token: ", a.why);
+  }
+  self->wake_all();
+}
+
+UpstreamAuth::Status UpstreamAuth::status() const {
+  Status s;
+  s.type = conf_.type == config::AuthType::header ? "header" : "oauth2_client_credentials";
+  if (!oauth2()) return s;
+  std::lock_guard lock(mu_);
+  const auto now = Clock::now();
+  if (!token_field_.empty() && now < expires_)
+    s.expires_in_s = std::chrono::duration_cast<std::chrono::seconds>(expires_ - now).count();
+  s.last_refresh_unix = last_refresh_unix_;
+  s.failures = failures_;
+  s.last_error = last_error_;
+  return s;
+}
+
+void UpstreamAuth::refresh_gauge() const {
+  if (!oauth2()) return;
+  std::lock_guard lock(mu_);
+  const auto now = Clock::now();
+  const double left = !token_field_.empty() && now < expires_
+                          ? std::chrono::duration<double>(expires_ - now).count()
+                          : 0.0;
+  metrics_->ttl_seconds->Set(left);
+}
+
+}  // namespace tollgate::proxy

@@ -1,0 +1,95 @@
+// Internal to the proxy: the credential the gateway sends a supplier (upstreams.<name>.auth). A
+// static field (type "header"), or an OAuth2 Bearer token (client credentials, RFC 6749 4.4)
+// fetched from the token URL through the upstream machinery (its internal upstream
+// "<name>.token": resolver, TLS profile, pooled connections), held by all workers, refreshed
+// before it expires with one request in flight at a time, never faster than token_rate.
+// Callers never choose the credential: their own field of that name is dropped (upstream.cpp).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "http_io.hpp"
+#include "tollgate/config/gateway_config.hpp"
+#include "tollgate/proxy/metrics.hpp"
+
+namespace tollgate::proxy {
+
+struct ProxyContext;
+struct Worker;
+
+// A token endpoint's answer read (RFC 6749 5.1 and 5.2): a Bearer token and its lifetime, or why not.
+struct TokenAnswer {
+  enum Result : std::size_t { ok, rejected, invalid, failed };  // as AuthMetrics::kResults
+  Result result = failed;
+  std::string token;
+  std::chrono::seconds lifetime{0};
+  std::string why;  // never holds the token or the body (only an RFC 6749 error code)
+};
+TokenAnswer read_token_answer(int status, std::string_view body);
+
+class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
+ public:
+  using Clock = std::chrono::steady_clock;
+  UpstreamAuth(const config::UpstreamConfig& up, Metrics& metrics);
+  UpstreamAuth(const UpstreamAuth&) = delete;
+  UpstreamAuth& operator=(const UpstreamAuth&) = delete;
+
+  bool oauth2() const { return conf_.type == config::AuthType::oauth2_client_credentials; }
+  // The field it sets ("Authorization" for oauth2); a caller's field of this name is not forwarded.
+  std::string_view field_name() const { return field_name_; }
+  // type "header": the whole field line, "Name: value\r\n".
+  const std::string& static_field() const { return static_field_; }
+
+  // oauth2: the field line "Authorization: Bearer <token>\r\n", waiting (a timer) up to `by` for
+  // a token when none is valid. A token within refresh_before_s of its expiry is still given, and
+  // one refresh starts on `w`. Empty: none could be had by `by` (the request is not forwarded).
+  net::awaitable<std::string> field(ProxyContext& px, Worker& w, Deadline by);
+  // The supplier answered 401 to a request sent with `field`: the token is dropped (if it is still
+  // the current one), so that the next field() fetches another.
+  void purge(std::string_view field);
+
+  // For the console and /admin: no secret, no token.
+  struct Status {
+    std::string type;                // "header" or "oauth2_client_credentials"
+    std::int64_t expires_in_s = -1;  // oauth2: seconds the current token has left (-1: none)
+    std::int64_t last_refresh_unix = 0;  // oauth2: wall clock of the last token obtained (0: never)
+    std::uint64_t failures = 0;      // oauth2: token requests that did not give a token
+    std::string last_error;          // oauth2: why the last failed one did ("" none yet)
+  };
+  Status status() const;
+  // Sets the time-to-live gauge from the current token (for /metrics).
+  void refresh_gauge() const;
+
+ private:
+  struct Waiter;
+  // The one token request in flight (after the token bucket's wait), then every waiter woken.
+  static net::awaitable<void> refresh(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w);
+  void wake_all();  // under mu_
+
+  const config::UpstreamAuthConfig conf_;
+  const std::string upstream_;
+  std::string field_name_;
+  std::string static_field_;
+  std::string form_;          // the token request's body
+  std::string basic_field_;   // "Authorization: Basic ...\r\n" (auth_style basic)
+  AuthMetrics* metrics_ = nullptr;
+
+  mutable std::mutex mu_;
+  std::string token_field_;   // "" none
+  Clock::time_point expires_{};
+  Clock::time_point refresh_at_{};    // a request from then on starts a refresh
+  Clock::time_point next_request_{};  // the token endpoint's bucket (token_rate, burst 1)
+  bool refreshing_ = false;
+  std::vector<std::shared_ptr<Waiter>> waiters_;
+  std::int64_t last_refresh_unix_ = 0;
+  std::uint64_t failures_ = 0;
+  std::string last_error_;
+};
+
+}  // namespace tollgate::proxy
