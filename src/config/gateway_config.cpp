@@ -5,7 +5,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -268,17 +270,33 @@ std::string secret_from_env(const json& obj, const std::string& path, const char
 // A secret kept in a file: readable by its owner only (mode 0600 or stricter), its one line
 // without the line end.
 std::string secret_from_file(const std::string& file, const std::string& field) {
+  // Opened once, then checked and read through that descriptor: the file checked is the file read.
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) fail(field, file + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st {};
-  if (::stat(file.c_str(), &st) != 0) fail(field, file + ": " + std::strerror(errno));
+  if (::fstat(fd, &st) != 0) fail(field, file + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail(field, file + " is not a regular file");
+  if (st.st_uid != ::geteuid() && st.st_uid != 0)
+    fail(field, file + " belongs to another user: a secret's file must be the gateway's user's (or root's)");
   if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     fail(field, file + " has mode " + mode + ": a secret's file must be 0600 or stricter (chmod 600 " + file + ")");
   }
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail(field, file + ": cannot be read");
-  std::string v((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string v;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(field, file + ": " + std::strerror(errno));
+    if (n == 0) break;
+    v.append(buf, static_cast<std::size_t>(n));
+    if (v.size() > 64 * 1024) fail(field, file + " is over 64 KiB: not a key");
+  }
   while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
   if (v.empty()) fail(field, file + " is empty");
   return v;
@@ -374,12 +392,14 @@ std::optional<UpstreamConfig> parse_upstream_auth(const json& obj, UpstreamConfi
   t.host = target.host;
   t.port = target.port;
   t.targets.push_back(std::move(target));
-  if (t.https && u.https) {
-    // The upstream's trust, client certificate and minimum version; its server_name only for
-    // the same host (another host's certificate names that host).
+  if (t.https && u.https && t.host == u.host && t.port == u.port) {
+    // The supplier's own host: its tls object (trust, client certificate, name, minimum version).
+    // Another host (an identity provider) is verified against the system store with its own
+    // name: the supplier's private CA, its client certificate and above all an
+    // insecure_skip_verify are never carried over to where the client secret goes.
     t.tls = u.tls;
-    if (t.host != u.host) t.tls.server_name.clear();
   }
+  if (c.token_url.ends_with('/')) t.base_path += '/';  // the path as written: "/token/" is not "/token"
   t.connect_timeout_ms = u.connect_timeout_ms;
   t.response_timeout_ms = u.response_timeout_ms;
   t.dns_refresh_ms = u.dns_refresh_ms;

@@ -286,9 +286,10 @@ net::awaitable<bool> auth_failed(ProxyContext& px, TimedSocket& client, unsigned
                                  AccessRecord& rec) {
   upstream_error(px, up, UpstreamError::auth);
   rec.status = 502;
-  const UpstreamAuth::Status s = up.auth->status();
-  const std::string detail = "upstream '" + up.conf.name + "': no OAuth2 token could be had" +
-                             (s.last_error.empty() ? std::string(" in time") : ": " + s.last_error);
+  // Why is the operator's to read (the log, /admin/overview): a caller learns nothing of the
+  // gateway's identity provider.
+  const std::string detail = "upstream '" + up.conf.name +
+                             "': no credential for the supplier could be had in time; nothing was sent to it";
   const OwnAnswer answer = error_answer(502, "upstream_auth_failed", detail, rec.request_id);
   co_return co_await send_answer(client, version, keep, answer, milliseconds(px.limits.body_timeout_ms));
 }
@@ -568,6 +569,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
   // 502 upstream_auth_failed, and the request is never sent without it.
   std::string_view auth_name, auth_field;
   std::string token_field;
+  bool reached_supplier = false;  // a first attempt got its answer (a 401): the supplier counted it
   const auto auth_by = [&] {
     const Deadline by = deadline_after(route.response_timeout);
     return req.budget && req.deadline < by ? req.deadline : by;
@@ -617,7 +619,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
                                    : pick_endpoint(set, pool.rr, limiter::steady_now_us(), tried.data(), tried_count);
       if (pick == kNoEndpoint) {
         // Every endpoint failed to take it: the last failure is the answer.
-        co_await return_permit(px, req);
+        if (!reached_supplier) co_await return_permit(px, req);
         if (last_tls) co_return co_await tls_failed(px, client, version, keep, up, *last_tls, rec, true);
         co_return co_await upstream_failed(px, client, version, keep, up, last_connect, UpstreamError::connect, rec, {}, true);
       }
@@ -638,7 +640,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
         last_tls.reset();
         ec = co_await open_connection(w, up, *conn, profile.get(), connect_by, last_tls);
         if (ec && by_deadline(ec, connect_by)) {
-          co_await return_permit(px, req);  // nothing of it reached the upstream
+          if (!reached_supplier) co_await return_permit(px, req);  // nothing of it reached the upstream
           co_return co_await deadline_passed(px, client, version, keep, up, rec);
         }
         if (ec) {
@@ -653,7 +655,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
             up.metrics->failovers->Increment();
             continue;
           }
-          co_await return_permit(px, req);
+          if (!reached_supplier) co_await return_permit(px, req);
           if (last_tls) co_return co_await tls_failed(px, client, version, keep, up, *last_tls, rec, true);
           co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::connect, rec, {}, true);
         }
@@ -716,11 +718,9 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
     conn.reset();  // its 401 body is not read: the connection closes
     outstanding.on(nullptr);
     up.auth->purge(token_field);
-    token_field = co_await up.auth->field(px, w, auth_by());
-    if (token_field.empty()) {
-      co_await return_permit(px, req);
-      co_return co_await auth_failed(px, client, version, keep, up, rec);
-    }
+    token_field = co_await up.auth->field(px, w, auth_by(), token_field);
+    reached_supplier = true;  // its permit is spent: it is never given back from here on
+    if (token_field.empty()) co_return co_await auth_failed(px, client, version, keep, up, rec);
     auth_field = token_field;
     head.clear();
     tried_count = 0;

@@ -155,39 +155,58 @@ void UpstreamAuth::wake_all() {
   waiters_.clear();
 }
 
-net::awaitable<std::string> UpstreamAuth::field(ProxyContext& px, Worker& w, Deadline by) {
+// A waiter's place in waiters_, given up however its request ends (a wake-up, its deadline, or
+// its coroutine destroyed at shutdown).
+struct UpstreamAuth::Parked {
+  UpstreamAuth& auth;
+  std::shared_ptr<Waiter> waiter;
+  ~Parked() {
+    std::lock_guard lock(auth.mu_);
+    std::erase(auth.waiters_, waiter);
+  }
+};
+
+net::awaitable<std::string> UpstreamAuth::field(ProxyContext& px, Worker& w, Deadline by, std::string_view refused) {
   for (;;) {
+    std::optional<std::string> answer;
     std::shared_ptr<Waiter> waiter;
+    bool start = false;
     {
       std::lock_guard lock(mu_);
       const auto now = Clock::now();
-      const bool valid = !token_field_.empty() && now < expires_;
-      if (!refreshing_ && (!valid || now >= refresh_at_)) {
-        refreshing_ = true;
-        net::co_spawn(*w.ctx, refresh(shared_from_this(), px, w), net::detached);
+      const bool was_refused = !refused.empty() && token_field_ == refused;
+      const bool valid = !token_field_.empty() && now < expires_ && !was_refused;
+      if (!refreshing_ && (!valid || now >= refresh_at_)) start = refreshing_ = true;
+      if (valid) {
+        answer = token_field_;
+      } else if (now >= by || now < failed_until_) {
+        // Out of time, or the token endpoint has just failed: answered now, not held while the
+        // next token request waits for its turn (token_rate).
+        answer.emplace();
+      } else {
+        waiter = std::make_shared<Waiter>(w.ctx->get_executor());
+        waiter->timer.expires_at(by);
+        waiters_.push_back(waiter);
       }
-      if (valid) co_return token_field_;
-      if (now >= by) co_return std::string();
-      waiter = std::make_shared<Waiter>(w.ctx->get_executor());
-      waiter->timer.expires_at(by);
-      waiters_.push_back(waiter);
     }
+    // Spawned outside the lock: the refresh takes it first thing, and a newer Asio runs a
+    // spawned coroutine's first step at once.
+    if (start) net::co_spawn(*w.ctx, refresh(shared_from_this(), px, w), net::detached);
+    if (answer) co_return std::move(*answer);
+    Parked parked{*this, waiter};
     beast::error_code ec;
-    co_await waiter->timer.async_wait(with(ec));
-    if (!ec) {  // the deadline, not a wake-up: no longer waiting
-      std::lock_guard lock(mu_);
-      std::erase(waiters_, waiter);
-      if (token_field_.empty() || Clock::now() >= expires_) co_return std::string();
-    }
+    co_await waiter->timer.async_wait(with(ec));  // woken (cancelled) by a refresh's end, or at `by`
   }
 }
 
 void UpstreamAuth::purge(std::string_view field) {
   std::lock_guard lock(mu_);
-  if (field != token_field_) return;  // another request purged it already, or a new one came
-  token_field_.clear();
-  expires_ = {};
-  log_line("tollgate: warn: upstream '", upstream_, "' answered 401 to its OAuth2 token: dropped, a new one is fetched");
+  if (field != token_field_) return;  // replaced already
+  // Replaced, not dropped: the request that was refused waits for the next one (field() with
+  // `refused`), the others keep the current token until it comes, so that one caller's 401s
+  // cannot hold every request of the upstream.
+  refresh_at_ = Clock::time_point{};
+  log_line("tollgate: warn: upstream '", upstream_, "' answered 401 to its OAuth2 token: a new one is fetched");
 }
 
 net::awaitable<void> UpstreamAuth::refresh(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w) {
@@ -208,12 +227,18 @@ net::awaitable<void> UpstreamAuth::refresh(std::shared_ptr<UpstreamAuth> self, P
   const auto sent = Clock::now();
   TokenAnswer a;
   std::shared_ptr<WorkerTable> table = w.table;  // kept for the request's whole life
-  std::size_t index = table->routes->upstreams().size();
-  for (std::size_t i = 0; i < table->routes->upstreams().size(); ++i)
-    if (table->routes->upstreams()[i].conf.name == self->conf_.token_upstream) index = i;
-  if (index == table->routes->upstreams().size()) {
+  // The worker's running table must still hold this credential (unchanged since it was made):
+  // after a reload that changed it, the old secret never goes to the new token endpoint.
+  const auto& ups = table->routes->upstreams();
+  std::size_t index = ups.size();
+  bool current = false;
+  for (std::size_t i = 0; i < ups.size(); ++i) {
+    if (ups[i].conf.name == self->conf_.token_upstream) index = i;
+    if (ups[i].conf.name == self->upstream_ && ups[i].auth.get() == self.get()) current = true;
+  }
+  if (index == ups.size() || !current) {
     a.result = TokenAnswer::failed;
-    a.why = "its token upstream is gone (the configuration changed)";
+    a.why = "the configuration changed (the new one fetches its own token)";
   } else {
     const std::string line = "POST " + table->routes->upstreams()[index].conf.base_path + " HTTP/1.1\r\n";
     const std::string fields = "Content-Type: application/x-www-form-urlencoded\r\nAccept: application/json\r\n" +
@@ -239,9 +264,11 @@ net::awaitable<void> UpstreamAuth::refresh(std::shared_ptr<UpstreamAuth> self, P
     self->last_refresh_unix_ = std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::system_clock::now().time_since_epoch()).count();
     self->metrics_->ttl_seconds->Set(static_cast<double>(a.lifetime.count()));
+    self->failed_until_ = {};
   } else {
     ++self->failures_;
     self->last_error_ = a.why;
+    self->failed_until_ = self->next_request_;
     log_line("tollgate: warn: upstream '", self->upstream_, "': no OAuth2 token: ", a.why);
   }
   self->wake_all();

@@ -48,10 +48,12 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
 
   // oauth2: the field line "Authorization: Bearer <token>\r\n", waiting (a timer) up to `by` for
   // a token when none is valid. A token within refresh_before_s of its expiry is still given, and
-  // one refresh starts on `w`. Empty: none could be had by `by` (the request is not forwarded).
-  net::awaitable<std::string> field(ProxyContext& px, Worker& w, Deadline by);
-  // The supplier answered 401 to a request sent with `field`: the token is dropped (if it is still
-  // the current one), so that the next field() fetches another.
+  // one refresh starts on `w`. Empty: none could be had by `by`, or the token endpoint has just
+  // failed (the request is not forwarded). `refused`: a field the supplier answered 401 to, which
+  // is not given again (its request waits for the next token).
+  net::awaitable<std::string> field(ProxyContext& px, Worker& w, Deadline by, std::string_view refused = {});
+  // The supplier answered 401 to a request sent with `field`: if it is still the current token,
+  // a new one is fetched at once (the current one serves the other requests until it comes).
   void purge(std::string_view field);
 
   // For the console and /admin: no secret, no token.
@@ -68,6 +70,7 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
 
  private:
   struct Waiter;
+  struct Parked;
   // The one token request in flight (after the token bucket's wait), then every waiter woken.
   static net::awaitable<void> refresh(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w);
   void wake_all();  // under mu_
@@ -85,6 +88,7 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   Clock::time_point expires_{};
   Clock::time_point refresh_at_{};    // a request from then on starts a refresh
   Clock::time_point next_request_{};  // the token endpoint's bucket (token_rate, burst 1)
+  Clock::time_point failed_until_{};  // after a failed token request: until the next may go
   bool refreshing_ = false;
   std::vector<std::shared_ptr<Waiter>> waiters_;
   std::int64_t last_refresh_unix_ = 0;

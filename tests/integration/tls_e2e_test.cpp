@@ -31,9 +31,11 @@ using namespace std::chrono_literals;
 struct TlsMock {
   std::unique_ptr<Process> proc;
   int port = -1;
-  TlsMock(const std::string& cert, const std::string& key, const std::string& client_ca = "") {
+  TlsMock(const std::string& cert, const std::string& key, const std::string& client_ca = "",
+          std::vector<std::string> extra = {}) {
     std::vector<std::string> argv{TOLLGATE_MOCK_BIN, "--port", "0", "--tls-cert", cert, "--tls-key", key};
     if (!client_ca.empty()) argv.insert(argv.end(), {"--tls-client-ca", client_ca});
+    argv.insert(argv.end(), extra.begin(), extra.end());
     proc = std::make_unique<Process>(argv);
     if (auto line = proc->wait_for_line("listening on", 10s)) port = port_from_line(*line);
   }
@@ -220,6 +222,43 @@ TEST_F(TlsE2E, AWorldReadableKeyRefusesTheStartNamingTheFile) {
   EXPECT_EQ(check.wait_exit(10s), 1);
   EXPECT_NE(check.output().find(key + ": private key is readable by every user (mode 644)"), std::string::npos)
       << check.output();
+}
+
+// ---- supplier credentials over TLS --------------------------------------------------------------
+
+TEST_F(TlsE2E, AnOAuth2TokenComesOverVerifiedTlsAndAnUnverifiedTokenEndpointGetsNoSecret) {
+  const TestPki& pki = test_pki();
+  const json auth_settings = {{"require", true}, {"client_id", "tls-client"}, {"client_secret", "tls-s3cr3t"}};
+  TlsMock mock(pki.server_cert, pki.server_key, "", {"--auth", auth_settings.dump()});
+  ASSERT_GT(mock.port, 0);
+  const auto with_token_url = [&](const json& tls) {
+    json c = https_config(mock.port, tls);
+    c["upstreams"]["ibe"]["auth"] = {{"type", "oauth2_client_credentials"},
+                                     {"token_url", "https://localhost:" + std::to_string(mock.port) + "/oauth2/token"},
+                                     {"client_id_env", "TLS_CID"},
+                                     {"client_secret_env", "TLS_SECRET"}};
+    return c;
+  };
+  const std::map<std::string, std::string> env = {{"TLS_CID", "tls-client"}, {"TLS_SECRET", "tls-s3cr3t"}};
+  const auto token_requests = [&] { return json::parse(https_get(mock.port, "/__auth").body)["token_requests"].get<int>(); };
+  {
+    // Trusting another CA: the token endpoint's certificate fails, so no request goes out with a
+    // secret, and none reaches the API.
+    json tls = {{"ca_file", pki.other_ca}};
+    GatewayProcess gw(with_token_url(tls), env);
+    ASSERT_GT(gw.port, 0) << gw.proc->output();
+    const HttpResponse r = http_get(gw.port, "/ibe/x");
+    EXPECT_EQ(r.status, 502) << r.body;
+    EXPECT_EQ(json::parse(r.body)["error"], "upstream_auth_failed") << r.body;
+    EXPECT_EQ(token_requests(), 0);
+    EXPECT_EQ(mock.count("/ibe/x"), 0);
+    EXPECT_GE(series(gw, "tollgate_upstream_tls_failures_total", "reason=\"unknown_ca\",upstream=\"ibe.token\""), 1);
+  }
+  GatewayProcess gw(with_token_url(ca_only()), env);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(http_get(gw.port, "/ibe/y").status, 200);
+  EXPECT_EQ(token_requests(), 1);
+  EXPECT_EQ(mock.count("/ibe/y"), 20);
 }
 
 // ---- pooling and resumption --------------------------------------------------------------------

@@ -1,0 +1,308 @@
+// Supplier credentials end to end: the real gateway in front of the mock upstream, which checks
+// a static key or Bearer tokens it issued itself from its POST /oauth2/token, and counts what it
+// saw (GET /__auth). The caller never chooses the credential; one token serves every request
+// until it is due; a 401 is one purge, one fetch and one retry; a token endpoint that fails,
+// hangs or answers garbage gives 502 upstream_auth_failed within the caller's deadline and
+// nothing reaches the supplier unauthenticated; no secret shows in any output.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "support/stack.hpp"
+
+namespace tollgate::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr const char* kClientId = "tollgate-e2e-client";
+constexpr const char* kSecret = "e2e-s3cr3t-Zq9";
+constexpr const char* kStaticKey = "e2e-static-key-Xw7";
+
+// The mock's auth settings and counters.
+json auth_of(const MockUpstream& m) { return json::parse(http_request(m.host, m.port, {"GET", "/__auth", {}, {}}).body); }
+void set_auth(const MockUpstream& m, const json& j) {
+  const HttpResponse r = http_request(m.host, m.port, {"PUT", "/__auth", {}, j.dump()});
+  ASSERT_EQ(r.status, 200) << r.body;
+}
+
+// A mock that requires Bearer tokens it issued (for the e2e client), and a gateway whose one
+// upstream holds that client's credentials.
+json oauth2_config(const MockUpstream& m, const json& extra = json::object()) {
+  json c = base_config(m.port);
+  json auth = {{"type", "oauth2_client_credentials"},
+               {"token_url", "http://127.0.0.1:" + std::to_string(m.port) + "/oauth2/token"},
+               {"client_id_env", "E2E_CLIENT_ID"},
+               {"client_secret_env", "E2E_CLIENT_SECRET"},
+               {"scope", "air.shop air.book"}};
+  auth.update(extra);
+  c["upstreams"]["ibe"]["auth"] = auth;
+  return c;
+}
+const std::map<std::string, std::string> kOauthEnv = {{"E2E_CLIENT_ID", kClientId}, {"E2E_CLIENT_SECRET", kSecret}};
+
+MockUpstream oauth2_mock(int expires_in = 1800) {
+  MockUpstream m({"--auth", json{{"require", true},
+                                 {"client_id", kClientId},
+                                 {"client_secret", kSecret},
+                                 {"expires_in", expires_in}}.dump()});
+  return m;
+}
+
+int path_count(const MockUpstream& m, const std::string& path) { return m.count(path); }
+
+// Everything an operator or a log reader could see of the gateway.
+std::string everything_visible(const GatewayProcess& gw) {
+  std::string all = gw.proc->read_available();
+  for (const char* t : {"/metrics", "/admin/overview", "/admin/rules", "/healthz", "/readyz"}) all += http_get(gw.admin_port, t).body;
+  return all;
+}
+
+// ---- a static key ------------------------------------------------------------------------------
+
+TEST(UpstreamAuthE2E, AStaticKeyIsSetOnEveryRequestAndTheCallersOwnIsReplaced) {
+  MockUpstream m({"--auth", json{{"require_header", {{"name", "X-Api-Key"}, {"value", kStaticKey}}}}.dump()});
+  ASSERT_GT(m.port, 0);
+  // The mock refuses a request without the key: what the gateway adds is what makes it pass.
+  EXPECT_EQ(http_request(m.host, m.port, {"GET", "/shopping/direct", {}, {}}).status, 401);
+  json c = base_config(m.port);
+  c["upstreams"]["ibe"]["auth"] = {{"type", "header"}, {"name", "X-Api-Key"}, {"value_env", "E2E_KEY"}};
+  GatewayProcess gw(c, {{"E2E_KEY", kStaticKey}});
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+
+  EXPECT_EQ(http_get(gw.port, "/shopping/plain").status, 200);
+  // A caller's own key, in any case and twice, never reaches the supplier.
+  const HttpResponse r = http_request(
+      gw.port, {"GET", "/shopping/own?echo=1", {{"X-Api-Key", "callers-own"}, {"x-api-key", "another"}}, {}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  int keys = 0;
+  const json echoed = json::parse(r.body);
+  for (const auto& f : echoed["fields"]) {
+    std::string name = f[0];
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (name == "x-api-key") {
+      ++keys;
+      EXPECT_EQ(f[1], kStaticKey);
+    }
+  }
+  EXPECT_EQ(keys, 1);
+  const json a = auth_of(m);
+  EXPECT_EQ(a["unauthorized"], 1);  // only the direct request above
+  EXPECT_EQ(a["last_header_value"], kStaticKey);
+  EXPECT_EQ(everything_visible(gw).find(kStaticKey), std::string::npos);
+}
+
+TEST(UpstreamAuthE2E, AKeyFileOthersCanReadStopsTheStartNamingTheFile) {
+  MockUpstream m;
+  ASSERT_GT(m.port, 0);
+  const std::string dir = temp_dir();
+  const std::string key = dir + "/supplier.key";
+  write_file(key, std::string(kStaticKey) + "\n");
+  ::chmod(key.c_str(), 0644);
+  json c = base_config(m.port);
+  c["upstreams"]["ibe"]["auth"] = {{"type", "header"}, {"name", "X-Api-Key"}, {"value_file", key}};
+  {
+    GatewayProcess gw(c);
+    EXPECT_EQ(gw.port, -1);
+    EXPECT_NE(gw.proc->wait_exit(10s).value_or(0), 0);
+    const std::string out = gw.proc->output();
+    EXPECT_NE(out.find("upstreams.ibe.auth.value_file"), std::string::npos) << out;
+    EXPECT_NE(out.find(key), std::string::npos) << out;
+    EXPECT_NE(out.find("0600"), std::string::npos) << out;
+    EXPECT_EQ(out.find(kStaticKey), std::string::npos) << out;
+  }
+  // Made private, the same file starts it, and the key goes out.
+  ::chmod(key.c_str(), 0600);
+  GatewayProcess gw(c);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  EXPECT_EQ(http_get(gw.port, "/shopping/x").status, 200);
+  EXPECT_EQ(auth_of(m)["last_header_value"], kStaticKey);
+}
+
+// ---- OAuth2 client credentials -----------------------------------------------------------------
+
+TEST(UpstreamAuthE2E, OneTokenServesAThousandRequestsAndTheCallersAuthorizationIsReplaced) {
+  MockUpstream m = oauth2_mock();
+  ASSERT_GT(m.port, 0);
+  GatewayProcess gw(oauth2_config(m), kOauthEnv);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  // The first 50 arrive together, before any token: they all wait for the one fetch.
+  int ok = 0;
+  for (int round = 0; round < 20; ++round)
+    ok += count_status(concurrent_requests(gw.port, {"GET", "/other/" + std::to_string(round),
+                                                     {{"Authorization", "Bearer callers-own"}}, {}},
+                                           50),
+                       200);
+  EXPECT_EQ(ok, 1000);
+  const json a = auth_of(m);
+  EXPECT_EQ(a["token_requests"], 1);
+  EXPECT_EQ(a["token_styles"], json::array({"basic"}));
+  EXPECT_EQ(a["token_scopes"], json::array({"air.shop air.book"}));
+  EXPECT_EQ(a["unauthorized"], 0);
+  const std::string used = a["last_authorization"];
+  EXPECT_TRUE(used.starts_with("Bearer tok-")) << used;
+  EXPECT_EQ(metric_series(gw, "tollgate_upstream_auth_refresh_total", {{"upstream", "ibe"}, {"result", "ok"}}), 1.0);
+  EXPECT_GT(metric_series(gw, "tollgate_upstream_auth_token_ttl_seconds", {{"upstream", "ibe"}}).value_or(0), 1700.0);
+  // No secret and no token in the output, the metrics or the admin answers.
+  const std::string seen = everything_visible(gw);
+  EXPECT_EQ(seen.find(kSecret), std::string::npos);
+  EXPECT_EQ(seen.find(used.substr(7)), std::string::npos);
+  const json overview = gw.admin_json("/admin/overview");
+  bool found = false;
+  for (const auto& u : overview["upstreams"])
+    if (u["upstream"] == "ibe") {
+      found = true;
+      EXPECT_EQ(u["auth"]["type"], "oauth2_client_credentials");
+      EXPECT_GT(u["auth"]["expires_in_s"].get<int>(), 1700);
+      EXPECT_EQ(u["auth"]["failures"], 0);
+    }
+  EXPECT_TRUE(found) << overview.dump();
+}
+
+TEST(UpstreamAuthE2E, BodyStyleSendsTheCredentialsAsFormFields) {
+  MockUpstream m = oauth2_mock();
+  ASSERT_GT(m.port, 0);
+  GatewayProcess gw(oauth2_config(m, {{"auth_style", "body"}}), kOauthEnv);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  EXPECT_EQ(http_get(gw.port, "/other").status, 200);
+  EXPECT_EQ(auth_of(m)["token_styles"], json::array({"body"}));
+}
+
+TEST(UpstreamAuthE2E, ATokenIsRefreshedBeforeItExpiresUnderLoadWithExactlyOneFetch) {
+  // Lifetime 4 s, refreshed from 2 s before its end: the first token at t0, one refresh at
+  // t0 + 2 s (the next would be due at t0 + 4 s); 3 s of load from four callers sees exactly
+  // two token requests, and never a 401 or a 502.
+  MockUpstream m = oauth2_mock(4);
+  ASSERT_GT(m.port, 0);
+  GatewayProcess gw(oauth2_config(m, {{"refresh_before_s", 2}}), kOauthEnv);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  ASSERT_EQ(http_get(gw.port, "/other/first").status, 200);
+  std::atomic<int> ok{0}, other{0};
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&] {
+      while (std::chrono::steady_clock::now() < until) (http_get(gw.port, "/other/load").status == 200 ? ok : other)++;
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_GT(ok.load(), 100);
+  EXPECT_EQ(other.load(), 0);
+  const json a = auth_of(m);
+  EXPECT_EQ(a["token_requests"], 2);
+  EXPECT_EQ(a["unauthorized"], 0);
+}
+
+TEST(UpstreamAuthE2E, ASupplier401PurgesTheTokenFetchesOneAndRetriesTheRequestOnce) {
+  MockUpstream m = oauth2_mock();
+  ASSERT_GT(m.port, 0);
+  GatewayProcess gw(oauth2_config(m), kOauthEnv);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  ASSERT_EQ(http_get(gw.port, "/other/warm").status, 200);
+  // The supplier forgets every token it gave (a revocation, a restart of its auth service).
+  ASSERT_EQ(http_request(m.host, m.port, {"POST", "/__auth/revoke", {}, {}}).status, 200);
+  const HttpResponse r = http_request(gw.port, {"POST", "/other/book", {{"Content-Type", "application/json"}}, R"({"pnr":1})"});
+  EXPECT_EQ(r.status, 200) << r.body;
+  const json a = auth_of(m);
+  EXPECT_EQ(a["token_requests"], 2);   // one fetch after the purge
+  EXPECT_EQ(a["unauthorized"], 1);     // the one 401
+  EXPECT_EQ(path_count(m, "/other/book"), 2);  // sent, refused, sent again: once more only
+  // The new token serves what follows.
+  EXPECT_EQ(http_get(gw.port, "/other/after").status, 200);
+  EXPECT_EQ(auth_of(m)["token_requests"], 2);
+}
+
+TEST(UpstreamAuthE2E, ASecond401GoesToTheCallerWithoutAnotherRetry) {
+  // The token endpoint issues tokens the API never accepts (they expire at once for it): the
+  // request is tried twice, then the caller gets the supplier's 401.
+  MockUpstream m = oauth2_mock();
+  ASSERT_GT(m.port, 0);
+  GatewayProcess gw(oauth2_config(m), kOauthEnv);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  ASSERT_EQ(http_get(gw.port, "/other/warm").status, 200);
+  set_auth(m, {{"require_header", {{"name", "X-Never"}, {"value", "set"}}}});
+  const HttpResponse r = http_get(gw.port, "/other/never");
+  EXPECT_EQ(r.status, 401) << r.body;
+  EXPECT_EQ(path_count(m, "/other/never"), 2);
+}
+
+struct BrokenEndpoint {
+  const char* name;
+  json auth;            // what the mock's token endpoint is told
+  const char* result;   // the refresh result the gateway counts
+};
+
+TEST(UpstreamAuthE2E, ATokenEndpointThatFailsHangsOrTalksGarbageGives502InTimeAndNothingUnauthenticated) {
+  const std::vector<BrokenEndpoint> cases = {
+      {"fail", {{"mode", "fail"}}, "rejected"},
+      {"garbage", {{"mode", "garbage"}}, "invalid"},
+      {"no token", {{"mode", "no_token"}}, "invalid"},
+      {"wrong secret", {{"client_secret", "not-the-gateways"}}, "rejected"},
+      {"slow", {{"mode", "slow"}, {"slow_ms", 3000}}, "ok"},  // the token comes, after the deadline
+  };
+  for (const BrokenEndpoint& c : cases) {
+    SCOPED_TRACE(c.name);
+    MockUpstream m = oauth2_mock();
+    ASSERT_GT(m.port, 0);
+    set_auth(m, c.auth);
+    GatewayProcess gw(oauth2_config(m), kOauthEnv);
+    ASSERT_GT(gw.port, 0) << gw.proc->output();
+    const auto t0 = std::chrono::steady_clock::now();
+    const HttpResponse r = http_request(gw.port, {"GET", "/other/x", {{"Request-Timeout", "1"}}, {}});
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(r.status, 502) << r.body;
+    EXPECT_EQ(json::parse(r.body)["error"], "upstream_auth_failed") << r.body;
+    EXPECT_LT(took, 2500ms);  // the caller's 1 s, with room for a loaded machine
+    // Nothing reached the supplier's API: not unauthenticated, not at all.
+    EXPECT_EQ(path_count(m, "/other/x"), 0);
+    EXPECT_EQ(auth_of(m)["unauthorized"], 0);
+    EXPECT_EQ(metric_series(gw, "tollgate_upstream_failures_total", {{"upstream", "ibe"}, {"kind", "auth"}}), 1.0);
+    EXPECT_TRUE(eventually(
+        [&] {
+          return metric_series(gw, "tollgate_upstream_auth_refresh_total", {{"upstream", "ibe"}, {"result", c.result}})
+                     .value_or(0) >= 1;
+        },
+        5s));
+    // The endpoint recovers: within a few token requests (one a second) requests go through.
+    set_auth(m, {{"mode", "ok"}, {"client_secret", kSecret}});
+    EXPECT_TRUE(eventually([&] { return http_get(gw.port, "/other/again").status == 200; }, 6s));
+    EXPECT_EQ(auth_of(m)["unauthorized"], 0);
+    EXPECT_LE(auth_of(m)["token_requests"].get<int>(), 8);  // token_rate 1/s: no storm
+    const std::string seen = everything_visible(gw);
+    EXPECT_EQ(seen.find(kSecret), std::string::npos);
+  }
+}
+
+TEST(UpstreamAuthE2E, ADeadTokenEndpointIsNotStormedAtTokenRate) {
+  // The token URL's port takes no connections: 40 callers for 3 s make at most token_rate 2/s
+  // of token attempts, each counted as failed, every caller answered 502.
+  MockUpstream m = oauth2_mock();
+  ASSERT_GT(m.port, 0);
+  ClosedPort dead;
+  json c = oauth2_config(m, {{"token_rate", 2}});
+  c["upstreams"]["ibe"]["auth"]["token_url"] = "http://127.0.0.1:" + std::to_string(dead.port()) + "/oauth2/token";
+  GatewayProcess gw(c, kOauthEnv);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  std::atomic<int> bad{0}, other{0};
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 8; ++t)
+    callers.emplace_back([&] {
+      while (std::chrono::steady_clock::now() < until)
+        (http_request(gw.port, {"GET", "/other/y", {{"Request-Timeout", "0.2"}}, {}}).status == 502 ? bad : other)++;
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_GT(bad.load(), 20);
+  EXPECT_EQ(other.load(), 0);
+  const double failed =
+      metric_series(gw, "tollgate_upstream_auth_refresh_total", {{"upstream", "ibe"}, {"result", "failed"}}).value_or(0);
+  EXPECT_GE(failed, 2.0);
+  EXPECT_LE(failed, 8.0);  // 2/s over ~3 s, with the first at once
+  EXPECT_EQ(path_count(m, "/other/y"), 0);
+}
+
+}  // namespace
+}  // namespace tollgate::testing
