@@ -5,6 +5,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cctype>
+#include <cstdio>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 
@@ -63,6 +65,14 @@ bool bearer_token(std::string_view t) {
   for (; i < t.size(); ++i)
     if (t[i] != '=') return false;
   return true;
+}
+
+constexpr std::string_view kBearerPrefix = "Authorization: Bearer ";
+
+// The token of a field line made by settle() or adopt().
+std::string token_of(std::string_view field) {
+  if (!field.starts_with(kBearerPrefix) || !field.ends_with("\r\n")) return std::string();
+  return std::string(field.substr(kBearerPrefix.size(), field.size() - kBearerPrefix.size() - 2));
 }
 
 }  // namespace
@@ -139,6 +149,10 @@ UpstreamAuth::UpstreamAuth(const config::UpstreamConfig& up, Metrics& metrics) :
   }
   field_name_ = "Authorization";
   metrics_ = &metrics.auth(upstream_);
+  std::random_device rd;
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  holder_ = hex;
   form_ = "grant_type=client_credentials";
   if (!conf_.scope.empty()) form_ += "&scope=" + form_encode(conf_.scope);
   if (conf_.basic) {
@@ -176,6 +190,7 @@ net::awaitable<std::string> UpstreamAuth::field(ProxyContext& px, Worker& w, Dea
       const auto now = Clock::now();
       const bool was_refused = !refused.empty() && token_field_ == refused;
       const bool valid = !token_field_.empty() && now < expires_ && !was_refused;
+      if (was_refused && refused_token_.empty()) refused_token_ = token_of(refused);  // for the fleet's copy too
       if (!refreshing_ && (!valid || now >= refresh_at_)) start = refreshing_ = true;
       if (valid) {
         answer = token_field_;
@@ -206,16 +221,17 @@ void UpstreamAuth::purge(std::string_view field) {
   // `refused`), the others keep the current token until it comes, so that one caller's 401s
   // cannot hold every request of the upstream.
   refresh_at_ = Clock::time_point{};
+  refused_token_ = token_of(field);
   log_line("tollgate: warn: upstream '", upstream_, "' answered 401 to its OAuth2 token: a new one is fetched");
 }
 
-net::awaitable<void> UpstreamAuth::refresh(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w) {
+net::awaitable<TokenAnswer> UpstreamAuth::request_token(std::shared_ptr<UpstreamAuth> self, ProxyContext& px,
+                                                         Worker& w, Clock::time_point& sent) {
   // The token endpoint's own bucket: one request at most every 1/token_rate seconds.
   Clock::time_point start;
   {
     std::lock_guard lock(self->mu_);
-    const auto now = Clock::now();
-    start = std::max(now, self->next_request_);
+    start = std::max(Clock::now(), self->next_request_);
     self->next_request_ = start + std::chrono::microseconds(static_cast<std::int64_t>(1e6 / self->conf_.token_rate));
   }
   if (start > Clock::now()) {
@@ -224,7 +240,7 @@ net::awaitable<void> UpstreamAuth::refresh(std::shared_ptr<UpstreamAuth> self, P
     beast::error_code ec;
     co_await t.async_wait(with(ec));
   }
-  const auto sent = Clock::now();
+  sent = Clock::now();
   TokenAnswer a;
   std::shared_ptr<WorkerTable> table = w.table;  // kept for the request's whole life
   // The worker's running table must still hold this credential (unchanged since it was made):
@@ -237,41 +253,120 @@ net::awaitable<void> UpstreamAuth::refresh(std::shared_ptr<UpstreamAuth> self, P
     if (ups[i].conf.name == self->upstream_ && ups[i].auth.get() == self.get()) current = true;
   }
   if (index == ups.size() || !current) {
-    a.result = TokenAnswer::failed;
     a.why = "the configuration changed (the new one fetches its own token)";
-  } else {
-    const std::string line = "POST " + table->routes->upstreams()[index].conf.base_path + " HTTP/1.1\r\n";
-    const std::string fields = "Content-Type: application/x-www-form-urlencoded\r\nAccept: application/json\r\n" +
-                               self->basic_field_;
-    const Exchange x = co_await exchange(px, w, *table, index, line, fields, self->form_, sent + kFetchTimeout,
-                                         kMaxTokenBody);
-    if (x.complete) {
-      a = read_token_answer(x.status, x.body);
-    } else {
-      a.result = TokenAnswer::failed;
-      a.why = "token request: " + x.why;
-    }
+    co_return a;
   }
-  std::lock_guard lock(self->mu_);
-  self->refreshing_ = false;
-  self->metrics_->refresh[a.result]->Increment();
+  const std::string line = "POST " + ups[index].conf.base_path + " HTTP/1.1\r\n";
+  const std::string fields =
+      "Content-Type: application/x-www-form-urlencoded\r\nAccept: application/json\r\n" + self->basic_field_;
+  const Exchange x = co_await exchange(px, w, *table, index, line, fields, self->form_, sent + kFetchTimeout, kMaxTokenBody);
+  if (x.complete) co_return read_token_answer(x.status, x.body);
+  a.why = "token request: " + x.why;
+  co_return a;
+}
+
+void UpstreamAuth::settle(const TokenAnswer& a, Clock::time_point sent, bool counted) {
+  std::lock_guard lock(mu_);
+  refreshing_ = false;
+  if (counted) metrics_->refresh[a.result]->Increment();
   if (a.result == TokenAnswer::ok) {
     // Its life counts from when it was asked for: never later than the endpoint's own clock.
-    self->token_field_ = "Authorization: Bearer " + a.token + "\r\n";
-    self->expires_ = sent + a.lifetime;
-    const auto before = std::min<Clock::duration>(std::chrono::seconds(self->conf_.refresh_before_s), a.lifetime / 2);
-    self->refresh_at_ = self->expires_ - before;
-    self->last_refresh_unix_ = std::chrono::duration_cast<std::chrono::seconds>(
-                                   std::chrono::system_clock::now().time_since_epoch()).count();
-    self->metrics_->ttl_seconds->Set(static_cast<double>(a.lifetime.count()));
-    self->failed_until_ = {};
+    token_field_ = std::string(kBearerPrefix) + a.token + "\r\n";
+    expires_ = sent + a.lifetime;
+    const auto before = std::min<Clock::duration>(std::chrono::seconds(conf_.refresh_before_s), a.lifetime / 2);
+    refresh_at_ = expires_ - before;
+    last_refresh_unix_ =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    metrics_->ttl_seconds->Set(std::chrono::duration<double>(expires_ - Clock::now()).count());
+    failed_until_ = {};
   } else {
-    ++self->failures_;
-    self->last_error_ = a.why;
-    self->failed_until_ = self->next_request_;
-    log_line("tollgate: warn: upstream '", self->upstream_, "': no OAuth2 token: ", a.why);
+    ++failures_;
+    last_error_ = a.why;
+    failed_until_ = next_request_;
+    log_line("tollgate: warn: upstream '", upstream_, "': no OAuth2 token: ", a.why);
   }
-  self->wake_all();
+  wake_all();
+}
+
+net::awaitable<void> UpstreamAuth::refresh(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w) {
+  std::string refused;
+  {
+    std::lock_guard lock(self->mu_);
+    refused = std::exchange(self->refused_token_, std::string());
+  }
+  store::BucketStore& store = px.deps.store;
+  if (store.shares_tokens()) {
+    // One token for the fleet: taken from the store while it is not due; else one gateway (the
+    // lease's holder) asks the token endpoint and puts the answer there, and the others wait for
+    // it. A store that cannot answer leaves each gateway to fetch its own, as without one.
+    const auto give_up = Clock::now() + kFetchTimeout;
+    const std::int64_t lease_ms = std::chrono::duration_cast<std::chrono::milliseconds>(kFetchTimeout).count() + 1000;
+    for (;;) {
+      store::SharedTokenOp op;
+      op.name = self->upstream_;
+      op.holder = self->holder_;
+      op.token = refused;
+      op.lease_ms = lease_ms;
+      op.before_ms = static_cast<std::int64_t>(self->conf_.refresh_before_s) * 1000;
+      const store::SharedTokenReply r = co_await store.shared_token(op);
+      if (!r.answered) break;
+      refused.clear();  // purged for the fleet
+      if (r.leased) {
+        Clock::time_point sent;
+        const TokenAnswer a = co_await request_token(self, px, w, sent);
+        store::SharedTokenOp done;
+        done.name = self->upstream_;
+        done.holder = self->holder_;
+        if (a.result == TokenAnswer::ok) {
+          done.kind = store::SharedTokenOp::put;
+          done.token = a.token;
+          done.ttl_ms = std::chrono::duration_cast<std::chrono::milliseconds>(sent + a.lifetime - Clock::now()).count();
+        } else {
+          // The lease is kept one token interval more: the fleet asks no faster than token_rate.
+          done.kind = store::SharedTokenOp::fail;
+          done.lease_ms = static_cast<std::int64_t>(1000 / self->conf_.token_rate) + 1;
+        }
+        if (done.kind == store::SharedTokenOp::fail || done.ttl_ms > 0) co_await store.shared_token(done);
+        self->settle(a, sent, true);
+        co_return;
+      }
+      if (!r.token.empty() && bearer_token(r.token) && r.ttl_ms > 0) {
+        self->adopt(r.token, r.ttl_ms, r.lifetime_ms, r.due);
+        co_return;
+      }
+      if (Clock::now() >= give_up) {
+        TokenAnswer a;
+        a.why = "another gateway's token request gave no token in time";
+        self->settle(a, Clock::now(), false);
+        co_return;
+      }
+      net::steady_timer t(*w.ctx);  // another gateway holds the lease: its token comes soon
+      t.expires_after(std::chrono::milliseconds(100));
+      beast::error_code ec;
+      co_await t.async_wait(with(ec));
+    }
+  }
+  Clock::time_point sent;
+  const TokenAnswer a = co_await request_token(self, px, w, sent);
+  self->settle(a, sent, true);
+}
+
+void UpstreamAuth::adopt(const std::string& token, std::int64_t ttl_ms, std::int64_t lifetime_ms, bool due) {
+  std::lock_guard lock(mu_);
+  refreshing_ = false;
+  const auto now = Clock::now();
+  token_field_ = std::string(kBearerPrefix) + token + "\r\n";
+  expires_ = now + std::chrono::milliseconds(ttl_ms);
+  // Due already (another gateway is fetching the next): asked again shortly; else when the
+  // fleet's token is due by the same rule as a token of its own.
+  const auto before = std::min<Clock::duration>(std::chrono::seconds(conf_.refresh_before_s),
+                                                std::chrono::milliseconds(lifetime_ms) / 2);
+  refresh_at_ = due ? now + std::chrono::milliseconds(250) : expires_ - before;
+  last_refresh_unix_ =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  metrics_->ttl_seconds->Set(static_cast<double>(ttl_ms) / 1000.0);
+  failed_until_ = {};
+  wake_all();
 }
 
 UpstreamAuth::Status UpstreamAuth::status() const {

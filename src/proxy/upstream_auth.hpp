@@ -73,6 +73,13 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   struct Parked;
   // The one token request in flight (after the token bucket's wait), then every waiter woken.
   static net::awaitable<void> refresh(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w);
+  // One request to the token endpoint, in the token bucket's turn (`sent`: when it went).
+  static net::awaitable<TokenAnswer> request_token(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w,
+                                                   Clock::time_point& sent);
+  // A refresh's end: the token it got (or its failure, counted when `counted`), every waiter woken.
+  void settle(const TokenAnswer& a, Clock::time_point sent, bool counted);
+  // A refresh's end with the fleet's token (a shared store), `ttl_ms` of it left.
+  void adopt(const std::string& token, std::int64_t ttl_ms, std::int64_t lifetime_ms, bool due);
   void wake_all();  // under mu_
 
   const config::UpstreamAuthConfig conf_;
@@ -82,13 +89,15 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   std::string form_;          // the token request's body
   std::string basic_field_;   // "Authorization: Basic ...\r\n" (auth_style basic)
   AuthMetrics* metrics_ = nullptr;
+  std::string holder_;        // who this is in the fleet's lease (random)
 
   mutable std::mutex mu_;
   std::string token_field_;   // "" none
   Clock::time_point expires_{};
   Clock::time_point refresh_at_{};    // a request from then on starts a refresh
   Clock::time_point next_request_{};  // the token endpoint's bucket (token_rate, burst 1)
-  Clock::time_point failed_until_{};  // after a failed token request: until the next may go
+  Clock::time_point failed_until_{};
+  std::string refused_token_;         // one the supplier answered 401 to, for the next refresh to purge  // after a failed token request: until the next may go
   bool refreshing_ = false;
   std::vector<std::shared_ptr<Waiter>> waiters_;
   std::int64_t last_refresh_unix_ = 0;

@@ -25,6 +25,7 @@ extern const char restore[];
 extern const char adapt[];  // a throttle signal's body
 extern const char inspect[];
 extern const char scan_count[];
+extern const char shared_token[];
 
 }  // namespace lua
 
@@ -63,6 +64,9 @@ inline constexpr const char* kInspect = lua::inspect;
 
 // One step of counting the keys that match a pattern.
 inline constexpr const char* kScanCount = lua::scan_count;
+
+// A fleet's shared credential: one token and the lease to fetch the next (proxy/upstream_auth).
+inline constexpr const char* kSharedToken = lua::shared_token;
 
 }  // namespace scripts
 

@@ -197,6 +197,42 @@ TEST_F(RedisClusterE2E, ReshardingUnderLoadLosesNoRequest) {
   admissions(upstream, url, 20, 1.0, "reshard");
 }
 
+// The fleet's OAuth2 token lives in its upstream's slot ("{auth:ibe}"), wherever that slot moves:
+// a gateway that has no token yet takes the fleet's from the new primary (a MOVED on the way),
+// and after a 401 the new one is put there, with one token request each time.
+TEST_F(RedisClusterE2E, TheFleetsTokenFollowsItsSlot) {
+  const std::vector<int> primaries = cluster.primaries();
+  ASSERT_EQ(primaries.size(), 3u);
+  MockUpstream supplier(mock_oauth2_args());
+  ASSERT_GT(supplier.port, 0);
+  json c = store_config(supplier.port, {{"mode", "cluster"}, {"nodes", addresses({cluster.ports()[0]})}},
+                        json::array({rule(1, "/r0", 100)}));
+  c["upstreams"]["ibe"]["auth"] = oauth2_auth(supplier.port);
+  std::vector<std::unique_ptr<GatewayProcess>> fleet;
+  for (int i = 0; i < 2; ++i) {
+    fleet.push_back(std::make_unique<GatewayProcess>(c, kOauth2Env));
+    ASSERT_GT(fleet.back()->port, 0) << fleet.back()->proc->output();
+    ASSERT_TRUE(fleet.back()->proc->wait_for_line("redis store connected", 15s)) << fleet.back()->proc->output();
+  }
+  const std::string key = kPrefix + "{auth:ibe}:token";
+  const int slot = store::cluster_slot(key);
+  ASSERT_EQ(http_get(fleet[0]->port, "/other/a").status, 200);
+  EXPECT_EQ(supplier.token_requests(), 1);
+  const int from = cluster.owner_of_slot(slot);
+  EXPECT_EQ(cluster.cli(from, "EXISTS '" + key + "'"), "1");
+  int to = -1;
+  for (int p : primaries)
+    if (p != from) to = p;
+  cluster.move_slot(slot, to);
+  ASSERT_EQ(cluster.owner_of_slot(slot), to);
+  EXPECT_EQ(http_get(fleet[1]->port, "/other/b").status, 200);
+  EXPECT_EQ(supplier.token_requests(), 1);  // taken from the moved slot, not fetched again
+  ASSERT_EQ(supplier.revoke_tokens(), 200);
+  for (auto& g : fleet) EXPECT_EQ(http_get(g->port, "/other/c").status, 200);
+  EXPECT_EQ(supplier.token_requests(), 2);
+  EXPECT_EQ(cluster.cli(to, "EXISTS '" + key + "'"), "1");
+}
+
 // A primary killed under load: its replica takes over, the gateways follow, and the decisions
 // that could not be made meanwhile went to the failure policy, counted in each gateway's log.
 TEST_F(RedisClusterE2E, KilledPrimaryIsReplacedAndTheGatewaysFollow) {

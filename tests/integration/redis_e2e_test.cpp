@@ -269,5 +269,63 @@ TEST_F(RedisE2E, SlowRedisCountsAsFailedAfterTheDecisionTimeout) {
   EXPECT_EQ(http_get(gw->port, "/ibe/shopping/search").status, 200);
 }
 
+// ---- one OAuth2 token for the fleet ------------------------------------------------------------
+
+// Three gateways on one Redis, each with the supplier's OAuth2 client: their first requests, all
+// at once, make one token request; a supplier 401 (every token revoked) makes one more for the
+// whole fleet, whichever gateway meets it first, and each gateway's refused request is retried on
+// the fleet's new token.
+TEST_F(RedisE2E, AFleetMakesOneTokenRequestPerTokenAndOneAfterA401) {
+  MockUpstream supplier(mock_oauth2_args());
+  ASSERT_GT(supplier.port, 0);
+  json c = redis_config(supplier.port, server().port());
+  c["upstreams"]["ibe"]["auth"] = oauth2_auth(supplier.port);
+  std::vector<std::unique_ptr<GatewayProcess>> fleet;
+  for (int i = 0; i < 3; ++i) {
+    fleet.push_back(std::make_unique<GatewayProcess>(c, kOauth2Env));
+    ASSERT_GT(fleet.back()->port, 0) << fleet.back()->proc->output();
+    ASSERT_TRUE(fleet.back()->proc->wait_for_line("redis store connected", 10s)) << fleet.back()->proc->output();
+  }
+  const auto all_at_once = [&](const std::string& path) {
+    std::vector<std::future<int>> answers;
+    for (auto& g : fleet)
+      for (int i = 0; i < 10; ++i)
+        answers.push_back(std::async(std::launch::async, [&, port = g->port] { return http_get(port, path).status; }));
+    int ok = 0;
+    for (auto& a : answers) ok += a.get() == 200;
+    return ok;
+  };
+  EXPECT_EQ(all_at_once("/other/first"), 30);
+  EXPECT_EQ(supplier.token_requests(), 1);
+  double fetched = 0;
+  for (auto& g : fleet)
+    fetched += metric_series(*g, "tollgate_upstream_auth_refresh_total", {{"upstream", "ibe"}, {"result", "ok"}}).value_or(0);
+  EXPECT_EQ(fetched, 1.0);  // one gateway asked; the other two took the fleet's token
+
+  ASSERT_EQ(supplier.revoke_tokens(), 200);
+  for (auto& g : fleet) EXPECT_EQ(http_get(g->port, "/other/after-revoke").status, 200);
+  EXPECT_EQ(supplier.token_requests(), 2);
+  EXPECT_EQ(supplier.auth()["unauthorized"], 3);  // each gateway's one 401, then its retry went through
+  EXPECT_EQ(supplier.count("/other/after-revoke"), 6);
+  EXPECT_EQ(all_at_once("/other/later"), 30);
+  EXPECT_EQ(supplier.token_requests(), 2);
+}
+
+// Redis down: each gateway fetches its own token (the token endpoint's bucket still paces it), and
+// its requests go on.
+TEST_F(RedisE2E, WithRedisDownEachGatewayFetchesItsOwnToken) {
+  MockUpstream supplier(mock_oauth2_args());
+  ASSERT_GT(supplier.port, 0);
+  ClosedPort dead;
+  json c = redis_config(supplier.port, dead.port());
+  c["upstreams"]["ibe"]["auth"] = oauth2_auth(supplier.port);
+  GatewayProcess a(c, kOauth2Env), b(c, kOauth2Env);
+  ASSERT_GT(a.port, 0) << a.proc->output();
+  ASSERT_GT(b.port, 0) << b.proc->output();
+  EXPECT_EQ(http_get(a.port, "/other/x").status, 200);
+  EXPECT_EQ(http_get(b.port, "/other/x").status, 200);
+  EXPECT_EQ(supplier.token_requests(), 2);
+}
+
 }  // namespace
 }  // namespace tollgate::testing

@@ -19,39 +19,24 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-constexpr const char* kClientId = "tollgate-e2e-client";
-constexpr const char* kSecret = "e2e-s3cr3t-Zq9";
 constexpr const char* kStaticKey = "e2e-static-key-Xw7";
-
-// The mock's auth settings and counters.
-json auth_of(const MockUpstream& m) { return json::parse(http_request(m.host, m.port, {"GET", "/__auth", {}, {}}).body); }
-void set_auth(const MockUpstream& m, const json& j) {
-  const HttpResponse r = http_request(m.host, m.port, {"PUT", "/__auth", {}, j.dump()});
-  ASSERT_EQ(r.status, 200) << r.body;
-}
+constexpr const char* kSecret = kOauth2Secret;
 
 // A mock that requires Bearer tokens it issued (for the e2e client), and a gateway whose one
 // upstream holds that client's credentials.
 json oauth2_config(const MockUpstream& m, const json& extra = json::object()) {
   json c = base_config(m.port);
-  json auth = {{"type", "oauth2_client_credentials"},
-               {"token_url", "http://127.0.0.1:" + std::to_string(m.port) + "/oauth2/token"},
-               {"client_id_env", "E2E_CLIENT_ID"},
-               {"client_secret_env", "E2E_CLIENT_SECRET"},
-               {"scope", "air.shop air.book"}};
+  json auth = oauth2_auth(m.port);
   auth.update(extra);
   c["upstreams"]["ibe"]["auth"] = auth;
   return c;
 }
-const std::map<std::string, std::string> kOauthEnv = {{"E2E_CLIENT_ID", kClientId}, {"E2E_CLIENT_SECRET", kSecret}};
+const std::map<std::string, std::string>& kOauthEnv = kOauth2Env;
 
-MockUpstream oauth2_mock(int expires_in = 1800) {
-  MockUpstream m({"--auth", json{{"require", true},
-                                 {"client_id", kClientId},
-                                 {"client_secret", kSecret},
-                                 {"expires_in", expires_in}}.dump()});
-  return m;
-}
+MockUpstream oauth2_mock(int expires_in = 1800) { return MockUpstream(mock_oauth2_args(expires_in)); }
+
+json auth_of(const MockUpstream& m) { return m.auth(); }
+void set_auth(const MockUpstream& m, const json& j) { ASSERT_EQ(m.set_auth(j), 200); }
 
 int path_count(const MockUpstream& m, const std::string& path) { return m.count(path); }
 
@@ -203,7 +188,7 @@ TEST(UpstreamAuthE2E, ASupplier401PurgesTheTokenFetchesOneAndRetriesTheRequestOn
   ASSERT_GT(gw.port, 0) << gw.proc->output();
   ASSERT_EQ(http_get(gw.port, "/other/warm").status, 200);
   // The supplier forgets every token it gave (a revocation, a restart of its auth service).
-  ASSERT_EQ(http_request(m.host, m.port, {"POST", "/__auth/revoke", {}, {}}).status, 200);
+  ASSERT_EQ(m.revoke_tokens(), 200);
   const HttpResponse r = http_request(gw.port, {"POST", "/other/book", {{"Content-Type", "application/json"}}, R"({"pnr":1})"});
   EXPECT_EQ(r.status, 200) << r.body;
   const json a = auth_of(m);

@@ -35,7 +35,35 @@ struct MockUpstream {
   }
   void reset() const { http_request(host, port, {"POST", "/__reset", {}, {}}); }
   std::string endpoint() const { return host + ":" + std::to_string(port); }
+  // Its supplier credentials (tools/mock_upstream: --auth): the settings and what it counted.
+  nlohmann::json auth() const { return nlohmann::json::parse(http_request(host, port, {"GET", "/__auth", {}, {}}).body); }
+  int set_auth(const nlohmann::json& settings) const {
+    return http_request(host, port, {"PUT", "/__auth", {}, settings.dump()}).status;
+  }
+  int revoke_tokens() const { return http_request(host, port, {"POST", "/__auth/revoke", {}, {}}).status; }
+  int token_requests() const { return auth()["token_requests"].get<int>(); }
 };
+
+// The OAuth2 client the end-to-end tests use: the mock upstream started with mock_oauth2_args()
+// issues tokens to it alone and requires them on its API paths; oauth2_auth() is the gateway's
+// upstreams.<name>.auth for it, with kOauth2Env as the gateway's environment.
+inline constexpr const char* kOauth2ClientId = "tollgate-e2e-client";
+inline constexpr const char* kOauth2Secret = "e2e-s3cr3t-Zq9";
+inline const std::map<std::string, std::string> kOauth2Env = {{"E2E_CLIENT_ID", kOauth2ClientId},
+                                                             {"E2E_CLIENT_SECRET", kOauth2Secret}};
+inline std::vector<std::string> mock_oauth2_args(int expires_in = 1800) {
+  return {"--auth", nlohmann::json{{"require", true},
+                                   {"client_id", kOauth2ClientId},
+                                   {"client_secret", kOauth2Secret},
+                                   {"expires_in", expires_in}}.dump()};
+}
+inline nlohmann::json oauth2_auth(int token_port) {
+  return {{"type", "oauth2_client_credentials"},
+          {"token_url", "http://127.0.0.1:" + std::to_string(token_port) + "/oauth2/token"},
+          {"client_id_env", "E2E_CLIENT_ID"},
+          {"client_secret_env", "E2E_CLIENT_SECRET"},
+          {"scope", "air.shop air.book"}};
+}
 
 // A gateway config with one upstream and the /shopping/search rule (5/s, cache 0.5).
 inline nlohmann::json base_config(int upstream_port) {

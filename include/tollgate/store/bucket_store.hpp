@@ -5,6 +5,7 @@
 #include <utility>  // before Asio's coroutine headers (Boost 1.74 + g++ 12)
 
 #include <boost/asio/awaitable.hpp>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -35,6 +36,26 @@ struct StoreHealth {
   std::string failure_policy;   // what decides while it is down ("" when it cannot go down)
   std::uint64_t policy_decisions = 0;
   std::vector<std::pair<std::string, bool>> nodes;  // Redis primaries and whether they are ready
+};
+
+// A credential the fleet shares (an upstream's OAuth2 token, proxy/upstream_auth), kept by a
+// shared store under the hash tag "auth:<name>" (src/store/lua/shared_token.lua says each step).
+struct SharedTokenOp {
+  enum Kind : std::uint8_t { get, put, fail } kind = get;
+  std::string name;    // the upstream's
+  std::string holder;  // who asks (one gateway's credential), for the lease
+  std::string token;   // put: the new token; get: one a supplier refused ("" none)
+  std::int64_t lease_ms = 0;   // get: how long a lease taken now lasts; fail: how much longer it is kept
+  std::int64_t before_ms = 0;  // get: a token this close to its end is due
+  std::int64_t ttl_ms = 0;     // put: the token's time left
+};
+struct SharedTokenReply {
+  bool answered = false;  // false: the store does not share tokens, or could not answer now
+  std::string token;      // get: the fleet's token ("" none)
+  std::int64_t ttl_ms = 0;       // its time left
+  std::int64_t lifetime_ms = 0;  // its whole lifetime
+  bool due = false;     // get: none, or within before_ms of its end: the next is wanted
+  bool leased = false;  // get: this caller holds the lease: it asks the token endpoint, then puts
 };
 
 class BucketStore {
@@ -84,6 +105,12 @@ class BucketStore {
     }
     out.resize(probes.size());
     return out;
+  }
+  // Whether shared_token() keeps one token for a fleet of gateways (a shared store).
+  virtual bool shares_tokens() const { return false; }
+  virtual boost::asio::awaitable<SharedTokenReply> shared_token(SharedTokenOp op) {
+    (void)op;
+    co_return SharedTokenReply{};
   }
   virtual std::string name() const = 0;
   virtual StoreHealth health() const {

@@ -32,6 +32,11 @@ class FailurePolicyStore final : public BucketStore {
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
+  // To the shared store (a shared token has no local stand-in: each gateway then fetches its own).
+  bool shares_tokens() const override { return shared_->shares_tokens(); }
+  boost::asio::awaitable<SharedTokenReply> shared_token(SharedTokenOp op) override {
+    co_return co_await shared_->shared_token(std::move(op));
+  }
   boost::asio::awaitable<RefundResult> return_unused(AcquireRequest req) override;
   boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;

@@ -74,6 +74,9 @@ class RedisStore final : public BucketStore {
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> return_unused(AcquireRequest req) override;
   boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) override;
+  bool shares_tokens() const override { return true; }
+  // One step of shared_token.lua, sent as EVAL with its text (once per token refresh, per gateway).
+  boost::asio::awaitable<SharedTokenReply> shared_token(SharedTokenOp op) override;
   // Read over the first thread's connection (no connection of their own), waiting at most
   // connect_timeout_ms; inspect_many reads every probe with one script call. For a thread that runs
   // no store connection (the admin thread): from a request thread they answer nullopt.
