@@ -222,6 +222,7 @@ void UpstreamAuth::purge(std::string_view field) {
   // cannot hold every request of the upstream.
   refresh_at_ = Clock::time_point{};
   refused_token_ = token_of(field);
+  suspect_ = true;
   log_line("tollgate: warn: upstream '", upstream_, "' answered 401 to its OAuth2 token: a new one is fetched");
 }
 
@@ -279,10 +280,18 @@ void UpstreamAuth::settle(const TokenAnswer& a, Clock::time_point sent, bool cou
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     metrics_->ttl_seconds->Set(std::chrono::duration<double>(expires_ - Clock::now()).count());
     failed_until_ = {};
+    suspect_ = false;
   } else {
     ++failures_;
     last_error_ = a.why;
     failed_until_ = next_request_;
+    if (suspect_) {
+      // The supplier refused it and no other came: not sent again (its requests would only
+      // meet the same 401, each on a permit).
+      token_field_.clear();
+      expires_ = {};
+      suspect_ = false;
+    }
     log_line("tollgate: warn: upstream '", upstream_, "': no OAuth2 token: ", a.why);
   }
   wake_all();
@@ -366,6 +375,7 @@ void UpstreamAuth::adopt(const std::string& token, std::int64_t ttl_ms, std::int
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   metrics_->ttl_seconds->Set(static_cast<double>(ttl_ms) / 1000.0);
   failed_until_ = {};
+  suspect_ = false;
   wake_all();
 }
 

@@ -53,7 +53,8 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   // is not given again (its request waits for the next token).
   net::awaitable<std::string> field(ProxyContext& px, Worker& w, Deadline by, std::string_view refused = {});
   // The supplier answered 401 to a request sent with `field`: if it is still the current token,
-  // a new one is fetched at once (the current one serves the other requests until it comes).
+  // a new one is fetched at once (the current one serves the other requests until it comes, and
+  // is dropped if none does).
   void purge(std::string_view field);
 
   // For the console and /admin: no secret, no token.
@@ -97,7 +98,8 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   Clock::time_point refresh_at_{};    // a request from then on starts a refresh
   Clock::time_point next_request_{};  // the token endpoint's bucket (token_rate, burst 1)
   Clock::time_point failed_until_{};
-  std::string refused_token_;         // one the supplier answered 401 to, for the next refresh to purge  // after a failed token request: until the next may go
+  std::string refused_token_;         // one the supplier answered 401 to, for the next refresh to purge
+  bool suspect_ = false;              // the current token was answered 401: dropped if no other comes  // after a failed token request: until the next may go
   bool refreshing_ = false;
   std::vector<std::shared_ptr<Waiter>> waiters_;
   std::int64_t last_refresh_unix_ = 0;

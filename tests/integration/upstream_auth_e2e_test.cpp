@@ -201,8 +201,9 @@ TEST(UpstreamAuthE2E, ASupplier401PurgesTheTokenFetchesOneAndRetriesTheRequestOn
 }
 
 TEST(UpstreamAuthE2E, ASecond401GoesToTheCallerWithoutAnotherRetry) {
-  // The token endpoint issues tokens the API never accepts (they expire at once for it): the
-  // request is tried twice, then the caller gets the supplier's 401.
+  // The supplier starts refusing every request whatever its token (it now wants a field the
+  // gateway does not send): the request is sent twice, on the old token and on a new one, then
+  // the caller gets the supplier's 401.
   MockUpstream m = oauth2_mock();
   ASSERT_GT(m.port, 0);
   GatewayProcess gw(oauth2_config(m), kOauthEnv);
@@ -212,6 +213,28 @@ TEST(UpstreamAuthE2E, ASecond401GoesToTheCallerWithoutAnotherRetry) {
   const HttpResponse r = http_get(gw.port, "/other/never");
   EXPECT_EQ(r.status, 401) << r.body;
   EXPECT_EQ(path_count(m, "/other/never"), 2);
+}
+
+TEST(UpstreamAuthE2E, ARefusedTokenThatCannotBeReplacedIsNotSentAgain) {
+  MockUpstream m = oauth2_mock();
+  ASSERT_GT(m.port, 0);
+  GatewayProcess gw(oauth2_config(m), kOauthEnv);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  ASSERT_EQ(http_get(gw.port, "/other/warm").status, 200);
+  set_auth(m, {{"mode", "fail"}});
+  ASSERT_EQ(m.revoke_tokens(), 200);
+  // Refused on the revoked token, and no new one: 502, and the supplier saw it once.
+  const HttpResponse first = http_get(gw.port, "/other/refused");
+  EXPECT_EQ(first.status, 502) << first.body;
+  EXPECT_EQ(path_count(m, "/other/refused"), 1);
+  // The next is answered at once, without the refused token going out again.
+  const HttpResponse next = http_get(gw.port, "/other/next");
+  EXPECT_EQ(next.status, 502) << next.body;
+  EXPECT_EQ(json::parse(next.body)["error"], "upstream_auth_failed");
+  EXPECT_EQ(path_count(m, "/other/next"), 0);
+  EXPECT_EQ(auth_of(m)["unauthorized"], 1);
+  set_auth(m, {{"mode", "ok"}});
+  EXPECT_TRUE(eventually([&] { return http_get(gw.port, "/other/again").status == 200; }, 5s));
 }
 
 struct BrokenEndpoint {
