@@ -153,6 +153,19 @@ UpstreamAuth::UpstreamAuth(const config::UpstreamConfig& up, Metrics& metrics) :
   char hex[33];
   std::snprintf(hex, sizeof hex, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
   holder_ = hex;
+  // The shared key names the settings the token was asked with: after a change (another token
+  // URL, client, scope or supplier) a gateway never takes a token asked for under the old ones,
+  // and old and new gateways of a rolling change do not overwrite each other's.
+  const std::string settings = up.url + '\n' + conf_.token_url + '\n' + conf_.client_id + '\n' + conf_.client_secret +
+                               '\n' + conf_.scope + '\n' + (conf_.basic ? "basic" : "body");
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(settings.data(), settings.size(), digest, &n, EVP_sha256(), nullptr);
+  fleet_name_ = upstream_ + ":";
+  for (unsigned i = 0; i < 8 && i < n; ++i) {
+    std::snprintf(hex, sizeof hex, "%02x", digest[i]);
+    fleet_name_ += hex;
+  }
   form_ = "grant_type=client_credentials";
   if (!conf_.scope.empty()) form_ += "&scope=" + form_encode(conf_.scope);
   if (conf_.basic) {
@@ -248,12 +261,9 @@ net::awaitable<TokenAnswer> UpstreamAuth::request_token(std::shared_ptr<Upstream
   // after a reload that changed it, the old secret never goes to the new token endpoint.
   const auto& ups = table->routes->upstreams();
   std::size_t index = ups.size();
-  bool current = false;
-  for (std::size_t i = 0; i < ups.size(); ++i) {
+  for (std::size_t i = 0; i < ups.size(); ++i)
     if (ups[i].conf.name == self->conf_.token_upstream) index = i;
-    if (ups[i].conf.name == self->upstream_ && ups[i].auth.get() == self.get()) current = true;
-  }
-  if (index == ups.size() || !current) {
+  if (index == ups.size() || !self->current_in(w)) {
     a.why = "the configuration changed (the new one fetches its own token)";
     co_return a;
   }
@@ -266,7 +276,14 @@ net::awaitable<TokenAnswer> UpstreamAuth::request_token(std::shared_ptr<Upstream
   co_return a;
 }
 
-void UpstreamAuth::settle(const TokenAnswer& a, Clock::time_point sent, bool counted) {
+bool UpstreamAuth::current_in(const Worker& w) const {
+  for (const Upstream& u : w.table->routes->upstreams())
+    if (u.conf.name == upstream_) return u.auth.get() == this;
+  return false;
+}
+
+void UpstreamAuth::settle(const TokenAnswer& a, Clock::time_point sent, bool counted,
+                          std::optional<Clock::time_point> failed_until) {
   std::lock_guard lock(mu_);
   refreshing_ = false;
   if (counted) metrics_->refresh[a.result]->Increment();
@@ -282,9 +299,9 @@ void UpstreamAuth::settle(const TokenAnswer& a, Clock::time_point sent, bool cou
     failed_until_ = {};
     suspect_ = false;
   } else {
-    ++failures_;
+    if (counted) ++failures_;
     last_error_ = a.why;
-    failed_until_ = next_request_;
+    failed_until_ = failed_until.value_or(next_request_);
     if (suspect_) {
       // The supplier refused it and no other came: not sent again (its requests would only
       // meet the same 401, each on a permit).
@@ -298,81 +315,158 @@ void UpstreamAuth::settle(const TokenAnswer& a, Clock::time_point sent, bool cou
 }
 
 net::awaitable<void> UpstreamAuth::refresh(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w) {
-  std::string refused;
-  {
-    std::lock_guard lock(self->mu_);
-    refused = std::exchange(self->refused_token_, std::string());
+  // Whatever happens, the refresh ends (refreshing_ is never left set, every waiter is woken).
+  std::string failure;
+  try {
+    co_await refresh_steps(self, px, w);
+  } catch (const std::exception& e) {
+    failure = e.what();
   }
-  store::BucketStore& store = px.deps.store;
-  if (store.shares_tokens()) {
-    // One token for the fleet: taken from the store while it is not due; else one gateway (the
-    // lease's holder) asks the token endpoint and puts the answer there, and the others wait for
-    // it. A store that cannot answer leaves each gateway to fetch its own, as without one.
-    const auto give_up = Clock::now() + kFetchTimeout;
-    const std::int64_t lease_ms = std::chrono::duration_cast<std::chrono::milliseconds>(kFetchTimeout).count() + 1000;
-    for (;;) {
-      store::SharedTokenOp op;
-      op.name = self->upstream_;
-      op.holder = self->holder_;
-      op.token = refused;
-      op.lease_ms = lease_ms;
-      op.before_ms = static_cast<std::int64_t>(self->conf_.refresh_before_s) * 1000;
-      const store::SharedTokenReply r = co_await store.shared_token(op);
-      if (!r.answered) break;
-      refused.clear();  // purged for the fleet
-      if (r.leased) {
-        Clock::time_point sent;
-        const TokenAnswer a = co_await request_token(self, px, w, sent);
-        store::SharedTokenOp done;
-        done.name = self->upstream_;
-        done.holder = self->holder_;
-        if (a.result == TokenAnswer::ok) {
-          done.kind = store::SharedTokenOp::put;
-          done.token = a.token;
-          done.ttl_ms = std::chrono::duration_cast<std::chrono::milliseconds>(sent + a.lifetime - Clock::now()).count();
-        } else {
-          // The lease is kept one token interval more: the fleet asks no faster than token_rate.
-          done.kind = store::SharedTokenOp::fail;
-          done.lease_ms = static_cast<std::int64_t>(1000 / self->conf_.token_rate) + 1;
-        }
-        if (done.kind == store::SharedTokenOp::fail || done.ttl_ms > 0) co_await store.shared_token(done);
-        self->settle(a, sent, true);
-        co_return;
-      }
-      if (!r.token.empty() && bearer_token(r.token) && r.ttl_ms > 0) {
-        self->adopt(r.token, r.ttl_ms, r.lifetime_ms, r.due);
-        co_return;
-      }
-      if (Clock::now() >= give_up) {
-        TokenAnswer a;
-        a.why = "another gateway's token request gave no token in time";
-        self->settle(a, Clock::now(), false);
-        co_return;
-      }
-      net::steady_timer t(*w.ctx);  // another gateway holds the lease: its token comes soon
-      t.expires_after(std::chrono::milliseconds(100));
-      beast::error_code ec;
-      co_await t.async_wait(with(ec));
-    }
+  if (!failure.empty()) {
+    TokenAnswer a;
+    a.why = "token refresh failed: " + failure;
+    self->settle(a, Clock::now(), true);
   }
+}
+
+net::awaitable<void> UpstreamAuth::refresh_steps(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w) {
+  if (!self->current_in(w)) {
+    TokenAnswer a;
+    a.why = "the configuration changed (the new one fetches its own token)";
+    self->settle(a, Clock::now(), false);
+    co_return;
+  }
+  if (px.deps.store.shares_tokens() && co_await from_fleet(self, px, w)) co_return;
   Clock::time_point sent;
   const TokenAnswer a = co_await request_token(self, px, w, sent);
   self->settle(a, sent, true);
 }
 
+net::awaitable<bool> UpstreamAuth::from_fleet(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w) {
+  // One token for the fleet: taken from the store while it is not due; else one gateway (the
+  // lease's holder) asks the token endpoint and puts the answer there, and the others wait for
+  // it. The lease covers this gateway's wait for its token bucket and the whole request.
+  store::BucketStore& store = px.deps.store;
+  const auto interval = std::chrono::microseconds(static_cast<std::int64_t>(1e6 / self->conf_.token_rate));
+  Clock::duration bucket_wait{};
+  {
+    std::lock_guard lock(self->mu_);
+    bucket_wait = std::max<Clock::duration>(Clock::duration{}, self->next_request_ - Clock::now());
+  }
+  const auto lease = bucket_wait + kFetchTimeout + std::chrono::seconds(1);
+  const auto give_up = Clock::now() + lease + std::chrono::seconds(1);
+  const auto ms = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+  for (;;) {
+    std::string refused;
+    {
+      std::lock_guard lock(self->mu_);
+      refused = self->refused_token_;
+    }
+    store::SharedTokenOp op;
+    op.name = self->fleet_name_;
+    op.holder = self->holder_;
+    op.token = refused;
+    op.lease_ms = ms(lease);
+    op.before_ms = static_cast<std::int64_t>(self->conf_.refresh_before_s) * 1000;
+    const store::SharedTokenReply r = co_await store.shared_token(op);
+    if (!r.answered) {
+      // A store that is down leaves each gateway to fetch its own; one that is up but missed an
+      // answer (a timeout, a failover's moment) is asked again, so that a blip does not make
+      // every gateway ask the token endpoint.
+      if (!store.health().up || Clock::now() >= give_up) {
+        log_line("tollgate: warn: upstream '", self->upstream_,
+                 "': the store did not answer for the fleet's OAuth2 token: this gateway fetches its own");
+        co_return false;
+      }
+    } else {
+      {
+        std::lock_guard lock(self->mu_);
+        if (!refused.empty() && self->refused_token_ == refused) self->refused_token_.clear();  // deleted there
+      }
+      const bool usable = !r.token.empty() && bearer_token(r.token) && r.ttl_ms > 0 && !self->refused_here(r.token);
+      if (r.leased) {
+        if (usable) self->offer(r.token, r.ttl_ms);
+        Clock::time_point sent;
+        const TokenAnswer a = co_await request_token(self, px, w, sent);
+        store::SharedTokenOp done;
+        done.name = self->fleet_name_;
+        done.holder = self->holder_;
+        done.hold_ms = ms(interval) + 1;  // the fleet's next token request waits its turn
+        done.kind = store::SharedTokenOp::fail;
+        if (a.result == TokenAnswer::ok) {
+          done.ttl_ms = ms(sent + a.lifetime - Clock::now());
+          if (done.ttl_ms > 0) {
+            done.kind = store::SharedTokenOp::put;
+            done.token = a.token;
+          }
+        }
+        // Not stored (the lease ran out meanwhile): this gateway keeps its token, the fleet's
+        // stays as another put it.
+        co_await store.shared_token(done);
+        self->settle(a, sent, true);
+        co_return true;
+      }
+      if (usable) {
+        self->adopt(r.token, r.ttl_ms, r.lifetime_ms, r.due);
+        co_return true;
+      }
+      if (r.failed_ms > 0) {
+        // Another gateway's token request has just failed: its callers here get the 502 at once
+        // too, until the fleet's next one may go.
+        TokenAnswer a;
+        a.why = "the fleet's last token request failed (another gateway's: its log says why)";
+        self->settle(a, Clock::now(), false, Clock::now() + std::chrono::milliseconds(r.failed_ms));
+        co_return true;
+      }
+      if (Clock::now() >= give_up) {
+        TokenAnswer a;
+        a.why = "another gateway's token request gave no token in time";
+        self->settle(a, Clock::now(), false);
+        co_return true;
+      }
+    }
+    net::steady_timer t(*w.ctx);  // another gateway holds the lease: its token comes soon
+    t.expires_after(std::chrono::milliseconds(100));
+    beast::error_code ec;
+    co_await t.async_wait(with(ec));
+  }
+}
+
+void UpstreamAuth::offer(const std::string& token, std::int64_t ttl_ms) {
+  std::lock_guard lock(mu_);
+  const auto now = Clock::now();
+  if (!token_field_.empty() && now < expires_) return;  // it has one
+  token_field_ = std::string(kBearerPrefix) + token + "\r\n";
+  expires_ = now + std::chrono::milliseconds(ttl_ms);
+  wake_all();
+}
+
+bool UpstreamAuth::refused_here(const std::string& token) const {
+  std::lock_guard lock(mu_);
+  return token == refused_token_ || (suspect_ && token == token_of(token_field_));
+}
+
 void UpstreamAuth::adopt(const std::string& token, std::int64_t ttl_ms, std::int64_t lifetime_ms, bool due) {
   std::lock_guard lock(mu_);
   refreshing_ = false;
+  if (token == refused_token_ || (suspect_ && token == token_of(token_field_))) {
+    // Refused here while it was being read: not taken; the next request asks again.
+    refresh_at_ = {};
+    wake_all();
+    return;
+  }
   const auto now = Clock::now();
-  token_field_ = std::string(kBearerPrefix) + token + "\r\n";
+  std::string field = std::string(kBearerPrefix) + token + "\r\n";
+  if (field != token_field_)
+    last_refresh_unix_ =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  token_field_ = std::move(field);
   expires_ = now + std::chrono::milliseconds(ttl_ms);
   // Due already (another gateway is fetching the next): asked again shortly; else when the
   // fleet's token is due by the same rule as a token of its own.
   const auto before = std::min<Clock::duration>(std::chrono::seconds(conf_.refresh_before_s),
                                                 std::chrono::milliseconds(lifetime_ms) / 2);
   refresh_at_ = due ? now + std::chrono::milliseconds(250) : expires_ - before;
-  last_refresh_unix_ =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   metrics_->ttl_seconds->Set(static_cast<double>(ttl_ms) / 1000.0);
   failed_until_ = {};
   suspect_ = false;

@@ -74,13 +74,27 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   struct Parked;
   // The one token request in flight (after the token bucket's wait), then every waiter woken.
   static net::awaitable<void> refresh(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w);
+  static net::awaitable<void> refresh_steps(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w);
+  // With a shared store: the fleet's token, or this gateway's turn to fetch it. False: the store
+  // could not answer (the caller fetches its own).
+  static net::awaitable<bool> from_fleet(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w);
+  // Whether `w`'s running table still holds this credential (unchanged since it was made).
+  bool current_in(const Worker& w) const;
   // One request to the token endpoint, in the token bucket's turn (`sent`: when it went).
   static net::awaitable<TokenAnswer> request_token(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w,
                                                    Clock::time_point& sent);
-  // A refresh's end: the token it got (or its failure, counted when `counted`), every waiter woken.
-  void settle(const TokenAnswer& a, Clock::time_point sent, bool counted);
+  // A refresh's end: the token it got, or its failure (a token request's when `counted`: in the
+  // metric and `failures`), standing until `failed_until` (default: the next token request's
+  // turn); every waiter woken.
+  void settle(const TokenAnswer& a, Clock::time_point sent, bool counted,
+              std::optional<Clock::time_point> failed_until = std::nullopt);
   // A refresh's end with the fleet's token (a shared store), `ttl_ms` of it left.
   void adopt(const std::string& token, std::int64_t ttl_ms, std::int64_t lifetime_ms, bool due);
+  // The fleet's token, still valid, while this gateway fetches the next: used meanwhile if this
+  // gateway has none (the refresh goes on).
+  void offer(const std::string& token, std::int64_t ttl_ms);
+  // Whether the supplier refused `token` here (a 401 not yet purged).
+  bool refused_here(const std::string& token) const;
   void wake_all();  // under mu_
 
   const config::UpstreamAuthConfig conf_;
@@ -91,6 +105,7 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   std::string basic_field_;   // "Authorization: Basic ...\r\n" (auth_style basic)
   AuthMetrics* metrics_ = nullptr;
   std::string holder_;        // who this is in the fleet's lease (random)
+  std::string fleet_name_;    // "<upstream>:<fingerprint of the credential's settings>": its shared key
 
   mutable std::mutex mu_;
   std::string token_field_;   // "" none

@@ -273,36 +273,36 @@ boost::asio::awaitable<SharedTokenReply> RedisStore::shared_token(SharedTokenOp 
   SharedTokenReply out;
   Link* l = link_for_current_thread();
   if (l == nullptr) co_return out;
-  const std::string tag = "auth:" + op.name;
-  std::string token_key, lease_key;
-  append_redis_key(token_key, options_.key_prefix, tag, ":token");
-  append_redis_key(lease_key, options_.key_prefix, tag, ":lease");
-  Connection* c = l->route(token_key);
+  std::string key;
+  append_redis_key(key, options_.key_prefix, "auth:" + op.name, ":token");
+  Connection* c = l->route(key);
   if (c == nullptr || !c->ready) co_return out;
-  std::vector<std::string> args{"EVAL", scripts::kSharedToken, "2", token_key, lease_key};
+  std::vector<std::string> args{"EVAL", scripts::kSharedToken, "1", key};
   switch (op.kind) {
     case SharedTokenOp::get:
       args.insert(args.end(), {"get", op.holder, std::to_string(op.lease_ms), std::to_string(op.before_ms), op.token});
       break;
     case SharedTokenOp::put:
-      args.insert(args.end(), {"put", op.holder, op.token, std::to_string(op.ttl_ms)});
+      args.insert(args.end(), {"put", op.holder, op.token, std::to_string(op.ttl_ms), std::to_string(op.hold_ms)});
       break;
     case SharedTokenOp::fail:
-      args.insert(args.end(), {"fail", op.holder, std::to_string(op.lease_ms)});
+      args.insert(args.end(), {"fail", op.holder, std::to_string(op.hold_ms)});
       break;
   }
   Reply r = co_await call_routed(*l, c, std::move(args), nullptr);
   if (!r.ok) co_return out;
   if (op.kind != SharedTokenOp::get) {
     out.answered = true;
+    out.stored = r.integer == 1;
     co_return out;
   }
-  if (r.items.size() != 5) co_return out;
+  if (r.items.size() != 6) co_return out;
   out.token = r.items[0];
   out.ttl_ms = std::strtoll(r.items[1].c_str(), nullptr, 10);
   out.leased = r.items[2] == "1";
   out.due = r.items[3] == "1";
   out.lifetime_ms = std::strtoll(r.items[4].c_str(), nullptr, 10);
+  out.failed_ms = std::strtoll(r.items[5].c_str(), nullptr, 10);
   out.answered = true;
   co_return out;
 }

@@ -311,6 +311,30 @@ TEST_F(RedisE2E, AFleetMakesOneTokenRequestPerTokenAndOneAfterA401) {
   EXPECT_EQ(supplier.token_requests(), 2);
 }
 
+// The fleet's token request fails: the other gateway does not ask again within the token
+// interval, and its callers get the 502 at once instead of waiting out their window.
+TEST_F(RedisE2E, AFailedTokenRequestIsSeenByTheFleetAndNotRepeated) {
+  MockUpstream supplier(mock_oauth2_args());
+  ASSERT_GT(supplier.port, 0);
+  ASSERT_EQ(supplier.set_auth({{"mode", "fail"}}), 200);
+  json c = redis_config(supplier.port, server().port());
+  c["upstreams"]["ibe"]["auth"] = oauth2_auth(supplier.port);
+  c["upstreams"]["ibe"]["auth"]["token_rate"] = 0.2;  // one token request per 5 s, fleet-wide
+  std::vector<std::unique_ptr<GatewayProcess>> fleet;
+  for (int i = 0; i < 2; ++i) {
+    fleet.push_back(std::make_unique<GatewayProcess>(c, kOauth2Env));
+    ASSERT_GT(fleet.back()->port, 0) << fleet.back()->proc->output();
+    ASSERT_TRUE(fleet.back()->proc->wait_for_line("redis store connected", 10s)) << fleet.back()->proc->output();
+  }
+  EXPECT_EQ(http_get(fleet[0]->port, "/other/a").status, 502);
+  const auto t0 = std::chrono::steady_clock::now();
+  const HttpResponse b = http_get(fleet[1]->port, "/other/b");
+  EXPECT_EQ(b.status, 502) << b.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1200ms);  // not its 1.5 s window
+  EXPECT_EQ(supplier.token_requests(), 1);
+  EXPECT_EQ(supplier.count("/other/a") + supplier.count("/other/b"), 0);
+}
+
 // Redis down: each gateway fetches its own token (the token endpoint's bucket still paces it), and
 // its requests go on.
 TEST_F(RedisE2E, WithRedisDownEachGatewayFetchesItsOwnToken) {

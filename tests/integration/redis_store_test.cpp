@@ -18,10 +18,12 @@
 
 #include <future>
 #include <random>
+#include <thread>
 
 #include "support/manual_clock.hpp"
 #include "support/process.hpp"
 #include "support/redis.hpp"
+#include "tollgate/store/redis_lua.hpp"
 #include "support/redis_cluster.hpp"
 #include "tollgate/store/cluster_slot.hpp"
 #include "tollgate/store/failure_policy_store.hpp"
@@ -224,6 +226,68 @@ std::vector<BucketParams> replay_buckets(limiter::Mode mode) {
   params[2].warmup_us = 3'000'000;
   for (BucketParams& p : params) p.mode = mode;
   return params;
+}
+
+// The fleet's shared token (shared_token.lua): one lease at a time, a put only by the lease's
+// holder, the lease kept one token interval after a put or a failure, a failure seen by the
+// others, a refused token deleted for all, and a token due within before_ms (or half its life).
+TEST_F(RedisScript, TheSharedTokenHasOneLeaseHolderAndOnlyItsPutCounts) {
+  std::string script;
+  for (const lua::LuaFile& f : lua::files())
+    if (f.name == "shared_token.lua") script = f.text;
+  ASSERT_FALSE(script.empty());
+  const std::string key = "t:{auth:ndc:fp}:token";
+  const auto call = [&](std::vector<std::string> argv) {
+    std::vector<std::string> args{"EVAL", script, "1", key};
+    args.insert(args.end(), argv.begin(), argv.end());
+    redisReply* r = redis->cmd(args);
+    std::vector<std::string> out = r && r->type == REDIS_REPLY_INTEGER ? std::vector<std::string>{str(r)} : items(r);
+    if (r) freeReplyObject(r);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  // Nothing yet: A takes the lease, B does not; B's put is refused; A's goes in.
+  EXPECT_EQ(call({"get", "A", "5000", "60000", ""}), (V{"", "0", "1", "1", "0", "0"}));
+  EXPECT_EQ(call({"get", "B", "5000", "60000", ""}), (V{"", "0", "0", "1", "0", "0"}));
+  EXPECT_EQ(call({"get", "A", "5000", "60000", ""})[2], "1");  // its own lease: still its
+  EXPECT_EQ(call({"put", "B", "tok-b", "600000", "1000"}), V{"0"});
+  EXPECT_EQ(call({"put", "A", "tok-a", "600000", "1000"}), V{"1"});
+  // Fresh: everyone takes it, nobody leases.
+  V got = call({"get", "B", "5000", "60000", ""});
+  ASSERT_EQ(got.size(), 6u);
+  EXPECT_EQ(got[0], "tok-a");
+  EXPECT_GT(std::stoll(got[1]), 590000);
+  EXPECT_EQ(got[2], "0");
+  EXPECT_EQ(got[3], "0");
+  // Refused by a supplier: deleted for all; the lease is still A's for its token interval, so B
+  // waits its turn, and sees no token.
+  got = call({"get", "B", "5000", "60000", "tok-a"});
+  EXPECT_EQ(got[0], "");
+  EXPECT_EQ(got[2], "0");
+  EXPECT_EQ(call({"get", "C", "5000", "60000", ""})[0], "");
+  // A's next request fails: the failure stands for its hold, seen by the others.
+  EXPECT_EQ(call({"get", "A", "5000", "60000", ""})[2], "1");
+  EXPECT_EQ(call({"fail", "A", "1000"}), V{"1"});
+  got = call({"get", "B", "5000", "60000", ""});
+  EXPECT_EQ(got[2], "0");
+  EXPECT_GT(std::stoll(got[5]), 0);
+  EXPECT_LE(std::stoll(got[5]), 1000);
+  // A token with less than before_ms left (or half its lifetime) is due: given with the lease.
+  EXPECT_EQ(call({"fail", "B", "1"}), V{"0"});  // not B's lease: nothing changes
+  if (redisReply* r = redis->cmd({"DEL", key})) freeReplyObject(r);
+  EXPECT_EQ(call({"get", "A", "5000", "60000", ""})[2], "1");
+  EXPECT_EQ(call({"put", "A", "tok-short", "10000", "1"}), V{"1"});  // 10 s: due from 5 s left
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  got = call({"get", "B", "5000", "60000", ""});
+  EXPECT_EQ(got[0], "tok-short");
+  EXPECT_EQ(got[3], "0");  // 10 s left of 10: not due yet
+  EXPECT_EQ(got[4], "10000");
+  // The key expires with what it holds.
+  redisReply* ttl = redis->cmd({"PTTL", key});
+  ASSERT_NE(ttl, nullptr);
+  EXPECT_GT(ttl->integer, 5000);
+  EXPECT_LE(ttl->integer, 10000);
+  freeReplyObject(ttl);
 }
 
 TEST_F(RedisScript, ReplaysTheSameAsTheLocalStore) {

@@ -39,15 +39,16 @@ struct StoreHealth {
 };
 
 // A credential the fleet shares (an upstream's OAuth2 token, proxy/upstream_auth), kept by a
-// shared store under the hash tag "auth:<name>" (src/store/lua/shared_token.lua says each step).
+// shared store in one key tagged "auth:<name>" (src/store/lua/shared_token.lua says each step).
 struct SharedTokenOp {
   enum Kind : std::uint8_t { get, put, fail } kind = get;
-  std::string name;    // the upstream's
+  std::string name;    // the credential's: its upstream's name and a fingerprint of its settings
   std::string holder;  // who asks (one gateway's credential), for the lease
   std::string token;   // put: the new token; get: one a supplier refused ("" none)
-  std::int64_t lease_ms = 0;   // get: how long a lease taken now lasts; fail: how much longer it is kept
+  std::int64_t lease_ms = 0;   // get: how long a lease taken now lasts
   std::int64_t before_ms = 0;  // get: a token this close to its end is due
   std::int64_t ttl_ms = 0;     // put: the token's time left
+  std::int64_t hold_ms = 0;    // put, fail: how much longer the lease is kept (the token rate)
 };
 struct SharedTokenReply {
   bool answered = false;  // false: the store does not share tokens, or could not answer now
@@ -56,6 +57,8 @@ struct SharedTokenReply {
   std::int64_t lifetime_ms = 0;  // its whole lifetime
   bool due = false;     // get: none, or within before_ms of its end: the next is wanted
   bool leased = false;  // get: this caller holds the lease: it asks the token endpoint, then puts
+  std::int64_t failed_ms = 0;  // get: the last token request failed, and stands this much longer
+  bool stored = false;  // put, fail: done (false: the caller no longer held the lease)
 };
 
 class BucketStore {
