@@ -271,7 +271,7 @@ std::string secret_from_env(const json& obj, const std::string& path, const char
 // without the line end.
 std::string secret_from_file(const std::string& file, const std::string& field) {
   // Opened once, then checked and read through that descriptor: the file checked is the file read.
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);  // a FIFO does not block it
   if (fd < 0) fail(field, file + ": " + std::strerror(errno));
   struct Closer {
     int fd;
