@@ -302,10 +302,7 @@ std::vector<UpstreamView> ProxyServer::upstreams_view() const {
     for (const auto& e : u.endpoints->current(version)->endpoints)
       v.endpoints.push_back({e->label, e->ejected_until_us.load(std::memory_order_relaxed) <= now_us,
                              e->outstanding.load(std::memory_order_relaxed)});
-    if (u.auth) {
-      const UpstreamAuth::Status s = u.auth->status();
-      v.auth = AuthView{s.type, s.expires_in_s, s.last_refresh_unix, s.failures, s.last_error};
-    }
+    if (u.auth) v.auth = u.auth->status();
     out.push_back(std::move(v));
   }
   return out;

@@ -473,8 +473,8 @@ void UpstreamAuth::adopt(const std::string& token, std::int64_t ttl_ms, std::int
   wake_all();
 }
 
-UpstreamAuth::Status UpstreamAuth::status() const {
-  Status s;
+AuthView UpstreamAuth::status() const {
+  AuthView s;
   s.type = conf_.type == config::AuthType::header ? "header" : "oauth2_client_credentials";
   if (!oauth2()) return s;
   std::lock_guard lock(mu_);

@@ -17,6 +17,7 @@
 #include "http_io.hpp"
 #include "tollgate/config/gateway_config.hpp"
 #include "tollgate/proxy/metrics.hpp"
+#include "tollgate/proxy/proxy_server.hpp"
 
 namespace tollgate::proxy {
 
@@ -58,14 +59,7 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   void purge(std::string_view field);
 
   // For the console and /admin: no secret, no token.
-  struct Status {
-    std::string type;                // "header" or "oauth2_client_credentials"
-    std::int64_t expires_in_s = -1;  // oauth2: seconds the current token has left (-1: none)
-    std::int64_t last_refresh_unix = 0;  // oauth2: wall clock of the last token obtained (0: never)
-    std::uint64_t failures = 0;      // oauth2: token requests that did not give a token
-    std::string last_error;          // oauth2: why the last failed one did ("" none yet)
-  };
-  Status status() const;
+  AuthView status() const;
   // Sets the time-to-live gauge from the current token (for /metrics).
   void refresh_gauge() const;
 
