@@ -20,6 +20,9 @@ CREATE TABLE IF NOT EXISTS t_ratelimite_conf (
   maxShare       DOUBLE       DEFAULT NULL COMMENT '(0,1]: most of the wait window one client key may hold',
   adaptive       VARCHAR(8)   DEFAULT NULL COMMENT 'NULL/off; on: the rate follows upstream throttling; shadow: tracked, not applied',
   matchCase      VARCHAR(16)  DEFAULT NULL COMMENT 'NULL: limits.match.case; sensitive or insensitive: how interfaceUrl compares with a path',
+  cost           INT          DEFAULT NULL COMMENT 'NULL: 1; permits one request takes from its own bucket',
+  channelCost    INT          DEFAULT NULL COMMENT 'NULL: cost; permits one request takes from its channel''s bucket',
+  priority       VARCHAR(1024) DEFAULT NULL COMMENT 'NULL: none; priority classes as JSON {"by","classes","default","reserve"}',
   PRIMARY KEY (configId)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 

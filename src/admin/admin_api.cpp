@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 
 #include "tollgate/admin/console_assets.hpp"
@@ -444,6 +445,9 @@ SimpleResponse AdminApi::get_rules() const {
     if (const std::string policies = proxy::request_policies(r, r.enabled ? snap->channel_of(r) : nullptr); !policies.empty())
       j["policies"] = policies;
     if (r.params.warmup_us > 0) j["warmupSeconds"] = static_cast<double>(r.params.warmup_us) / 1e6;
+    if (!r.channel && r.has_bucket) j["cost"] = r.cost;
+    if (!r.channel && !r.channel_type.empty()) j["channelCost"] = r.channel_cost;
+    if (r.priority) j["priority"] = json::parse(r.priority->text);
     j["scope"] = r.channel ? "channel" : "interface";
     if (!r.channel) j["matchCase"] = r.match_case == config::MatchCase::insensitive ? "insensitive" : "sensitive";
     j["bucket"] = r.bucket;
@@ -695,6 +699,29 @@ SimpleResponse AdminApi::get_overview(std::string_view query) const {
       // Its upstream's response time (p90, last minute): what deadline admission reckons with.
       const auto p90 = deps_.metrics.bucket(r.bucket).upstream_latency.p90_us(limiter::steady_now_us());
       b["upstream_p90_ms"] = p90 ? json(static_cast<double>(*p90) / 1e3) : json(nullptr);
+      if (r.priority) {
+        // Its priority classes, highest first: their reserves and their requests by outcome.
+        json classes = json::array();
+        std::map<std::string, json, std::less<>> counts;
+        deps_.metrics.bucket(r.bucket).each_class([&](const std::string& name, const proxy::ClassSeries& c) {
+          json o = json::object();
+          for (std::size_t i = 0; i < proxy::kOutcomes; ++i)
+            if (const double n = c.total(static_cast<proxy::Outcome>(i)); n > 0)
+              o[proxy::outcome_name(static_cast<proxy::Outcome>(i))] = n;
+          counts[name] = std::move(o);
+        });
+        for (std::size_t i = 0; i < r.priority->classes.size(); ++i) {
+          const std::string& name = r.priority->classes[i];
+          const auto c = counts.find(name);
+          classes.push_back({{"class", name},
+                             {"reserve", r.priority->reserve[i]},
+                             {"keeps", r.priority->keep[i]},
+                             {"default", i == r.priority->default_class},
+                             {"requests", c == counts.end() ? json::object() : c->second}});
+        }
+        b["priority"] = {{"by", r.priority->by == config::Priority::By::method ? "method" : "header:" + r.priority->header},
+                         {"classes", std::move(classes)}};
+      }
       b["adaptive"] = limiter::adaptive_name(r.adaptive);
       if (r.adaptive != limiter::Adaptive::off) b["adaptive_state"] = adaptive_state_json(deps_.metrics.bucket(r.bucket));
       bool saturated = false;

@@ -61,7 +61,8 @@ const std::vector<ObjectFields>& schema() {
         "key_prefix", "decision_timeout_ms", "connect_timeout_ms", "failure_policy", "local_divisor", "heartbeat_ms"}},
       {"limits.rules[]",
        {"configId", "channelType", "interfaceNo", "interfaceUrl", "rateLimit", "cache", "status", "burst",
-        "warmupSeconds", "scope", "mode", "lastModifyTime", "keyBy", "maxShare", "adaptive", "matchCase", "quotas"}},
+        "warmupSeconds", "scope", "mode", "lastModifyTime", "keyBy", "maxShare", "adaptive", "matchCase", "cost", "channelCost", "priority",
+        "quotas"}},
       {"limits.rules[].quotas[]",
        {"quotaId", "periodSeconds", "limitCount", "algorithm", "keyBy", "status", "configId", "lastModifyTime"}},
   };
@@ -480,6 +481,13 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
   r.key_by = row_string(row, "keyBy", r);
   r.max_share = row_number<double>(row, "maxShare", r);
   r.match_case = row_string(row, "matchCase", r);
+  r.cost = row_number<double>(row, "cost", r);
+  r.channel_cost = row_number<double>(row, "channelCost", r);
+  if (row.contains("priority") && !row.at("priority").is_null()) {
+    const json& v = row.at("priority");
+    if (v.is_object()) r.priority = v.dump();  // validated with the MySQL column's text (config/rule)
+    else r.type_errors.push_back("priority: must be an object");
+  }
   if (row.contains("adaptive") && !row.at("adaptive").is_null()) {
     const json& v = row.at("adaptive");
     if (v.is_boolean()) r.adaptive = v.get<bool>() ? "on" : "off";

@@ -24,7 +24,7 @@ namespace {
 // Tollgate's own, nullable columns: read only where the table has them, so the original table
 // (without them) keeps working.
 const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode", "keyBy", "maxShare", "adaptive",
-                                         "matchCase"};
+                                         "matchCase", "cost", "channelCost", "priority"};
 
 // Quota rows (window quotas of a rule), fingerprinted like the rules: any edit changes the CRC sum.
 // The switch row's states: what state, and revertTo when a revert is pending, may hold.
@@ -165,6 +165,9 @@ LoadResult MysqlSource::load() {
       if (columns_.count("maxShare") && !rs->isNull("maxShare")) r.max_share = rs->getDouble("maxShare");
       if (columns_.count("adaptive") && !rs->isNull("adaptive")) r.adaptive = std::string(rs->getString("adaptive"));
       if (columns_.count("matchCase") && !rs->isNull("matchCase")) r.match_case = std::string(rs->getString("matchCase"));
+      if (columns_.count("cost") && !rs->isNull("cost")) r.cost = rs->getDouble("cost");
+      if (columns_.count("channelCost") && !rs->isNull("channelCost")) r.channel_cost = rs->getDouble("channelCost");
+      if (columns_.count("priority") && !rs->isNull("priority")) r.priority = std::string(rs->getString("priority"));
       r.default_case = config_.match_case;
       rows.push_back(std::move(r));
     }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 
 namespace tollgate::config {
 
@@ -157,6 +158,93 @@ std::optional<KeySpec> parse_key_by(const std::string& text, std::string& why) {
   return std::nullopt;
 }
 
+std::size_t Priority::class_of(std::string_view value) const {
+  for (std::size_t i = 0; i < classes.size(); ++i)
+    if (classes[i] == value) return i;
+  return default_class;
+}
+
+std::optional<Priority> parse_priority(const std::string& text, std::string& field, std::string& why) {
+  using nlohmann::json;
+  auto fail = [&](const char* f, std::string w) {
+    field = f;
+    why = std::move(w);
+    return std::nullopt;
+  };
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return fail("priority", "must be a JSON object {\"by\", \"classes\", \"default\", \"reserve\"}");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() != "by" && it.key() != "classes" && it.key() != "default" && it.key() != "reserve") {
+      std::string w = "unknown field \"";
+      append_visible(w, it.key().substr(0, 64));
+      return fail("priority", w + "\" (by, classes, default, reserve)");
+    }
+  }
+  Priority p;
+  const json* by = j.contains("by") ? &j.at("by") : nullptr;
+  const std::string by_text = by && by->is_string() ? by->get<std::string>() : "";
+  if (by_text == "method") {
+    p.by = Priority::By::method;
+  } else if (by_text.rfind("header:", 0) == 0 && by_text.size() > 7 && by_text.size() <= 7 + 64 &&
+             std::all_of(by_text.begin() + 7, by_text.end(), [](unsigned char c) { return tchar(c); })) {
+    p.by = Priority::By::header;
+    p.header = by_text.substr(7);
+  } else {
+    return fail("priority.by", "must be \"method\" or \"header:<Name>\" (e.g. \"header:X-Tollgate-Priority\")");
+  }
+  const json* classes = j.contains("classes") ? &j.at("classes") : nullptr;
+  auto name_ok = [](const std::string& n) {
+    return !n.empty() && n.size() <= 32 && std::all_of(n.begin(), n.end(), [](unsigned char c) {
+      return ascii_alnum(c) || c == '-' || c == '_' || c == '.';
+    });
+  };
+  if (!classes || !classes->is_array() || classes->size() < 2 || classes->size() > kMaxClasses)
+    return fail("priority.classes", "must list 2 to 8 classes, highest first");
+  for (const json& c : *classes) {
+    if (!c.is_string() || !name_ok(c.get<std::string>()))
+      return fail("priority.classes", "each class is a name of letters, digits, '-', '_' or '.' (at most 32)");
+    const std::string n = c.get<std::string>();
+    if (std::find(p.classes.begin(), p.classes.end(), n) != p.classes.end())
+      return fail("priority.classes", "names \"" + n + "\" twice");
+    p.classes.push_back(n);
+  }
+  const json* def = j.contains("default") ? &j.at("default") : nullptr;
+  if (!def || !def->is_string()) return fail("priority.default", "is required: the class of a request that names none");
+  const auto d = std::find(p.classes.begin(), p.classes.end(), def->get<std::string>());
+  if (d == p.classes.end()) return fail("priority.default", "must be one of the classes");
+  p.default_class = static_cast<std::size_t>(d - p.classes.begin());
+  p.reserve.assign(p.classes.size(), 0.0);
+  if (j.contains("reserve") && !j.at("reserve").is_null()) {
+    const json& r = j.at("reserve");
+    if (!r.is_object()) return fail("priority.reserve", "must be an object of class: share of the burst");
+    double total = 0;
+    for (auto it = r.begin(); it != r.end(); ++it) {
+      const auto c = std::find(p.classes.begin(), p.classes.end(), it.key());
+      if (c == p.classes.end()) return fail("priority.reserve", "names a class not in classes");
+      if (c + 1 == p.classes.end())
+        return fail("priority.reserve", "cannot reserve for the lowest class (there is no class below it to hold back)");
+      if (!it.value().is_number() || !std::isfinite(it.value().get<double>()) || it.value().get<double>() <= 0 ||
+          it.value().get<double>() >= 1)
+        return fail("priority.reserve", "each share must be a number within (0, 1)");
+      p.reserve[static_cast<std::size_t>(c - p.classes.begin())] = it.value().get<double>();
+      total += it.value().get<double>();
+    }
+    if (!(total < 1)) return fail("priority.reserve", "the shares must add up to less than 1");
+  }
+  double above = 0;
+  for (std::size_t i = 0; i < p.classes.size(); ++i) {
+    p.keep.push_back(above);
+    above += p.reserve[i];
+  }
+  json canon = {{"by", by_text}, {"classes", p.classes}, {"default", p.classes[p.default_class]}};
+  json res = json::object();
+  for (std::size_t i = 0; i < p.classes.size(); ++i)
+    if (p.reserve[i] > 0) res[p.classes[i]] = p.reserve[i];
+  canon["reserve"] = res;
+  p.text = canon.dump();
+  return p;
+}
+
 namespace {
 
 std::optional<RejectedRow> check_quota(const RawQuota& raw, const Rule& rule, Quota& q) {
@@ -290,6 +378,31 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   }
   if (!rule.has_bucket && rule.key_by.kind != KeySpec::Kind::none)
     return reject("keyBy", "keys the token bucket, and this rule has none (rateLimit is NULL)");
+  // Request cost: whole permits, so that RateLimit's remaining count and the bounds stay whole.
+  auto whole_cost = [](double c) { return std::isfinite(c) && c >= 1 && c <= kMaxCost && c == std::floor(c); };
+  if (row.cost) {
+    if (!whole_cost(*row.cost)) return reject("cost", "must be a whole number of permits within [1, 1000000]");
+    if (rule.channel) return reject("cost", "is what an interface's request takes; on a channel limit use the interfaces' channelCost");
+    if (!row.rate_limit) return reject("cost", "needs a token bucket (rateLimit) to take permits from");
+    rule.cost = *row.cost;
+  }
+  if (row.channel_cost) {
+    if (!whole_cost(*row.channel_cost))
+      return reject("channelCost", "must be a whole number of permits within [1, 1000000]");
+    if (rule.channel) return reject("channelCost", "is set on the interface rows that draw from the channel limit");
+    if (!row.channel_type || row.channel_type->empty())
+      return reject("channelCost", "needs a channelType: the channel limit it is charged to");
+  }
+  rule.channel_cost = row.channel_cost.value_or(rule.cost);
+  if (row.priority) {
+    std::string field, why;
+    auto p = parse_priority(*row.priority, field, why);
+    if (!p) return reject(field, why);
+    if (!row.rate_limit) return reject("priority", "needs a token bucket (rateLimit) whose burst the classes share");
+    if (row.warmup_seconds && *row.warmup_seconds > 0)
+      return reject("priority", "needs a SmoothBursty bucket: not with warmupSeconds");
+    rule.priority = std::move(*p);
+  }
   rule.config_id = *row.config_id;
   rule.channel_type = row.channel_type.value_or("");
   rule.interface_no = row.interface_no.value_or("");
@@ -302,6 +415,25 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   rule.params.burst = row.burst;
   rule.params.warmup_us = static_cast<limiter::Micros>(row.warmup_seconds.value_or(0) * 1e6);
   rule.params.mode = limiter::Mode::pay_now;
+  if ((row.cost || rule.priority) && rule.has_bucket) {
+    // A cost that even a full, rested bucket could not give within the wait window (to the lowest
+    // class, after the reserves above it) would refuse every request: refused, not applied. Decided
+    // by the bucket arithmetic itself, so a warm-up bucket's cold permits count at their price.
+    const limiter::Shape shape = limiter::shape_of(rule.params);
+    limiter::BucketState full = limiter::full_state(shape, 0);
+    const double keep = rule.priority ? rule.priority->keep.back() * shape.max_permits : 0.0;
+    if (!limiter::try_acquire(full, shape, rule.params.mode, rule.cost, rule.timeout_us(), 0, keep).granted) {
+      const std::string most = std::to_string(static_cast<long long>(std::floor(shape.max_permits + rate * cache + 1e-9)));
+      if (keep > 0 && limiter::try_acquire(full, shape, rule.params.mode, rule.cost, rule.timeout_us(), 0).granted)
+        return reject("cost", "leaves the lowest priority class nothing: cost + the reserves above it is more than the "
+                              "bucket can give within its wait window (burst + rateLimit * cache = " + most + ")");
+      return reject("cost", rule.params.warmup_us > 0
+                                ? "is more than a rested warm-up bucket can give within its wait window (its cold "
+                                  "permits cost up to warm-up's cold interval each)"
+                                : "is more than the bucket can give within its wait window (burst + rateLimit * cache = " +
+                                      most + ")");
+    }
+  }
   return std::nullopt;
 }
 

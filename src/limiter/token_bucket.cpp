@@ -72,7 +72,7 @@ Micros stored_permits_to_wait_time(const Shape& s, double stored, double spend) 
 }
 
 Decision try_acquire(BucketState& st, const Shape& s, Mode mode, double permits, Micros timeout_us,
-                     Micros now) {
+                     Micros now, double reserve) {
   BucketState next = st;  // committed only on grant
   resync(next, s, now);
   const double spend = std::min(permits, next.stored);
@@ -83,7 +83,16 @@ Decision try_acquire(BucketState& st, const Shape& s, Mode mode, double permits,
 
   Decision d;
   // pay_now: released when its own last permit exists; pay_later: when the previous one does.
-  const Micros ready = mode == Mode::pay_now ? release : next.next_free;
+  Micros ready = mode == Mode::pay_now ? release : next.next_free;
+  if (reserve > 0.0) {
+    // A lower class: its slot is where its permits and the reserve behind them would both exist.
+    const double needed = permits + reserve;
+    const double vspend = std::min(needed, next.stored);
+    const double vfresh = needed - vspend;
+    const Micros vrelease = saturating_add(next.next_free, truncate_micros(vfresh * s.interval_us));
+    if (mode == Mode::pay_now) ready = vrelease;
+    else ready = saturating_add(next.next_free, truncate_micros(std::max(0.0, reserve - next.stored) * s.interval_us));
+  }
   const Micros wait = std::max<Micros>(0, ready - now);
   if (wait > timeout_us) {
     d.granted = false;
@@ -105,11 +114,11 @@ Decision try_acquire(BucketState& st, const Shape& s, Mode mode, double permits,
 }
 
 PairDecision try_acquire_pair(BucketState& a, const Shape& sa, BucketState& b, const Shape& sb, Mode mode,
-                              double permits, Micros timeout_us, Micros now) {
+                              const PairAsk& ask, Micros timeout_us, Micros now) {
   PairDecision out;
   BucketState ta = a, tb = b;  // decide on copies; commit only if both grant
-  out.first = try_acquire(ta, sa, mode, permits, timeout_us, now);
-  out.second = try_acquire(tb, sb, mode, permits, timeout_us, now);
+  out.first = try_acquire(ta, sa, mode, ask.permits_a, timeout_us, now, ask.reserve_a);
+  out.second = try_acquire(tb, sb, mode, ask.permits_b, timeout_us, now, ask.reserve_b);
   if (out.first.granted && out.second.granted) {
     a = ta;
     b = tb;

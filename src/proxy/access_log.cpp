@@ -91,6 +91,10 @@ std::string access_line(const AccessRecord& r) {
   json_string(out, r.path);
   out += ",\"bucket\":";
   json_string(out, r.bucket);
+  if (!r.klass.empty()) {
+    out += ",\"class\":";
+    json_string(out, r.klass);
+  }
   if (!r.policy.empty()) {
     out += ",\"policy\":";
     json_string(out, r.policy);

@@ -124,6 +124,25 @@ AdaptiveEvent BucketMetrics::last_event() const {
   return event_;
 }
 
+const ClassSeries& BucketMetrics::priority_class(std::string_view name) {
+  std::lock_guard lock(class_mu_);
+  auto it = classes_.find(name);
+  if (it != classes_.end()) return *it->second;
+  auto& family = counters(registry_, "tollgate_priority_requests_total",
+                          "Requests of a bucket's priority classes, by bucket, class and outcome.");
+  auto series = std::make_unique<ClassSeries>();
+  for (const Outcome o : {Outcome::forwarded, Outcome::delayed, Outcome::rejected, Outcome::shadow_rejected,
+                          Outcome::store_error})
+    series->outcomes[static_cast<std::size_t>(o)] =
+        &family.Add({{"bucket", name_}, {"class", std::string(name)}, {"outcome", outcome_name(o)}});
+  return *classes_.emplace(std::string(name), std::move(series)).first->second;
+}
+
+void BucketMetrics::each_class(const std::function<void(const std::string&, const ClassSeries&)>& fn) const {
+  std::lock_guard lock(class_mu_);
+  for (const auto& [name, series] : classes_) fn(name, *series);
+}
+
 prometheus::Counter& BucketMetrics::first_count(Outcome o) {
   // Family::Add returns the series already there for the same labels: workers racing here get
   // the same one.

@@ -11,6 +11,7 @@ void OutcomeCounter::outcome(Outcome o, BucketMetrics* bm) {
 void OutcomeCounter::planned(const Plan& plan) {
   // A rule switched off by itself is counted on its bucket too; the global switch and "no rule" not.
   outcome(plan.outcome, plan.rule ? &bucket(plan) : nullptr);
+  count_class(plan, plan.outcome);  // a deadline's 429 (too_late) of a classed request
 }
 
 void OutcomeCounter::decided(const Plan& plan, const store::StoreDecision& sd, const Verdict& v) {
@@ -35,6 +36,12 @@ void OutcomeCounter::decided(const Plan& plan, const store::StoreDecision& sd, c
     rec_.wait_ms = static_cast<double>(v.wait_us) / 1e3;
   }
   outcome(v.outcome, &bm);
+  count_class(plan, v.outcome);
+}
+
+void OutcomeCounter::count_class(const Plan& plan, Outcome o) {
+  if (plan.priority == nullptr) return;
+  rules_->class_metrics(*plan.rule, plan.channel, *plan.priority, plan.priority_class).count(o);
 }
 
 void OutcomeCounter::client_gone(std::uint32_t refunded) {

@@ -28,6 +28,8 @@ class OutcomeCounter {
 
  private:
   void outcome(Outcome o, BucketMetrics* bm);
+  // A request of a rule with priority classes: counted under its class too.
+  void count_class(const Plan& plan, Outcome o);
 
   BucketMetrics& bucket(const Plan& plan) const { return rules_->metrics_of(*plan.rule); }
 

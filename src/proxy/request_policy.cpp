@@ -89,6 +89,18 @@ std::string millis_up(std::int64_t us) { return std::to_string((us + 999) / 1000
 
 }  // namespace
 
+std::size_t priority_class_of(const config::Priority& p, const RequestFacts& facts, const PolicySettings& settings) {
+  if (p.by == config::Priority::By::method) return p.class_of(facts.method);
+  // A caller may not promote itself: the header counts only from a trusted proxy.
+  if (settings.trusted == nullptr || !settings.trusted->contains(facts.peer)) return p.default_class;
+  const std::optional<std::string_view> v = facts.headers.find(p.header);
+  if (!v) return p.default_class;
+  std::string_view t = *v;
+  while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+  while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+  return p.class_of(t);
+}
+
 void plan_request(const RequestFacts& facts, const RuleViews* rules, config::SwitchMode global,
                   const PolicySettings& settings, Plan& out) {
   if (global == config::SwitchMode::off) {
@@ -120,7 +132,21 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
   req.bucket = {rule.bucket, rule.params};
   if (out.channel && out.channel->has_bucket) req.parent = store::BucketRef{out.channel->bucket, out.channel->params};
   req.hash_tag = out.channel ? std::string_view(out.channel->channel_type) : std::string_view(rule.bucket);
-  req.permits = 1.0;
+  req.permits = rule.cost;
+  req.parent_permits = rule.channel_cost;
+  if (rule.priority) {
+    out.priority = &*rule.priority;
+    out.priority_class = priority_class_of(*rule.priority, facts, settings);
+    req.reserve_share = rule.priority->keep[out.priority_class];
+  }
+  if (req.parent && out.channel->priority) {
+    const std::size_t c = priority_class_of(*out.channel->priority, facts, settings);
+    req.parent_reserve_share = out.channel->priority->keep[c];
+    if (!out.priority) {
+      out.priority = &*out.channel->priority;
+      out.priority_class = c;
+    }
+  }
   req.timeout_us = out.capped ? 0 : rule.timeout_us();
   req.use_bucket = rule.has_bucket;
   req.adaptive = rule.has_bucket ? rule.adaptive : limiter::Adaptive::off;

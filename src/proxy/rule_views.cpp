@@ -34,4 +34,16 @@ PolicyMetrics& RuleViews::bound_metrics(const config::Rule& rule, const config::
   return *p;
 }
 
+const ClassSeries& RuleViews::class_metrics(const config::Rule& rule, const config::Rule* channel,
+                                            const config::Priority& p, std::size_t index) const {
+  const RuleView& v = of(rule);
+  if (v.classes.empty()) v.classes.assign(p.classes.size(), nullptr);
+  if (v.classes[index] == nullptr) {
+    const bool own = rule.priority && &*rule.priority == &p;
+    const std::string& bucket = own || channel == nullptr ? rule.bucket : channel->bucket;
+    v.classes[index] = &metrics_.bucket(bucket).priority_class(p.classes[index]);
+  }
+  return *v.classes[index];
+}
+
 }  // namespace tollgate::proxy

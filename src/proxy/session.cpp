@@ -29,7 +29,7 @@ struct LogOnExit {
   // The line's own copies: made only when the log is on (a held request's frame carries a pointer,
   // not four strings).
   struct Text {
-    std::string method, path, bucket, policy;
+    std::string method, path, bucket, policy, klass;
   };
   AccessLog* log;
   AccessRecord rec;
@@ -41,6 +41,7 @@ struct LogOnExit {
     rec.path = text->path;
     rec.bucket = text->bucket;
     rec.policy = text->policy;
+    rec.klass = text->klass;
     rec.duration_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     log->write(rec);
   }
@@ -534,6 +535,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   plan_for(target, rules.get(), global, has_budget ? &budget : nullptr, plan);
   count.use(rules.get());
   if (access.log && plan.rule && plan.step != Step::bypass) access.text->bucket = plan.rule->bucket;
+  if (access.log && plan.priority) access.text->klass = plan.priority->classes[plan.priority_class];
   if (plan.step == Step::bad_key) {
     count.bad_request(400);
     co_return co_await answer_error(version, keep, 400, "missing_client_key", plan.detail);
@@ -644,7 +646,7 @@ void Session::plan_for(const RequestTarget& target, const RuleViews* rules, conf
   const std::int64_t arrived_us =
       std::chrono::duration_cast<std::chrono::microseconds>(budget_from_.time_since_epoch()).count();
   const RequestFacts facts{target.match, client_ip_, headers, static_cast<std::int64_t>(px_.deps.metrics.held.Value()),
-                           budget, arrived_us};
+                           budget, arrived_us, head_->method_text};
   plan_request(facts, rules, global, px_.settings, plan);
 }
 

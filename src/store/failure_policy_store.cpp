@@ -3,6 +3,7 @@
 #include "tollgate/store/failure_policy_store.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "tollgate/store/metric_series.hpp"
 
@@ -23,9 +24,20 @@ AcquireRequest local_share(const AcquireRequest& req, double n) {
     if (p.burst) p.burst = std::max(1.0, *p.burst / n);
     return p;
   };
+  // A cost one gateway's share of a bucket could never give within the wait window is capped at
+  // what it can (at least 1): expensive requests still pass, at the share's pace, rather than
+  // being refused for the whole outage.
+  auto cap = [&req](double permits, const BucketParams& p) {
+    const double most = limiter::shape_of(p).max_permits + p.rate * static_cast<double>(req.timeout_us) / 1e6;
+    return std::min(permits, std::max(1.0, std::floor(most)));
+  };
   AcquireRequest out = req;
   out.bucket.params = share(req.bucket.params);
-  if (req.parent) out.parent = BucketRef{req.parent->name, share(req.parent->params)};
+  out.permits = cap(req.permits, out.bucket.params);
+  if (req.parent) {
+    out.parent = BucketRef{req.parent->name, share(req.parent->params)};
+    out.parent_permits = cap(req.parent_permits, out.parent->params);
+  }
   // Quotas likewise: limit / N per instance (at least 1), so the fleet stays near its quota.
   for (QuotaRef& q : out.quotas)
     q.params.limit = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(q.params.limit) / n));

@@ -16,6 +16,12 @@ bool rested(const limiter::BucketState& st, const limiter::Shape& shape, Micros 
   return probe.next_free == now && probe.stored >= shape.max_permits;
 }
 
+// What a request asks of its bucket and its channel bucket: their permits, and the permits each
+// keeps for the classes above the request's (its shares of their bursts).
+limiter::PairAsk ask_of(const AcquireRequest& req, const limiter::Shape& a, const limiter::Shape& b) {
+  return {req.permits, req.parent_permits, req.reserve_share * a.max_permits, req.parent_reserve_share * b.max_permits};
+}
+
 // Locks one or two shards in index order (no deadlock between a pair and its reverse).
 class ShardLocks {
  public:
@@ -223,7 +229,8 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   bd.granted = true;
   if (a && b) {
     const limiter::PairDecision pd =
-        limiter::try_acquire_pair(sa, a->shape, sb, b->shape, a->params.mode, req.permits, req.timeout_us, now);
+        limiter::try_acquire_pair(sa, a->shape, sb, b->shape, a->params.mode, ask_of(req, a->shape, b->shape),
+                                  req.timeout_us, now);
     bd = pd.combined;
     out.bound = pd.bound == 1 ? Bound::parent : Bound::bucket;
     out.max_permits = pd.bound == 1 ? b->shape.max_permits : a->shape.max_permits;
@@ -231,7 +238,10 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
                        pd.second.next_free, pd.second.cost_us, pd.second.spent};
   } else if (a || b) {
     Entry* e = a ? a : b;
-    bd = limiter::try_acquire(a ? sa : sb, e->shape, e->params.mode, req.permits, req.timeout_us, now);
+    bd = a ? limiter::try_acquire(sa, e->shape, e->params.mode, req.permits, req.timeout_us, now,
+                                  req.reserve_share * e->shape.max_permits)
+           : limiter::try_acquire(sb, e->shape, e->params.mode, req.parent_permits, req.timeout_us, now,
+                                  req.parent_reserve_share * e->shape.max_permits);
     out.bound = a ? Bound::bucket : Bound::parent;
     out.max_permits = e->shape.max_permits;
     if (a) out.reservation = {bd.next_free, bd.cost_us, bd.spent, 0, 0, 0};
@@ -247,7 +257,7 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   rolled.clear();
   windows.clear();
   out.quotas.reserve(req.quotas.size());
-  const auto permits = static_cast<std::int64_t>(std::ceil(req.permits));
+  const std::int64_t permits = 1;  // a quota counts requests, whatever their cost
   for (std::size_t i = 0; i < req.quotas.size(); ++i) {
     Entry& e = window_entry(req.quotas[i], now);
     limiter::WindowState w = e.window;
@@ -325,7 +335,8 @@ StoreDecision LocalStore::decide(const AcquireRequest& req) {
     const Micros now = clock_.now_us();  // under the lock: see decide_all
     if (shard.map.size() >= shard.sweep_at) sweep(shard, now);
     Entry& e = bucket_entry(shard, req.bucket, false, now);
-    out.decision = limiter::try_acquire(e.state, e.shape, e.params.mode, req.permits, req.timeout_us, now);
+    out.decision = limiter::try_acquire(e.state, e.shape, e.params.mode, req.permits, req.timeout_us, now,
+                                        req.reserve_share * e.shape.max_permits);
     out.max_permits = e.shape.max_permits;
     out.reservation = {out.decision.next_free, out.decision.cost_us, out.decision.spent, 0, 0, 0};
     return out;
@@ -339,7 +350,8 @@ StoreDecision LocalStore::decide(const AcquireRequest& req) {
   Entry& a = bucket_entry(shards_[ia], req.bucket, false, now);
   Entry& b = bucket_entry(shards_[ib], *req.parent, false, now);
   const limiter::PairDecision pd =
-      limiter::try_acquire_pair(a.state, a.shape, b.state, b.shape, a.params.mode, req.permits, req.timeout_us, now);
+      limiter::try_acquire_pair(a.state, a.shape, b.state, b.shape, a.params.mode, ask_of(req, a.shape, b.shape),
+                                req.timeout_us, now);
   out.decision = pd.combined;
   out.parent_bound = pd.bound == 1;
   out.max_permits = pd.bound == 1 ? b.shape.max_permits : a.shape.max_permits;
@@ -396,13 +408,13 @@ RefundResult LocalStore::give_back_unused(const AcquireRequest& req) {
   const std::size_t ib = req.parent ? shard_index(req.parent->name) : ia;
   ShardLocks locks(shards_[ia].mu, req.parent ? &shards_[ib].mu : nullptr, ia < ib);
   const Micros now = clock_.now_us();
-  auto restore = [&](Entry* e, std::uint32_t& returned) {
+  auto restore = [&](Entry* e, double permits, std::uint32_t& returned) {
     if (e == nullptr) return;  // no state: a full, rested bucket
     if (e->pause_floor > now) return;  // an adaptive pause: never reopened early (as restore.lua)
-    returned = limiter::restore(e->state, e->shape, req.permits) ? 1 : 0;
+    returned = limiter::restore(e->state, e->shape, permits) ? 1 : 0;
   };
-  if (req.use_bucket) restore(find(shards_[ia], req.bucket.name, req.per_client_bucket), out.bucket);
-  if (req.parent) restore(find(shards_[ib], req.parent->name, false), out.parent);
+  if (req.use_bucket) restore(find(shards_[ia], req.bucket.name, req.per_client_bucket), req.permits, out.bucket);
+  if (req.parent) restore(find(shards_[ib], req.parent->name, false), req.parent_permits, out.parent);
   return out;
 }
 

@@ -188,7 +188,8 @@ void resp_bulk(std::string& out, std::string_view a) {
 }  // namespace
 
 bool lean_request(const AcquireRequest& req) {
-  return req.use_bucket && !req.parent && req.quotas.empty() && !req.share && req.adaptive == limiter::Adaptive::off;
+  return req.use_bucket && !req.parent && req.quotas.empty() && !req.share && req.adaptive == limiter::Adaptive::off &&
+         req.reserve_share == 0.0;
 }
 
 std::string resp_command(const std::vector<std::string>& args) {
@@ -383,6 +384,9 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
   out.push_back(std::to_string(req.quotas.size()));
   out.push_back(req.share ? std::to_string(std::max<std::int64_t>(1, req.share->max_held)) : "0");
   out.push_back(!adaptive ? "0" : req.adaptive == limiter::Adaptive::on ? "1" : "2");
+  out.push_back(num(req.parent_permits));
+  out.push_back(num(req.reserve_share));
+  out.push_back(num(req.parent_reserve_share));
   if (has_a) shape_args(out, req.bucket.params);
   if (adaptive) {
     out.push_back(num(req.bucket.params.rate));
@@ -468,7 +472,8 @@ std::vector<std::string> restore_call(const AcquireRequest& req, const std::stri
   if (req.use_bucket) out.push_back(redis_key(prefix, tag, req.bucket.name));
   if (req.parent) out.push_back(redis_key(prefix, tag, req.parent->name));
   out.emplace_back(now_override);
-  for (int i = 0; i < buckets; ++i) out.push_back(num(req.permits));
+  if (req.use_bucket) out.push_back(num(req.permits));
+  if (req.parent) out.push_back(num(req.parent_permits));
   return out;
 }
 

@@ -717,6 +717,69 @@ TEST_F(RedisScript, ReplaysUnusedPermitsTheSameAsTheLocalStore) {
   EXPECT_GT(full, 20);
 }
 
+// Request costs and priority classes decide the same in both stores: each bucket its own permits
+// (cost, channelCost) and its own reserve for the classes above the request's, in one step, a
+// rejection of either charging neither; and unused permits come back per bucket.
+TEST_F(RedisScript, ReplaysCostsAndClassesTheSameAsTheLocalStore) {
+  begin(Route::general);
+  ManualClock clock(1'700'000'000'000'000);
+  LocalStore local(clock);
+  std::mt19937_64 rng(2697);
+  std::vector<BucketParams> params = replay_buckets(limiter::Mode::pay_now);
+  params.push_back(BucketParams{});
+  params[3].rate = 10;  // the channel of /a and /b
+  params[3].burst = 10;
+  const char* names[] = {"/a", "/b", "/w"};
+  const double shares[] = {0, 0, 0.3, 0.5};
+  int granted = 0, rejected = 0, lower_held = 0, returned = 0;
+  std::vector<AcquireRequest> unused;
+  for (int step = 0; step < 4000; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    clock.advance(static_cast<Micros>(rng() % 150'000));
+    if (rng() % 50 == 0) params[rng() % 2].rate = 1 + static_cast<double>(rng() % 9);  // an operator edit
+    if (rng() % 5 == 0 && !unused.empty()) {
+      const AcquireRequest req = unused.back();
+      unused.pop_back();
+      const RefundResult l = local.give_back_unused(req);
+      std::vector<std::string> args{"EVAL", restore_script()};
+      for (auto& a : restore_call(req, "t:", std::to_string(clock.now_us()))) args.push_back(a);
+      redisReply* r = redis->cmd(args);
+      ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
+      const auto rr = parse_restore_reply(req, items(r));
+      freeReplyObject(r);
+      ASSERT_TRUE(rr.has_value());
+      ASSERT_NO_FATAL_FAILURE(expect_same_refund(l, *rr));
+      returned += static_cast<int>(l.bucket + l.parent);
+      continue;
+    }
+    const int b = static_cast<int>(rng() % 3);
+    AcquireRequest req{{names[b], params[b]}, {}, b < 2 ? "X" : names[b], 1.0, static_cast<Micros>(rng() % 1'000'000)};
+    req.permits = 1 + static_cast<double>(rng() % 3);
+    if (b < 2) {  // classes only on the SmoothBursty buckets, as the config allows
+      req.reserve_share = shares[rng() % 4];
+      if (rng() % 2) {
+        req.parent = BucketRef{"channel:X", params[3]};
+        req.parent_permits = 1 + static_cast<double>(rng() % 5);
+        req.parent_reserve_share = shares[rng() % 4];
+      }
+    }
+    const StoreDecision l = local.decide(req);
+    ASSERT_NO_FATAL_FAILURE(expect_same(l, acquire(req, clock.now_us())));
+    if (l.decision.granted) {
+      ++granted;
+      lower_held += (req.reserve_share > 0 || req.parent_reserve_share > 0) && l.decision.wait_us > 0;
+      if (rng() % 3 == 0) unused.push_back(req);
+    } else {
+      ++rejected;
+    }
+  }
+  std::printf("granted %d (lower classes held %d), rejected %d, returned %d\n", granted, lower_held, rejected, returned);
+  EXPECT_GT(granted, 800);
+  EXPECT_GT(rejected, 400);
+  EXPECT_GT(lower_held, 50);
+  EXPECT_GT(returned, 50);
+}
+
 // The same replay with everything a request can carry: per-client buckets, quota-only
 // rules, fixed and sliding quotas (shared and per client), maxShare, a channel bucket, quota edits.
 TEST_F(RedisScript, ReplaysQuotasSharesAndClientBucketsTheSameAsTheLocalStore) {

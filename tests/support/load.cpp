@@ -28,9 +28,11 @@ class KeepAliveGet {
     std::string detail;  // the error, or the start of a body other than 200's
     bool connect_failed = false;
   };
-  KeepAliveGet(int port, const std::string& target, std::chrono::seconds read_timeout, bool no_delay)
+  KeepAliveGet(int port, const std::string& target, std::chrono::seconds read_timeout, bool no_delay,
+               const Fields& fields = {})
       : port_(port), read_timeout_(read_timeout), no_delay_(no_delay), req_{http::verb::get, target, 11} {
     req_.set(http::field::host, "127.0.0.1");
+    for (const auto& [name, value] : fields) req_.set(name, value);
   }
   Answer get() {
     beast::error_code ec;
@@ -71,7 +73,8 @@ class KeepAliveGet {
 }  // namespace
 
 LoadResult run_load(const std::vector<int>& ports, const std::string& target, int clients_per_port,
-                    std::chrono::milliseconds duration, std::chrono::milliseconds pause_after_reject) {
+                    std::chrono::milliseconds duration, std::chrono::milliseconds pause_after_reject,
+                    const Fields& fields) {
   LoadResult result;
   std::mutex mu;
   const auto deadline = std::chrono::steady_clock::now() + duration;
@@ -80,12 +83,42 @@ LoadResult run_load(const std::vector<int>& ports, const std::string& target, in
     for (int c = 0; c < clients_per_port; ++c) {
       threads.emplace_back([&, port] {
         std::map<int, int> local;
-        KeepAliveGet client(port, target, std::chrono::seconds(5), false);
+        KeepAliveGet client(port, target, std::chrono::seconds(5), false, fields);
         while (std::chrono::steady_clock::now() < deadline) {
           const KeepAliveGet::Answer a = client.get();
           ++local[a.status];
           if (a.connect_failed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
           if (a.status == 429 || a.status == 503) std::this_thread::sleep_for(pause_after_reject);
+        }
+        std::lock_guard lock(mu);
+        for (const auto& [s, n] : local) result.statuses[s] += n;
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  return result;
+}
+
+LoadResult paced_load(const std::vector<int>& ports, const std::string& target, double rate_per_port,
+                      int clients_per_port, std::chrono::milliseconds duration, const Fields& fields) {
+  LoadResult result;
+  std::mutex mu;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + duration;
+  const auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(clients_per_port / rate_per_port));
+  std::vector<std::thread> threads;
+  for (int port : ports) {
+    for (int c = 0; c < clients_per_port; ++c) {
+      threads.emplace_back([&, port, c] {
+        std::map<int, int> local;
+        KeepAliveGet client(port, target, std::chrono::seconds(5), true, fields);
+        // The clients of a port take turns: client c starts c/clients of a period late.
+        auto next = start + every * c / clients_per_port;
+        while (next < deadline) {
+          std::this_thread::sleep_until(next);
+          ++local[client.get().status];
+          next += every;
         }
         std::lock_guard lock(mu);
         for (const auto& [s, n] : local) result.statuses[s] += n;

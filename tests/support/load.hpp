@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace tollgate::testing {
@@ -27,9 +28,18 @@ struct LoadResult {
 
 // `clients` threads per port, each sending GET `target` back to back on one keep-alive connection
 // (reconnecting if it closes), pausing `pause_after_reject` after a 429/503, for `duration`.
+// `fields`: header fields every request carries.
+using Fields = std::vector<std::pair<std::string, std::string>>;
 LoadResult run_load(const std::vector<int>& ports, const std::string& target, int clients_per_port,
                     std::chrono::milliseconds duration,
-                    std::chrono::milliseconds pause_after_reject = std::chrono::milliseconds(20));
+                    std::chrono::milliseconds pause_after_reject = std::chrono::milliseconds(20),
+                    const Fields& fields = {});
+
+// Paced load: `rate_per_port` GETs a second to each port, spread over `clients_per_port` keep-alive
+// clients that each send on their own schedule (a late answer delays only its client's next
+// request, which then goes at once), for `duration`.
+LoadResult paced_load(const std::vector<int>& ports, const std::string& target, double rate_per_port,
+                      int clients_per_port, std::chrono::milliseconds duration, const Fields& fields = {});
 
 // One answer of a BackgroundLoad: when its request went out and when the answer (or the error)
 // came, in steady_clock microseconds (CLOCK_MONOTONIC: the clock of the mock upstream's arrival

@@ -72,11 +72,33 @@ struct RawRow {
   std::optional<double> max_share;        // Tollgate extension: (0, 1] of the wait window per client key
   std::optional<std::string> adaptive;    // Tollgate extension: "on", "shadow" or "off" (default)
   std::optional<std::string> match_case;  // Tollgate extension: matchCase, "sensitive" or "insensitive"
+  std::optional<double> cost;             // Tollgate extension: permits a request takes from its bucket (1)
+  std::optional<double> channel_cost;     // Tollgate extension: channelCost, permits from its channel's bucket (cost)
+  std::optional<std::string> priority;    // Tollgate extension: the priority object as JSON text
   MatchCase default_case = MatchCase::sensitive;  // limits.match.case, set by the reader: matchCase when absent
   std::vector<RawQuota> quotas;           // its quota rows
   std::string origin;                     // where the row came from, for messages: "limits.rules[3]"
   std::vector<std::string> type_errors;   // "field: must be a number" found while reading
 };
+
+// Priority classes of a rule's bucket (docs/priority.md): `"priority": {"by", "classes",
+// "default", "reserve"}`. Classes are ordered highest first; class i may take a permit only while
+// the bucket keeps `keep[i]` of its burst (the reserves of the classes above i) after it.
+struct Priority {
+  enum class By : std::uint8_t { header, method };
+  By by = By::header;
+  std::string header;                // By::header: the field's name ("X-Tollgate-Priority")
+  std::vector<std::string> classes;  // highest first, 2 to 8
+  std::size_t default_class = 0;     // index into classes
+  std::vector<double> reserve;       // per class, as configured (0 where not given)
+  std::vector<double> keep;          // per class: the sum of the reserves of the classes above it
+  std::string text;                  // the object as JSON, for the admin API
+  // The class a value names (the header's value, or the request's method), else the default.
+  std::size_t class_of(std::string_view value) const;
+  bool operator==(const Priority&) const = default;
+};
+// The priority object in `text` (JSON), or nullopt with `field` ("priority.reserve") and `why` set.
+std::optional<Priority> parse_priority(const std::string& text, std::string& field, std::string& why);
 
 struct Rule {
   std::int64_t config_id = 0;
@@ -98,6 +120,9 @@ struct Rule {
   KeySpec share_key;
   std::int64_t max_held_per_client = 0;  // maxShare * rateLimit * cache, at least 1
   limiter::Adaptive adaptive = limiter::Adaptive::off;  // the bucket's rate follows upstream throttling
+  double cost = 1;            // permits a request takes from the rule's own bucket
+  double channel_cost = 1;    // permits it takes from its channel's bucket (default: cost)
+  std::optional<Priority> priority;  // classes sharing the bucket (none: first come, first served)
   std::vector<Quota> quotas;  // its enabled, valid quotas
   bool limits_anything() const { return has_bucket || !quotas.empty(); }
   limiter::Micros timeout_us() const { return static_cast<limiter::Micros>(cache_s * 1e6 + 0.5); }
@@ -144,6 +169,8 @@ inline constexpr double kDefaultCache = 0.5;
 inline constexpr double kMaxCache = 60.0;
 inline constexpr double kMaxRate = 1e6;  // a permit must cost at least one whole microsecond
 inline constexpr double kMaxBurst = 1e9;
+inline constexpr double kMaxCost = 1e6;
+inline constexpr std::size_t kMaxClasses = 8;
 
 // Names a quota after its rule's bucket: "<bucket>#q<quotaId>".
 void name_quota(Quota& q, const std::string& bucket);

@@ -69,11 +69,16 @@ void resync(BucketState& st, const Shape& s, Micros now);
 Micros stored_permits_to_wait_time(const Shape& s, double stored, double spend);
 
 // try_acquire as docs/design.md gives it. On rejection `st` is left unchanged.
+// `reserve` (priority classes, docs/priority.md): permits this request must leave in the bucket for
+// the classes above its own. It is decided as if it took permits + reserve (the slot where the
+// reserve would still be there after it), held until that slot, and charged only its `permits`.
+// 0 is today's decision exactly. Only for SmoothBursty shapes (config refuses warm-up with classes).
 Decision try_acquire(BucketState& st, const Shape& s, Mode mode, double permits, Micros timeout_us,
-                     Micros now);
+                     Micros now, double reserve = 0.0);
 
 // Two buckets decided together (an interface bucket and its channel bucket): granted only if both
-// grant, and then both are charged; otherwise neither changes. The wait is the later of the two
+// grant, and then both are charged; otherwise neither changes. Each takes its own permits (a
+// rule's cost and channelCost) and keeps its own reserve. The wait is the later of the two
 // slots; a rejection's retry_after is the larger of the rejecting buckets'. `bound` tells which
 // bucket decided the outcome: 0 the first, 1 the second.
 struct PairDecision {
@@ -82,8 +87,12 @@ struct PairDecision {
   Decision combined;
   int bound = 0;
 };
+struct PairAsk {
+  double permits_a = 1.0, permits_b = 1.0;
+  double reserve_a = 0.0, reserve_b = 0.0;
+};
 PairDecision try_acquire_pair(BucketState& a, const Shape& sa, BucketState& b, const Shape& sb, Mode mode,
-                              double permits, Micros timeout_us, Micros now);
+                              const PairAsk& ask, Micros timeout_us, Micros now);
 
 // A grant whose request reached no upstream (no endpoint could take it, nothing was sent): its
 // `permits` come back as stored permits, never above max_permits. Unlike refund() it does not

@@ -31,6 +31,7 @@ struct AccessRecord {
   std::string_view path;
   std::string_view bucket;  // "" when no rule applied
   std::string_view policy;  // the policy that bound a 429 ("" otherwise; not written then)
+  std::string_view klass;   // the request's priority class ("" none: not written), field "class"
   const char* outcome = "";
   double wait_ms = 0;
   int status = 0;           // what the client got (0: nothing, the connection closed)

@@ -77,6 +77,21 @@ struct AdaptiveSeries {
   prometheus::Counter& unconfirmed;       // throttles that cut nothing: one caller's among others' successes
 };
 
+// One priority class of a bucket (docs/priority.md): its requests by outcome, as
+// tollgate_priority_requests_total{bucket,class,outcome}. The outcomes a classed request can have
+// (forwarded, delayed, rejected, shadow_rejected, store_error) are made with the class; a request
+// the switch lets by (bypassed) or no rule governs (unmatched) has no class.
+struct ClassSeries {
+  std::array<prometheus::Counter*, kOutcomes> outcomes{};
+  void count(Outcome o) const {
+    if (prometheus::Counter* c = outcomes[static_cast<std::size_t>(o)]) c->Increment();
+  }
+  double total(Outcome o) const {
+    const prometheus::Counter* c = outcomes[static_cast<std::size_t>(o)];
+    return c ? c->Value() : 0.0;
+  }
+};
+
 // One bucket's series, shared by every worker.
 class BucketMetrics {
  public:
@@ -131,6 +146,11 @@ class BucketMetrics {
   }
   void note_event(AdaptiveEvent e);
   AdaptiveEvent last_event() const;
+  // A priority class's series (made on first use; class names come from the rules, so bounded).
+  // Callers keep the reference (RuleViews): a lookup takes a lock.
+  const ClassSeries& priority_class(std::string_view name);
+  // The classes seen so far, in name order, for readers (the admin API).
+  void each_class(const std::function<void(const std::string&, const ClassSeries&)>& fn) const;
 
  private:
   // /metrics lists only the outcomes a bucket saw: an outcome's series is made by its first count.
@@ -147,6 +167,8 @@ class BucketMetrics {
   std::unique_ptr<AdaptiveSeries> adaptive_owned_;
   mutable std::mutex event_mu_;
   AdaptiveEvent event_;
+  mutable std::mutex class_mu_;
+  std::map<std::string, std::unique_ptr<ClassSeries>, std::less<>> classes_;
 };
 
 // One policy of a rule (its bucket, its channel's, a quota "<bucket>#q<id>", its maxShare

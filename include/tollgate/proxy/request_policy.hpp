@@ -50,6 +50,7 @@ struct RequestFacts {
   std::int64_t held = 0;        // requests waiting for their slot now, in the whole gateway
   const Budget* budget = nullptr;  // the caller's time budget, if it sent one (proxy/deadline)
   std::int64_t now_us = 0;         // steady clock, for the interface's latency estimate
+  std::string_view method = {};    // the request's method, for priority classes by method
 };
 
 enum class Step : std::uint8_t {
@@ -79,7 +80,13 @@ struct Plan {
   std::int64_t latency_us = 0;           // the interface's upstream latency estimate (with a budget)
   bool deadline_bound = false;           // the budget shortened the wait the rule allows
   bool probe = false;                    // the latency estimate would refuse it: it goes as a probe
+  // Priority classes: the request's class in the rule that has them (its own, else its channel's).
+  const config::Priority* priority = nullptr;  // null: neither rule has classes
+  std::size_t priority_class = 0;              // index into priority->classes
 };
+// A request's class in `p`: by its method, or by the class header when a trusted proxy sent it
+// (from anyone else, and when it names no class, the default class).
+std::size_t priority_class_of(const config::Priority& p, const RequestFacts& facts, const PolicySettings& settings);
 
 // `rules` may be null (no rules loaded yet). The requests held on a rule's bucket are read from its
 // series (RuleViews::metrics_of).

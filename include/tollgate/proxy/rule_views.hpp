@@ -21,6 +21,7 @@ struct RuleView {
   mutable BucketMetrics* metrics = nullptr;  // the rule's bucket
   mutable std::vector<PolicyMetrics*> quotas;  // by quota index: the rule's quotas, then its channel's
   mutable PolicyMetrics* bound[3] = {};      // by store::Bound: bucket, parent, share
+  mutable std::vector<const ClassSeries*> classes;  // by priority class index (the rule's or its channel's)
 };
 
 class RuleViews {
@@ -39,6 +40,9 @@ class RuleViews {
   // The series of the rule's quota `i` (quota_at), and of the policy that bound a decision.
   // `channel` is the rule's channel in this snapshot (or null).
   PolicyMetrics& quota_metrics(const config::Rule& rule, const config::Rule* channel, std::size_t i) const;
+  // The series of the plan's priority class (plan.priority set): on the bucket whose classes they are.
+  const ClassSeries& class_metrics(const config::Rule& rule, const config::Rule* channel, const config::Priority& p,
+                                   std::size_t index) const;
   PolicyMetrics& bound_metrics(const config::Rule& rule, const config::Rule* channel,
                                const store::StoreDecision& sd) const;
 

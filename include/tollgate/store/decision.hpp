@@ -43,7 +43,7 @@ struct AcquireRequest {
   BucketRef bucket;
   std::optional<BucketRef> parent;  // a channel bucket decided together with `bucket`, all-or-nothing
   std::string_view hash_tag;        // Redis: keys of one request share this tag ("" = the bucket's name)
-  double permits = 1.0;
+  double permits = 1.0;              // taken from `bucket` (a rule's cost)
   Micros timeout_us = 0;
   bool use_bucket = true;           // false: the rule has quotas only (parent, if any, still applies)
   bool per_client_bucket = false;   // bucket.name is a client key ("c:<configId>:<client>"): evictable
@@ -62,6 +62,13 @@ struct AcquireRequest {
   // again after a pause voided its slot).
   double admitted = 0;
   bool again = false;
+  // (Last, so that the fields above keep their places in positional initialisers.)
+  double parent_permits = 1.0;       // taken from `parent` (the rule's channelCost)
+  // Priority classes (docs/priority.md): the share of each bucket's burst this request must leave
+  // for the classes above its own (0: the highest class, or no classes). Shares, not permits, so
+  // that every store sizes them from the shape it decides with (an adapted or a rescaled one).
+  double reserve_share = 0.0;
+  double parent_reserve_share = 0.0;
 };
 
 // Which check decided a combined outcome (the binding one: the rejection furthest from passing).

@@ -5,10 +5,12 @@
 --   cat adaptive_lib.lua acquire.lua > /tmp/acquire.lua
 --
 -- KEYS: [bucket] [parent] quota1..quotaN [share]  (which are present: ARGV[5..8])
--- ARGV[1] permits, ARGV[2] timeout_us, ARGV[3] mode (0 pay_now, 1 pay_later),
+-- ARGV[1] permits (of the bucket: the rule's cost), ARGV[2] timeout_us, ARGV[3] mode (0 pay_now, 1 pay_later),
 -- ARGV[4] now_us ('' = Redis TIME: the only clock in production; a value only for replays/tests),
 -- ARGV[5] has bucket (0/1), ARGV[6] has parent (0/1), ARGV[7] number of quotas, ARGV[8] max held (0: no share),
 -- ARGV[9] adaptive (0 off, 1 on, 2 shadow: then KEYS has the bucket's adaptive hash right after the bucket),
+-- ARGV[10] the parent's permits (channelCost), ARGV[11] and ARGV[12] the shares of the bucket's and
+-- the parent's burst the request leaves for classes above its own (priority classes; 0: none),
 -- then 7 numbers per present bucket: interval, max_permits, cool_down, warm (0/1), threshold, cold_interval, slope,
 -- and after the bucket's, when adaptive, its configured rate, burst ('' unset), the request's caller id,
 -- the supplier's admissions this gateway reports, and 1 when the request asks again (not a new arrival),
@@ -22,13 +24,13 @@
 -- Examples (add -h/-p; "dbg:" is a scratch key prefix, the gateway's keys are
 -- <key_prefix>{<bucket>}..., see include/tollgate/store/key_schema.hpp). One permit, waiting up to
 -- 250 ms, from a bucket of 10/s with a burst of 10 (interval 100000 us, max 10, cool_down 100000):
---   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' , 1 250000 0 '' 1 0 0 0 0 100000 10 100000 0 0 0 0
+--   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' , 1 250000 0 '' 1 0 0 0 0 1 0 0 100000 10 100000 0 0 0 0
 -- The same bucket adaptive (on), its configured rate 10 and no burst, with its adaptive hash:
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , \
---     1 250000 0 '' 1 0 0 0 1 100000 10 100000 0 0 0 0 10 '' 7 0 0
+--     1 250000 0 '' 1 0 0 0 1 1 0 0 100000 10 100000 0 0 0 0 10 '' 7 0 0
 -- The same bucket with a fixed window quota of 100 a minute:
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}q:7:' , \
---     1 250000 0 '' 1 0 1 0 0 100000 10 100000 0 0 0 0 60000000 100 0
+--     1 250000 0 '' 1 0 1 0 0 1 0 0 100000 10 100000 0 0 0 0 60000000 100 0
 --
 -- The bucket arithmetic is src/limiter/token_bucket.cpp's, the same operations in the same order,
 -- and the quotas' src/limiter/window.cpp's, so that both stores compute the same doubles and
@@ -67,6 +69,7 @@ local pay_later = ARGV[3] == '1'
 local has_a, has_b = ARGV[5] == '1', ARGV[6] == '1'
 local nq, max_held = tonumber(ARGV[7]), tonumber(ARGV[8])
 local adaptive = tonumber(ARGV[9])
+local permits_b, share_a, share_b = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 
 local function shape(base)
   return {interval = tonumber(ARGV[base]), max = tonumber(ARGV[base + 1]), cool = tonumber(ARGV[base + 2]),
@@ -118,7 +121,8 @@ local function stored_cost(sh, stored, spend)
 end
 
 -- Decides on a copy: {granted, wait, retry, remaining, next, stored, cost, spent, synced}
-local function decide(st0, sh)
+-- `reserve`: the permits left for classes above the request's (limiter::try_acquire's).
+local function decide(st0, sh, permits, reserve)
   local st = {stored = st0.stored, next = st0.next}
   resync(st, sh.max, sh.cool)
   local spend = math.min(permits, st.stored)
@@ -127,6 +131,13 @@ local function decide(st0, sh)
   local release = sat_add(st.next, cost)
   local ready = release
   if pay_later then ready = st.next end
+  if reserve > 0 then
+    local needed = permits + reserve
+    local vspend = math.min(needed, st.stored)
+    local vfresh = needed - vspend
+    if pay_later then ready = sat_add(st.next, trunc(math.max(0, reserve - st.stored) * sh.interval))
+    else ready = sat_add(st.next, trunc(vfresh * sh.interval)) end
+  end
   local wait = math.max(0, ready - now)
   if wait > timeout then
     return {granted = false, wait = 0, retry = ready - timeout - now, remaining = st.stored, next = st0.next,
@@ -185,7 +196,7 @@ local function wcheck(st, q, n)
 end
 
 local function num(i) return tonumber(ARGV[i]) end
-local ki, base = 1, 10
+local ki, base = 1, 13
 local ka, kb, sa, sb
 if has_a then ka, sa, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
 -- Adaptive: the arrival counts as demand, and with `on` the bucket decides at the effective rate
@@ -216,8 +227,8 @@ local a0, b0, a, b
 local bd = {granted = true, wait = 0, retry = 0, remaining = 0}
 local bound, bound_quota, mx = 0, 0, 0
 local r1, r2 = {0, 0, 0}, {0, 0, 0}
-if has_a then a0 = load(ka, sa); a = decide(a0, sa) end
-if has_b then b0 = load(kb, sb); b = decide(b0, sb) end
+if has_a then a0 = load(ka, sa); a = decide(a0, sa, permits, share_a * sa.max) end
+if has_b then b0 = load(kb, sb); b = decide(b0, sb, permits_b, share_b * sb.max) end
 if a and b then
   if a.granted and b.granted then
     bd = {granted = true, wait = a.wait, retry = 0, remaining = math.min(a.remaining, b.remaining)}
@@ -245,7 +256,7 @@ local all = bd.granted
 local retry = bd.retry
 if not bd.granted then retry = bd.retry else retry = 0 end
 
-local n = math.ceil(permits)
+local n = 1 -- a quota counts requests, whatever their cost
 local quotas, qout = {}, {}
 for i = 1, nq do
   local q = {period = num(base), limit = num(base + 1), sliding = ARGV[base + 2] == '1', algo = ARGV[base + 2]}

@@ -412,5 +412,79 @@ TEST_F(RequestPolicy, ShadowNamesABindingQuotaAsAPolicy) {
   EXPECT_EQ(v.shadow_header, "would-reject; policy=\"/search#q31\"; retry-after-ms=40");
 }
 
+// ---- priority classes and cost -----------------------------------------------------------------
+
+config::RawRow classed(std::int64_t id, std::string url, std::string by) {
+  config::RawRow r = row(id, std::move(url), 50);
+  r.priority = R"({"by": ")" + by + R"(", "classes": ["book", "look"], "default": "look", "reserve": {"book": 0.3}})";
+  return r;
+}
+
+TEST_F(RequestPolicy, TheClassHeaderCountsOnlyFromATrustedProxy) {
+  ASSERT_FALSE(trusted.add("10.1.0.0/16"));
+  snap = snapshot({classed(1, "/air", "header:X-Tollgate-Priority")});
+  headers.fields.emplace("X-Tollgate-Priority", " book ");
+  Plan from_proxy;
+  plan("/air", from_proxy, SwitchMode::enforce, "10.1.2.3");
+  ASSERT_EQ(from_proxy.step, Step::decide);
+  ASSERT_NE(from_proxy.priority, nullptr);
+  EXPECT_EQ(from_proxy.priority_class, 0u);
+  EXPECT_EQ(from_proxy.request.reserve_share, 0.0);  // the highest class keeps nothing back
+  // A caller that promotes itself gets the default class, and the reserve is kept from it.
+  Plan direct;
+  plan("/air", direct, SwitchMode::enforce, "192.0.2.9");
+  EXPECT_EQ(direct.priority_class, 1u);
+  EXPECT_DOUBLE_EQ(direct.request.reserve_share, 0.3);
+  // A trusted proxy that names no class, or an unknown one: the default.
+  headers.fields.clear();
+  headers.fields.emplace("X-Tollgate-Priority", "vip");
+  Plan unknown;
+  plan("/air", unknown, SwitchMode::enforce, "10.1.2.3");
+  EXPECT_EQ(unknown.priority_class, 1u);
+}
+
+TEST_F(RequestPolicy, TheClassByMethodNeedsNoTrust) {
+  config::RawRow r = row(1, "/air", 50);
+  r.priority = R"({"by": "method", "classes": ["POST", "GET"], "default": "GET", "reserve": {"POST": 0.25}})";
+  snap = snapshot({r});
+  Plan post, get;
+  const RequestFacts p_facts{"/air", "192.0.2.9", headers, 0, nullptr, 0, "POST"};
+  const RequestFacts g_facts{"/air", "192.0.2.9", headers, 0, nullptr, 0, "GET"};
+  views = std::make_shared<const RuleViews>(snap, metrics);
+  plan_request(p_facts, views.get(), SwitchMode::enforce, settings, post);
+  plan_request(g_facts, views.get(), SwitchMode::enforce, settings, get);
+  EXPECT_EQ(post.priority_class, 0u);
+  EXPECT_EQ(post.request.reserve_share, 0.0);
+  EXPECT_EQ(get.priority_class, 1u);
+  EXPECT_DOUBLE_EQ(get.request.reserve_share, 0.25);
+}
+
+TEST_F(RequestPolicy, CostAndChannelCostGoToTheStore) {
+  config::RawRow channel;
+  channel.config_id = 9;
+  channel.channel_type = "IBE";
+  channel.scope = "channel";
+  channel.rate_limit = 10;
+  channel.status = 1;
+  channel.priority = R"({"by": "method", "classes": ["POST", "GET"], "default": "GET", "reserve": {"POST": 0.5}})";
+  config::RawRow heavy = row(1, "/fare", 10);
+  heavy.cost = 5;
+  config::RawRow light = row(2, "/look", 10);
+  light.channel_cost = 3;
+  snap = snapshot({channel, heavy, light});
+  Plan a, b;
+  plan("/fare", a);
+  plan("/look", b);
+  EXPECT_EQ(a.request.permits, 5.0);
+  EXPECT_EQ(a.request.parent_permits, 5.0);
+  EXPECT_EQ(b.request.permits, 1.0);
+  EXPECT_EQ(b.request.parent_permits, 3.0);
+  // The channel's classes: a request without a method is the default class there.
+  ASSERT_NE(a.priority, nullptr);
+  EXPECT_EQ(a.priority_class, 1u);
+  EXPECT_EQ(a.request.reserve_share, 0.0);
+  EXPECT_DOUBLE_EQ(a.request.parent_reserve_share, 0.5);
+}
+
 }  // namespace
 }  // namespace tollgate::proxy

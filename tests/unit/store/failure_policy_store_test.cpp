@@ -167,6 +167,24 @@ TEST(FailurePolicyStore, LocalShareDividesBucketsParentsAndQuotas) {
   EXPECT_EQ(s.parent->name, "channel:IBE+");
 }
 
+TEST(FailurePolicyStore, LocalShareCapsACostItsShareCouldNeverGive) {
+  AcquireRequest req = bucket(10);  // burst 10, 10/s
+  req.timeout_us = 500'000;
+  req.permits = 12;  // fits the whole bucket within the window (10 + 5)
+  BucketParams channel;
+  channel.rate = 40;
+  req.parent = BucketRef{"channel:IBE+", channel};
+  req.parent_permits = 20;
+  const AcquireRequest s = local_share(req, 4);
+  EXPECT_DOUBLE_EQ(s.permits, 3);          // a quarter: 2.5 stored + 1.25 in 0.5 s
+  EXPECT_DOUBLE_EQ(s.parent_permits, 15);  // 10 stored + 5 in 0.5 s
+  req.permits = 2;
+  req.parent_permits = 4;
+  const AcquireRequest t = local_share(req, 4);
+  EXPECT_DOUBLE_EQ(t.permits, 2);  // what fits is left as it is
+  EXPECT_DOUBLE_EQ(t.parent_permits, 4);
+}
+
 TEST(FailurePolicyStore, LocalWithoutAFallbackStoreFailsOpen) {
   auto shared = std::make_unique<FakeShared>();
   shared->up = false;

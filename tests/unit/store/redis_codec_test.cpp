@@ -35,7 +35,7 @@ constexpr const char* kNever = "9007199254740992";  // the scripts' 2^53
 TEST(RedisCodec, AcquireCallOfABucketAlone) {
   AcquireRequest req{{"/a", rate(4)}, {}, {}, 1.5, 250'000};
   const Args a = acquire_call(req, "p:", "");
-  ASSERT_EQ(a.size(), 1u + 1 + 9 + 7);
+  ASSERT_EQ(a.size(), 1u + 1 + 12 + 7);
   EXPECT_EQ(a[0], "1");                 // numkeys
   EXPECT_EQ(a[1], "p:{/a}");            // the bucket, tagged with its own name
   EXPECT_EQ(as_double(a[2]), 1.5);      // ARGV[1] permits
@@ -47,13 +47,16 @@ TEST(RedisCodec, AcquireCallOfABucketAlone) {
   EXPECT_EQ(a[8], "0");                 // ARGV[7] no quotas
   EXPECT_EQ(a[9], "0");                 // ARGV[8] no share
   EXPECT_EQ(a[10], "0");                // ARGV[9] not adaptive
-  EXPECT_EQ(as_double(a[11]), 250'000);  // interval_us
-  EXPECT_EQ(as_double(a[12]), 4);        // max_permits
-  EXPECT_EQ(as_double(a[13]), 250'000);  // cool_down_us
-  EXPECT_EQ(a[14], "0");                 // not warm
-  EXPECT_EQ(as_double(a[15]), 0);        // threshold
-  EXPECT_EQ(as_double(a[16]), 0);        // cold interval
-  EXPECT_EQ(as_double(a[17]), 0);        // slope
+  EXPECT_EQ(as_double(a[11]), 1);       // ARGV[10] the parent's permits (none here)
+  EXPECT_EQ(as_double(a[12]), 0);       // ARGV[11] no reserve: no classes
+  EXPECT_EQ(as_double(a[13]), 0);       // ARGV[12] nor in the parent
+  EXPECT_EQ(as_double(a[14]), 250'000);  // interval_us
+  EXPECT_EQ(as_double(a[15]), 4);        // max_permits
+  EXPECT_EQ(as_double(a[16]), 250'000);  // cool_down_us
+  EXPECT_EQ(a[17], "0");                 // not warm
+  EXPECT_EQ(as_double(a[18]), 0);        // threshold
+  EXPECT_EQ(as_double(a[19]), 0);        // cold interval
+  EXPECT_EQ(as_double(a[20]), 0);        // slope
 }
 
 TEST(RedisCodec, AcquireCallOfEverything) {
@@ -63,8 +66,11 @@ TEST(RedisCodec, AcquireCallOfEverything) {
   req.quotas.push_back({"q:1:10.0.0.1", {1'000'000, 6, limiter::WindowAlgorithm::fixed}, false});
   req.quotas.push_back({"q:2:", {3'000'000, 12, limiter::WindowAlgorithm::sliding}, true});
   req.share = ShareRef{"s:5:10.0.0.1", 0};  // at least 1 is sent
+  req.parent_permits = 3;
+  req.reserve_share = 0.25;
+  req.parent_reserve_share = 0.5;
   const Args a = acquire_call(req, "t:", "1700000000000000");
-  ASSERT_EQ(a.size(), 1u + 5 + 9 + 14 + 6);
+  ASSERT_EQ(a.size(), 1u + 5 + 12 + 14 + 6);
   EXPECT_EQ(a[0], "5");
   EXPECT_EQ(a[1], "t:{X}c:5:10.0.0.1");
   EXPECT_EQ(a[2], "t:{X}channel:X");
@@ -78,23 +84,26 @@ TEST(RedisCodec, AcquireCallOfEverything) {
   EXPECT_EQ(a[12], "2");                 // quotas
   EXPECT_EQ(a[13], "1");                 // max held
   EXPECT_EQ(a[14], "0");                 // not adaptive
+  EXPECT_EQ(as_double(a[15]), 3);        // channelCost
+  EXPECT_EQ(as_double(a[16]), 0.25);     // the share kept for classes above, in the bucket
+  EXPECT_EQ(as_double(a[17]), 0.5);      // ... and in the channel's
   const limiter::Shape w = limiter::shape_of(p);
-  EXPECT_EQ(as_double(a[15]), w.interval_us);
-  EXPECT_EQ(as_double(a[16]), w.max_permits);  // %.17g: the same double back
-  EXPECT_EQ(as_double(a[17]), w.cool_down_us);
-  EXPECT_EQ(a[18], "1");
-  EXPECT_EQ(as_double(a[19]), w.threshold);
-  EXPECT_EQ(as_double(a[20]), w.cold_interval_us);
-  EXPECT_EQ(as_double(a[21]), w.slope);
-  EXPECT_EQ(as_double(a[22]), 125'000);  // the channel's interval
-  EXPECT_EQ(as_double(a[23]), 8);
-  EXPECT_EQ(a[25], "0");
-  EXPECT_EQ(a[29], "1000000");  // quota 1: period, limit, fixed
-  EXPECT_EQ(a[30], "6");
-  EXPECT_EQ(a[31], "0");
-  EXPECT_EQ(a[32], "3000000");  // quota 2: sliding
-  EXPECT_EQ(a[33], "12");
-  EXPECT_EQ(a[34], "1");
+  EXPECT_EQ(as_double(a[18]), w.interval_us);
+  EXPECT_EQ(as_double(a[19]), w.max_permits);  // %.17g: the same double back
+  EXPECT_EQ(as_double(a[20]), w.cool_down_us);
+  EXPECT_EQ(a[21], "1");
+  EXPECT_EQ(as_double(a[22]), w.threshold);
+  EXPECT_EQ(as_double(a[23]), w.cold_interval_us);
+  EXPECT_EQ(as_double(a[24]), w.slope);
+  EXPECT_EQ(as_double(a[25]), 125'000);  // the channel's interval
+  EXPECT_EQ(as_double(a[26]), 8);
+  EXPECT_EQ(a[28], "0");
+  EXPECT_EQ(a[32], "1000000");  // quota 1: period, limit, fixed
+  EXPECT_EQ(a[33], "6");
+  EXPECT_EQ(a[34], "0");
+  EXPECT_EQ(a[35], "3000000");  // quota 2: sliding
+  EXPECT_EQ(a[36], "12");
+  EXPECT_EQ(a[37], "1");
 }
 
 TEST(RedisCodec, AcquireCallOfQuotasOnly) {
@@ -102,12 +111,12 @@ TEST(RedisCodec, AcquireCallOfQuotasOnly) {
   req.use_bucket = false;
   req.quotas.push_back({"q:1:a", {60'000'000, 5, limiter::WindowAlgorithm::fixed}, false});
   const Args a = acquire_call(req, "t:", "");
-  ASSERT_EQ(a.size(), 1u + 1 + 9 + 3);
+  ASSERT_EQ(a.size(), 1u + 1 + 12 + 3);
   EXPECT_EQ(a[0], "1");
   EXPECT_EQ(a[1], "t:{/q}q:1:a");
   EXPECT_EQ(a[6], "0");  // no bucket: no shape sent
   EXPECT_EQ(a[8], "1");
-  EXPECT_EQ(a[11], "60000000");
+  EXPECT_EQ(a[14], "60000000");
 }
 
 // An adaptive bucket's call names its adapted-rate hash right after the bucket and sends
@@ -118,25 +127,25 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   req.adaptive = limiter::Adaptive::shadow;
   req.caller = 4503599627370497;  // 2^52 + 1: sent whole
   Args a = acquire_call(req, "p:", "");
-  ASSERT_EQ(a.size(), 1u + 2 + 9 + 7 + 5);
+  ASSERT_EQ(a.size(), 1u + 2 + 12 + 7 + 5);
   EXPECT_EQ(a[0], "2");
   EXPECT_EQ(a[1], "p:{/a}");
   EXPECT_EQ(a[2], "p:{/a}r:/a");
   EXPECT_EQ(a[11], "2");                // shadow
-  EXPECT_EQ(as_double(a[19]), 4);       // the configured rate
-  EXPECT_EQ(a[20], "");                 // no explicit burst
-  EXPECT_EQ(a[21], "4503599627370497");  // the caller
-  EXPECT_EQ(as_double(a[22]), 0);         // no admissions to report
-  EXPECT_EQ(a[23], "0");                  // a new arrival
+  EXPECT_EQ(as_double(a[22]), 4);       // the configured rate
+  EXPECT_EQ(a[23], "");                 // no explicit burst
+  EXPECT_EQ(a[24], "4503599627370497");  // the caller
+  EXPECT_EQ(as_double(a[25]), 0);         // no admissions to report
+  EXPECT_EQ(a[26], "0");                  // a new arrival
   req.adaptive = limiter::Adaptive::on;
   req.bucket.params.burst = 6;
   req.admitted = 3;
   req.again = true;
   a = acquire_call(req, "p:", "");
   EXPECT_EQ(a[11], "1");
-  EXPECT_EQ(as_double(a[22]), 3);
-  EXPECT_EQ(a[23], "1");
-  EXPECT_EQ(as_double(a[20]), 6);
+  EXPECT_EQ(as_double(a[25]), 3);
+  EXPECT_EQ(a[26], "1");
+  EXPECT_EQ(as_double(a[23]), 6);
   EXPECT_FALSE(lean_request(req));  // adaptive buckets take the general script
 
   std::vector<std::string> reply{"1", "0", "0", "3", "4", "0", "0", "5", "0", "1", "0", "0", "0", "2.5", "120000", "700000"};
@@ -288,6 +297,12 @@ TEST(RedisCodec, LeanCoversOneBucketAndNothingElse) {
   AcquireRequest keyed = req;
   keyed.per_client_bucket = true;  // another key, the same script
   EXPECT_TRUE(lean_request(keyed));
+  AcquireRequest costly = req;
+  costly.permits = 5;  // a cost is a number of permits the lean script takes as it is
+  EXPECT_TRUE(lean_request(costly));
+  AcquireRequest classed = req;
+  classed.reserve_share = 0.3;  // a lower priority class takes the general script
+  EXPECT_FALSE(lean_request(classed));
   AcquireRequest parent = req;
   parent.parent = BucketRef{"channel:X", rate(8)};
   EXPECT_FALSE(lean_request(parent));
