@@ -17,6 +17,8 @@
 #   N0 nginx proxy, no limit            N1 nginx proxy + limit_req that never binds
 #   T0 Tollgate, no matching rule       T1 Tollgate, never-binding rule, in-process store
 #   T1R Tollgate, a rule that refuses all but the first request (429s), in-process store
+#   T1P T1 with priority classes on the rule (the request is the lower class, keeping 30% back)
+#   T1M T1 with an srTCM meter in place of the bucket (never red)
 #   T2 Tollgate, never-binding rule, Redis store (gateway under callgrind, Redis not)
 #   T2C1 T2 with one client (no decisions to coalesce)
 #   T2B  T2 over 100 never-binding rules, requests spread round-robin (bench/keepalive_load.py)
@@ -381,7 +383,9 @@ tollgate_conf() { # PORT STORE [many]
              "decision_timeout_ms": 10000, "connect_timeout_ms": 10000,
              "failure_policy": "fail_closed", "heartbeat_ms": 60000},
    "rules": [{"configId": 1, "interfaceUrl": "/nobind", "rateLimit": 1000000, "cache": 0, "status": 1}$([[ ${3:-} == many ]] && many_rules)$(
-     [[ ${REFUSED:-} == 1 ]] && echo ', {"configId": 100000, "interfaceUrl": "/refuse", "rateLimit": 0.001, "cache": 0, "status": 1}')]}}
+     [[ ${REFUSED:-} == 1 ]] && echo ', {"configId": 100000, "interfaceUrl": "/refuse", "rateLimit": 0.001, "cache": 0, "status": 1}')$(
+     [[ ${CLASSED:-} == 1 ]] && echo ', {"configId": 100001, "interfaceUrl": "/classed", "rateLimit": 1000000, "cache": 0, "status": 1, "priority": {"by": "header:X-Tollgate-Priority", "classes": ["book", "look"], "default": "look", "reserve": {"book": 0.3}}}')$(
+     [[ ${METERED:-} == 1 ]] && echo ', {"configId": 100002, "interfaceUrl": "/metered", "status": 1, "cache": 0, "algorithm": "srtcm", "cir": 1000000, "cbs": 1000000000, "ebs": 1000000000}')]}}
 JSON
 }
 redis_cli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
@@ -591,6 +595,8 @@ for c in $CASES; do
       T0) run_tollgate T0 local /ibe/shopping/search "$n" ;;
       T1) run_tollgate T1 local /ibe/nobind "$n" ;;
       T1R) REFUSED=1 run_tollgate T1R local /ibe/refuse "$n" ;;
+      T1P) CLASSED=1 run_tollgate T1P local /ibe/classed "$n" ;;
+      T1M) METERED=1 run_tollgate T1M local /ibe/metered "$n" ;;
       T1s) TLS_UP=$UPS run_tollgate T1s local /ibe/nobind "$n" ;;
       T1sN) TLS_UP=$UPSN run_tollgate T1sN local /ibe/nobind "$n" ;;
       N1s) run_nginx N1s 1 "$n" "$UPS" ;;
@@ -626,7 +632,7 @@ for c in $CASES; do
         else echo "instructions: no $TOLLGATE_SIM: RS and RL skipped"; fi
         run_redis_bench RM "$n"
         run_redis_bench RP "$n" ;;
-      *) fail "unknown case $c (N0 N1 T0 T1 T1R T2 T2C1 T2B R0 R1 K T1s N1s T1sN N1sN N1s3 N1sN3)" ;;
+      *) fail "unknown case $c (N0 N1 T0 T1 T1R T1P T1M T2 T2C1 T2B R0 R1 K T1s N1s T1sN N1sN N1s3 N1sN3)" ;;
     esac
   done
 done

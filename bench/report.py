@@ -73,6 +73,8 @@ IR_CASES = {
     "T0": "Tollgate, no rule matches",
     "T1": "Tollgate, a never-binding rule, in-process store",
     "T1R": "Tollgate, a rule that refuses every request but the first: per 429",
+    "T1P": "T1 with priority classes (the request a lower class, 30% of the burst kept back)",
+    "T1M": "T1 with an srTCM meter in place of the bucket (never red)",
     "T2": "Tollgate, a never-binding rule, Redis store, 8 clients on one bucket (the gateway only)",
     "T2C1": "T2 with one client (nothing to coalesce)",
     "T2B": "T2 over 100 never-binding rules, requests spread round-robin",
@@ -119,7 +121,7 @@ def instructions(d, F):
                   f"{100 * (max(vals) - min(vals)) / min(vals):.2f}%", "%")
     ratio = lambda a, b: F.add(f"ratio.{a}_{b}", F.v(f"ir.{a}") / F.v(f"ir.{b}"),
                                f"{F.v(f'ir.{a}') / F.v(f'ir.{b}'):.2f}") if f"ir.{a}" in F and f"ir.{b}" in F else None
-    for a, b in (("T1", "N1"), ("T0", "N0"), ("T2", "T1"), ("T2", "N1"), ("T1R", "T1"), ("T2K", "T2B"), ("RKB", "RK1"),
+    for a, b in (("T1", "N1"), ("T0", "N0"), ("T2", "T1"), ("T2", "N1"), ("T1R", "T1"), ("T1P", "T1"), ("T1M", "T1"), ("T2K", "T2B"), ("RKB", "RK1"),
                  ("T1s", "N1s"), ("T1s", "N1s3"), ("T1sN", "N1sN"), ("T1sN", "N1sN3"), ("RL", "RM"), ("RT1", "RM"),
                  ("RA", "RS"), ("RT", "RM")):
         ratio(a, b)
@@ -297,6 +299,11 @@ def targets(F):
         lambda: abs(F.v("wall.T3.admitted") / (1000 + 200 / 5) - 1) <= 0.01 and F.v("wall.T3.errors") == 0)
     row("instructions per request: T1 ≤ N1", ["ir.T1", "ir.N1"], lambda: f"{F.t('ir.T1')} against {F.t('ir.N1')} ({F.t('ratio.T1_N1')})",
         lambda: F.v("ir.T1") <= F.v("ir.N1"), lambda: f"{F.v('ir.N1') - F.v('ir.T1'):,.0f} to spare")
+    for case, what in (("T1P", "priority classes"), ("T1M", "a meter")):
+        row(f"a decision with {what} within 10% of today's rule step ({case} ≤ 1.1 × T1)", [f"ir.{case}", "ir.T1"],
+            lambda case=case: f"{F.t(f'ir.{case}')} against {F.t('ir.T1')} ({F.t(f'ratio.{case}_T1')})",
+            lambda case=case: F.v(f"ir.{case}") <= 1.1 * F.v("ir.T1"),
+            lambda case=case: f"{1.1 * F.v('ir.T1') - F.v(f'ir.{case}'):,.0f} to spare")
     row("instructions per request: T0 ≤ N0", ["ir.T0", "ir.N0"], lambda: f"{F.t('ir.T0')} against {F.t('ir.N0')} ({F.t('ratio.T0_N0')})",
         lambda: F.v("ir.T0") <= F.v("ir.N0"), lambda: f"{F.v('ir.N0') - F.v('ir.T0'):,.0f} to spare")
     row("a never-binding rule's own cost (T1 - T0) ≤ nginx's limiter's (N1 - N0)", ["diff.T1_T0", "diff.N1_N0"],

@@ -23,6 +23,13 @@ CREATE TABLE IF NOT EXISTS t_ratelimite_conf (
   cost           INT          DEFAULT NULL COMMENT 'NULL: 1; permits one request takes from its own bucket',
   channelCost    INT          DEFAULT NULL COMMENT 'NULL: cost; permits one request takes from its channel''s bucket',
   priority       VARCHAR(1024) DEFAULT NULL COMMENT 'NULL: none; priority classes as JSON {"by","classes","default","reserve"}',
+  algorithm      VARCHAR(8)   DEFAULT NULL COMMENT 'NULL/bucket: the token bucket; srtcm (RFC 2697) or trtcm (RFC 2698): a three-colour meter',
+  cir            DOUBLE       DEFAULT NULL COMMENT 'meter: committed rate, permits per second',
+  cbs            DOUBLE       DEFAULT NULL COMMENT 'meter: committed burst, permits',
+  ebs            DOUBLE       DEFAULT NULL COMMENT 'srtcm: excess burst, permits',
+  pir            DOUBLE       DEFAULT NULL COMMENT 'trtcm: peak rate, permits per second',
+  pbs            DOUBLE       DEFAULT NULL COMMENT 'trtcm: peak burst, permits',
+  yellow         VARCHAR(8)   DEFAULT NULL COMMENT 'meter: NULL/forward (marked X-Tollgate-Color: yellow) or wait (held for a green)',
   PRIMARY KEY (configId)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 

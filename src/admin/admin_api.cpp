@@ -414,6 +414,19 @@ SimpleResponse AdminApi::post_reload() {
   return ok_json(out);
 }
 
+namespace {
+// A meter rule's algorithm and numbers, as its row gives them.
+json meter_json(const config::Meter& m) {
+  json j = {{"algorithm", m.algorithm()}, {"yellow", m.wait_green ? "wait" : "forward"}};
+  if (m.two_rate) {
+    j.update({{"cir", m.tr.cir}, {"cbs", m.tr.cbs}, {"pir", m.tr.pir}, {"pbs", m.tr.pbs}});
+  } else {
+    j.update({{"cir", m.sr.cir}, {"cbs", m.sr.cbs}, {"ebs", m.sr.ebs}});
+  }
+  return j;
+}
+}  // namespace
+
 SimpleResponse AdminApi::get_rules() const {
   auto snap = deps_.snapshots.get();
   if (!snap) return error(503, "no_config", "no configuration has been loaded");
@@ -425,6 +438,9 @@ SimpleResponse AdminApi::get_rules() const {
       j["rateLimit"] = r.rate_limit;
       j["cache"] = r.cache_s;
       j["burst"] = limiter::shape_of(r.params).max_permits;
+    } else if (r.meter) {
+      j["rateLimit"] = nullptr;  // a meter: its rates are under "meter"
+      j["cache"] = r.cache_s;    // the window a "yellow": "wait" request may be held
     } else {
       j["rateLimit"] = nullptr;  // quotas only
     }
@@ -445,7 +461,8 @@ SimpleResponse AdminApi::get_rules() const {
     if (const std::string policies = proxy::request_policies(r, r.enabled ? snap->channel_of(r) : nullptr); !policies.empty())
       j["policies"] = policies;
     if (r.params.warmup_us > 0) j["warmupSeconds"] = static_cast<double>(r.params.warmup_us) / 1e6;
-    if (!r.channel && r.has_bucket) j["cost"] = r.cost;
+    if (!r.channel && (r.has_bucket || r.meter)) j["cost"] = r.cost;
+    if (r.meter) j["meter"] = meter_json(*r.meter);
     if (!r.channel && !r.channel_type.empty()) j["channelCost"] = r.channel_cost;
     if (r.priority) j["priority"] = json::parse(r.priority->text);
     j["scope"] = r.channel ? "channel" : "interface";
@@ -684,6 +701,9 @@ SimpleResponse AdminApi::get_overview(std::string_view query) const {
       if (r.has_bucket) {
         b["rateLimit"] = r.rate_limit;
         b["burst"] = limiter::shape_of(r.params).max_permits;
+      } else if (r.meter) {
+        b["rateLimit"] = r.rate_limit;  // its committed rate, as the console shows it
+        b["burst"] = r.meter->committed_burst();
       } else {
         b["rateLimit"] = nullptr;
         b["burst"] = nullptr;
@@ -699,6 +719,14 @@ SimpleResponse AdminApi::get_overview(std::string_view query) const {
       // Its upstream's response time (p90, last minute): what deadline admission reckons with.
       const auto p90 = deps_.metrics.bucket(r.bucket).upstream_latency.p90_us(limiter::steady_now_us());
       b["upstream_p90_ms"] = p90 ? json(static_cast<double>(*p90) / 1e3) : json(nullptr);
+      if (r.meter) {
+        json m = meter_json(*r.meter);
+        const proxy::BucketMetrics& bm = deps_.metrics.bucket(r.bucket);
+        m["requests"] = {{"green", bm.color_total(limiter::Color::green)},
+                         {"yellow", bm.color_total(limiter::Color::yellow)},
+                         {"red", bm.color_total(limiter::Color::red)}};
+        b["meter"] = std::move(m);
+      }
       if (r.priority) {
         // Its priority classes, highest first: their reserves and their requests by outcome.
         json classes = json::array();

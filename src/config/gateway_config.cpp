@@ -62,7 +62,7 @@ const std::vector<ObjectFields>& schema() {
       {"limits.rules[]",
        {"configId", "channelType", "interfaceNo", "interfaceUrl", "rateLimit", "cache", "status", "burst",
         "warmupSeconds", "scope", "mode", "lastModifyTime", "keyBy", "maxShare", "adaptive", "matchCase", "cost", "channelCost", "priority",
-        "quotas"}},
+        "algorithm", "cir", "cbs", "ebs", "pir", "pbs", "yellow", "quotas"}},
       {"limits.rules[].quotas[]",
        {"quotaId", "periodSeconds", "limitCount", "algorithm", "keyBy", "status", "configId", "lastModifyTime"}},
   };
@@ -483,6 +483,13 @@ RawRow to_raw_row(const json& row, const std::string& origin) {
   r.match_case = row_string(row, "matchCase", r);
   r.cost = row_number<double>(row, "cost", r);
   r.channel_cost = row_number<double>(row, "channelCost", r);
+  r.algorithm = row_string(row, "algorithm", r);
+  r.cir = row_number<double>(row, "cir", r);
+  r.cbs = row_number<double>(row, "cbs", r);
+  r.ebs = row_number<double>(row, "ebs", r);
+  r.pir = row_number<double>(row, "pir", r);
+  r.pbs = row_number<double>(row, "pbs", r);
+  r.yellow = row_string(row, "yellow", r);
   if (row.contains("priority") && !row.at("priority").is_null()) {
     const json& v = row.at("priority");
     if (v.is_object()) r.priority = v.dump();  // validated with the MySQL column's text (config/rule)

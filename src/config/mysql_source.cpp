@@ -24,7 +24,8 @@ namespace {
 // Tollgate's own, nullable columns: read only where the table has them, so the original table
 // (without them) keeps working.
 const char* const kExtensionColumns[] = {"burst", "warmupSeconds", "scope", "mode", "keyBy", "maxShare", "adaptive",
-                                         "matchCase", "cost", "channelCost", "priority"};
+                                         "matchCase", "cost", "channelCost", "priority", "algorithm", "cir",
+                                         "cbs", "ebs", "pir", "pbs", "yellow"};
 
 // Quota rows (window quotas of a rule), fingerprinted like the rules: any edit changes the CRC sum.
 // The switch row's states: what state, and revertTo when a revert is pending, may hold.
@@ -168,6 +169,11 @@ LoadResult MysqlSource::load() {
       if (columns_.count("cost") && !rs->isNull("cost")) r.cost = rs->getDouble("cost");
       if (columns_.count("channelCost") && !rs->isNull("channelCost")) r.channel_cost = rs->getDouble("channelCost");
       if (columns_.count("priority") && !rs->isNull("priority")) r.priority = std::string(rs->getString("priority"));
+      if (columns_.count("algorithm") && !rs->isNull("algorithm")) r.algorithm = std::string(rs->getString("algorithm"));
+      for (auto [col, field] : {std::pair<const char*, std::optional<double>*>{"cir", &r.cir}, {"cbs", &r.cbs},
+                                {"ebs", &r.ebs}, {"pir", &r.pir}, {"pbs", &r.pbs}})
+        if (columns_.count(col) && !rs->isNull(col)) *field = rs->getDouble(col);
+      if (columns_.count("yellow") && !rs->isNull("yellow")) r.yellow = std::string(rs->getString("yellow"));
       r.default_case = config_.match_case;
       rows.push_back(std::move(r));
     }

@@ -282,6 +282,55 @@ std::optional<RejectedRow> check_quota(const RawQuota& raw, const Rule& rule, Qu
   return std::nullopt;
 }
 
+// A meter row's own fields: nullopt when it is sound, else the field at fault and why.
+std::optional<std::pair<std::string, std::string>> check_meter(const RawRow& row, bool two_rate, Rule& rule) {
+  using Why = std::pair<std::string, std::string>;
+  const char* name = two_rate ? "trtcm" : "srtcm";
+  const std::string scope = row.scope.value_or("interface");
+  if (scope == "channel") return Why{"algorithm", "a meter limits an interface, not a channel"};
+  // What belongs to the token bucket has no meaning for a meter: refused rather than ignored.
+  for (const auto& [field, given] :
+       {std::pair<const char*, bool>{"rateLimit", row.rate_limit.has_value()}, {"burst", row.burst.has_value()},
+        {"warmupSeconds", row.warmup_seconds.has_value()}, {"maxShare", row.max_share.has_value()},
+        {"adaptive", row.adaptive.has_value() && *row.adaptive != "off"},
+        {"keyBy", row.key_by.has_value() && *row.key_by != "none"}})
+    if (given) return Why{field, std::string("does not apply to a meter (algorithm ") + name + "): give its rates and sizes"};
+  auto rate = [&](const char* field, const std::optional<double>& v) -> std::optional<Why> {
+    if (!v) return Why{field, std::string("is required for algorithm ") + name};
+    if (!std::isfinite(*v) || *v <= 0 || *v > kMaxRate) return Why{field, "must be within (0, 1000000] permits per second"};
+    return std::nullopt;
+  };
+  auto size = [&](const char* field, const std::optional<double>& v, bool zero_ok) -> std::optional<Why> {
+    if (!v) return Why{field, std::string("is required for algorithm ") + name};
+    if (!std::isfinite(*v) || *v > kMaxBurst || (zero_ok ? *v < 0 : *v <= 0))
+      return Why{field, zero_ok ? "must be within [0, 1000000000] permits" : "must be within (0, 1000000000] permits"};
+    return std::nullopt;
+  };
+  Meter m;
+  m.two_rate = two_rate;
+  if (two_rate) {
+    if (row.ebs) return Why{"ebs", "belongs to srtcm; trtcm has pir and pbs"};
+    if (auto bad = rate("cir", row.cir)) return bad;
+    if (auto bad = size("cbs", row.cbs, false)) return bad;
+    if (auto bad = rate("pir", row.pir)) return bad;
+    if (auto bad = size("pbs", row.pbs, false)) return bad;
+    if (*row.pir < *row.cir) return Why{"pir", "must be >= cir (the peak rate is at least the committed one)"};
+    m.tr = {*row.cir, *row.cbs, *row.pir, *row.pbs};
+  } else {
+    if (row.pir || row.pbs) return Why{row.pir ? "pir" : "pbs", "belongs to trtcm; srtcm has cir, cbs and ebs"};
+    if (auto bad = rate("cir", row.cir)) return bad;
+    if (auto bad = size("cbs", row.cbs, true)) return bad;
+    if (auto bad = size("ebs", row.ebs, true)) return bad;
+    if (!(*row.cbs + *row.ebs > 0)) return Why{"cbs", "cbs + ebs must be > 0"};
+    m.sr = {*row.cir, *row.cbs, *row.ebs};
+  }
+  const std::string yellow = row.yellow.value_or("forward");
+  if (yellow != "forward" && yellow != "wait") return Why{"yellow", "must be \"forward\" or \"wait\""};
+  m.wait_green = yellow == "wait";
+  rule.meter = m;
+  return std::nullopt;
+}
+
 std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   auto reject = [&](std::string field, std::string reason) {
     return RejectedRow{row.config_id, row.origin, std::move(field), std::move(reason)};
@@ -331,8 +380,21 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   }
   const std::int64_t status = row.status.value_or(0);  // NOT NULL DEFAULT 0 in the table
   if (status != 0 && status != 1) return reject("status", "must be 0 or 1");
-  rule.has_bucket = row.rate_limit.has_value() || row.quotas.empty();
-  if (!row.rate_limit && row.quotas.empty()) return reject("rateLimit", "is required (or give the rule quotas)");
+  const std::string algorithm = row.algorithm.value_or("bucket");
+  if (algorithm != "bucket" && algorithm != "srtcm" && algorithm != "trtcm")
+    return reject("algorithm", "must be \"bucket\", \"srtcm\" or \"trtcm\"");
+  const bool metered = algorithm != "bucket";
+  if (metered) {
+    if (auto bad = check_meter(row, algorithm == "trtcm", rule)) return reject(bad->first, bad->second);
+  } else {
+    for (const auto& [field, given] : {std::pair<const char*, bool>{"cir", row.cir.has_value()}, {"cbs", row.cbs.has_value()},
+                                       {"ebs", row.ebs.has_value()}, {"pir", row.pir.has_value()},
+                                       {"pbs", row.pbs.has_value()}, {"yellow", row.yellow.has_value()}})
+      if (given) return reject(field, "applies to a meter: \"algorithm\": \"srtcm\" or \"trtcm\"");
+  }
+  rule.has_bucket = !metered && (row.rate_limit.has_value() || row.quotas.empty());
+  if (!metered && !row.rate_limit && row.quotas.empty())
+    return reject("rateLimit", "is required (or give the rule quotas)");
   const double rate = row.rate_limit.value_or(1.0);
   if (!std::isfinite(rate) || rate <= 0) return reject("rateLimit", "must be > 0");
   if (rate > kMaxRate) return reject("rateLimit", "must be <= 1000000 (one permit per microsecond)");
@@ -383,7 +445,7 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   if (row.cost) {
     if (!whole_cost(*row.cost)) return reject("cost", "must be a whole number of permits within [1, 1000000]");
     if (rule.channel) return reject("cost", "is what an interface's request takes; on a channel limit use the interfaces' channelCost");
-    if (!row.rate_limit) return reject("cost", "needs a token bucket (rateLimit) to take permits from");
+    if (!row.rate_limit && !rule.meter) return reject("cost", "needs a token bucket (rateLimit) or a meter to take permits from");
     rule.cost = *row.cost;
   }
   if (row.channel_cost) {
@@ -398,7 +460,13 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
     std::string field, why;
     auto p = parse_priority(*row.priority, field, why);
     if (!p) return reject(field, why);
-    if (!row.rate_limit) return reject("priority", "needs a token bucket (rateLimit) whose burst the classes share");
+    if (rule.meter) {
+      // A meter's classes are its pre-colours (colour-aware): the highest green, the others yellow.
+      if (std::any_of(p->reserve.begin(), p->reserve.end(), [](double r) { return r > 0; }))
+        return reject("priority.reserve", "applies to a token bucket; a meter's classes are its pre-colours");
+    } else if (!row.rate_limit) {
+      return reject("priority", "needs a token bucket (rateLimit) whose burst the classes share");
+    }
     if (row.warmup_seconds && *row.warmup_seconds > 0)
       return reject("priority", "needs a SmoothBursty bucket: not with warmupSeconds");
     rule.priority = std::move(*p);
@@ -408,13 +476,23 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   rule.interface_no = row.interface_no.value_or("");
   rule.interface_url = rule.channel ? "" : *row.interface_url;
   rule.bucket = rule.channel ? "channel:" + rule.channel_type : rule.interface_url;
-  rule.rate_limit = rate;
+  rule.rate_limit = rule.meter ? (rule.meter->two_rate ? rule.meter->tr.cir : rule.meter->sr.cir) : rate;
   rule.cache_s = cache;
   rule.enabled = status == 1;
   rule.params.rate = rate;
   rule.params.burst = row.burst;
   rule.params.warmup_us = static_cast<limiter::Micros>(row.warmup_seconds.value_or(0) * 1e6);
   rule.params.mode = limiter::Mode::pay_now;
+  if (rule.meter) {
+    // Never anything but red: a cost above every bucket that could pass it.
+    const Meter& m = *rule.meter;
+    if (m.two_rate ? rule.cost > m.tr.pbs : rule.cost > std::max(m.sr.cbs, m.sr.ebs))
+      return reject("cost", m.two_rate ? "is more than pbs: every request would be red"
+                                       : "is more than both cbs and ebs: every request would be red");
+    // With classes the lower ones are pre-coloured yellow: an srTCM passes them only through E.
+    if (!m.two_rate && rule.priority && rule.cost > m.sr.ebs)
+      return reject("cost", "is more than ebs: with priority classes, every request below the highest class would be red");
+  }
   if ((row.cost || rule.priority) && rule.has_bucket) {
     // A cost that even a full, rested bucket could not give within the wait window (to the lowest
     // class, after the reserves above it) would refuse every request: refused, not applied. Decided

@@ -95,6 +95,10 @@ std::string access_line(const AccessRecord& r) {
     out += ",\"class\":";
     json_string(out, r.klass);
   }
+  if (!r.color.empty()) {
+    out += ",\"color\":";
+    json_string(out, r.color);
+  }
   if (!r.policy.empty()) {
     out += ",\"policy\":";
     json_string(out, r.policy);

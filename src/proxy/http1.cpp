@@ -187,6 +187,7 @@ Name recognise(const char* s, std::size_t n) {
       if (token_is(s, "proxy-connection")) return Name::proxy_connection;
       if (token_is(s, "x-forwarded-host")) return Name::x_forwarded_host;
       if (token_is(s, "ratelimit-policy")) return Name::ratelimit_policy;
+      if (token_is(s, "x-tollgate-color")) return Name::x_tollgate_color;
       break;
     case 17:
       if (token_is(s, "transfer-encoding")) return Name::transfer_encoding;
@@ -460,6 +461,7 @@ std::string_view canonical(Name n) noexcept {
     case Name::via: return "Via";
     case Name::x_request_id: return "X-Request-Id";
     case Name::x_tollgate_shadow: return "X-Tollgate-Shadow";
+    case Name::x_tollgate_color: return "X-Tollgate-Color";
     case Name::authorization: return "Authorization";
     case Name::date: return "Date";
     case Name::server: return "Server";

@@ -143,6 +143,14 @@ void BucketMetrics::each_class(const std::function<void(const std::string&, cons
   for (const auto& [name, series] : classes_) fn(name, *series);
 }
 
+prometheus::Counter& BucketMetrics::first_color(limiter::Color c) {
+  prometheus::Counter& x = counters(registry_, "tollgate_meter_requests_total",
+                                    "Requests of a three-colour meter (algorithm srtcm or trtcm), by bucket and colour.")
+                               .Add({{"bucket", name_}, {"color", std::string(limiter::color_name(c))}});
+  colors_[static_cast<std::size_t>(c)].store(&x, std::memory_order_release);
+  return x;
+}
+
 prometheus::Counter& BucketMetrics::first_count(Outcome o) {
   // Family::Add returns the series already there for the same labels: workers racing here get
   // the same one.

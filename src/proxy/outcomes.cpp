@@ -19,6 +19,12 @@ void OutcomeCounter::decided(const Plan& plan, const store::StoreDecision& sd, c
   BucketMetrics& bm = bucket(plan);
   if (sd.status == store::StoreStatus::ok) {
     if (sd.degraded) metrics_.store_degraded.Increment();
+    // A meter's colour counts when it stood: the request was admitted, or the meter refused it
+    // (a colour the channel bucket or a quota overruled took nothing from the meter).
+    if (plan.request.meter && (sd.decision.granted || sd.color == limiter::Color::red)) {
+      bm.count_color(sd.color);
+      rec_.color = limiter::color_name(sd.color);
+    }
     for (std::size_t i = 0; i < sd.quotas.size(); ++i) {
       const PolicyMetrics& pm = rules_->quota_metrics(rule, plan.channel, i);
       (sd.quotas[i].admitted ? pm.passed : pm.failed)->Increment();

@@ -50,6 +50,8 @@ void add_item(std::string& list, const std::string& item) {
 std::string rule_policies(const config::Rule& rule) {
   std::string out;
   if (rule.has_bucket) out = ratelimit_policy(rule.bucket, rule.rate_limit, limiter::shape_of(rule.params).max_permits);
+  // A meter: its committed rate and burst (green is what it commits to).
+  else if (rule.meter) out = ratelimit_policy(rule.bucket, rule.rate_limit, rule.meter->committed_burst());
   for (const config::Quota& q : rule.quotas) add_item(out, quota_policy(q));
   return out;
 }

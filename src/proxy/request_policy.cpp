@@ -139,6 +139,14 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
     out.priority_class = priority_class_of(*rule.priority, facts, settings);
     req.reserve_share = rule.priority->keep[out.priority_class];
   }
+  if (rule.meter) {
+    // Colour-aware with classes: the highest class is pre-coloured green, the others yellow.
+    const config::Meter& m = *rule.meter;
+    req.meter = store::MeterRef{rule.bucket, m.two_rate, m.sr, m.tr,
+                                out.priority && out.priority_class > 0 ? limiter::Color::yellow : limiter::Color::green,
+                                m.wait_green};
+    req.reserve_share = 0;
+  }
   if (req.parent && out.channel->priority) {
     const std::size_t c = priority_class_of(*out.channel->priority, facts, settings);
     req.parent_reserve_share = out.channel->priority->keep[c];
@@ -179,7 +187,7 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
       return;
     }
   }
-  if (!req.use_bucket && !req.parent && req.quotas.empty()) {
+  if (!req.use_bucket && !req.parent && req.quotas.empty() && !req.meter) {
     out.step = Step::forward;  // a quota-only rule whose quotas are all disabled: nothing to decide
     out.outcome = Outcome::forwarded;
     return;
@@ -244,11 +252,14 @@ Verdict verdict_for(const Plan& plan, const store::StoreDecision& sd) {
     v.action = Action::reject;
     v.outcome = Outcome::rejected;
     v.retry_after_s = ceil_seconds(d.retry_after_us);
-    v.cap_rejection = plan.capped && (sd.bound == store::Bound::bucket || sd.bound == store::Bound::parent);
+    // A meter's red is its own, never the hold cap's (the cap only turns a held green yellow).
+    v.cap_rejection = plan.capped && (sd.bound == store::Bound::bucket || sd.bound == store::Bound::parent) &&
+                      !(plan.request.meter && sd.bound == store::Bound::bucket);
     v.bound = bound_policy(rule, channel, sd);
     v.body = rejection_body(rule, channel, sd, plan.deadline_bound ? plan.request.timeout_us : -1);
     return v;
   }
+  if (plan.request.meter && sd.color == limiter::Color::yellow) v.color = "yellow";  // excess: the supplier may treat it so
   v.counts_wait = true;
   v.wait_us = d.wait_us;
   if (d.wait_us > 0) {

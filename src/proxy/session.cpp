@@ -603,7 +603,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
                             budget_from_ + std::chrono::microseconds(budget.us),
                             plan.rule ? &rules->metrics_of(*plan.rule).upstream_latency : nullptr,
                             plan.rule ? &signal : nullptr, stream_->tls() != nullptr,
-                            permit, hop_fields_now()};
+                            permit, hop_fields_now(), verdict.color};
   const bool open = co_await forward(px_, w_, *table, *stream_, out, *route, fields, access.rec);
   if (signal.throttled)
     co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);

@@ -15,7 +15,7 @@ std::string_view path_of(std::string_view target) {
 
 long long ceil_seconds(limiter::Micros us) {
   if (us <= 0) return 0;
-  return (us + 999'999) / 1'000'000;
+  return us / 1'000'000 + (us % 1'000'000 != 0 ? 1 : 0);  // no overflow at "never" (kInfinite)
 }
 
 
@@ -68,7 +68,7 @@ std::string bound_policy(const config::Rule& rule, const config::Rule* channel, 
 
 std::string ratelimit_header(const config::Rule& rule, const config::Rule* channel, const store::StoreDecision& sd) {
   const limiter::Decision& d = sd.decision;
-  const bool has_bucket = rule.has_bucket || (channel && channel->has_bucket);
+  const bool has_bucket = rule.has_bucket || rule.meter || (channel && channel->has_bucket);
   if (!d.granted) {
     switch (sd.bound) {
       case store::Bound::bucket:
@@ -103,7 +103,7 @@ std::string rejection_body(const config::Rule& rule, const config::Rule* channel
   const limiter::Decision& d = sd.decision;
   const config::Rule& owner = sd.bound == store::Bound::parent && channel ? *channel : rule;
   const std::string policy = bound_policy(rule, channel, sd);
-  const long long retry_ms = (d.retry_after_us + 999) / 1000;
+  const long long retry_ms = d.retry_after_us / 1000 + (d.retry_after_us % 1000 > 0 ? 1 : 0);
   std::string detail;
   detail.reserve(policy.size() + 64);
   detail.append("policy ").append(policy).append(" admits no more requests now; retry after ");
@@ -123,7 +123,7 @@ std::string rejection_body(const config::Rule& rule, const config::Rule* channel
     case store::Bound::parent:
       j.add("bucket", owner.bucket)
           .add("configId", owner.config_id)
-          .add_literal("kind", "token_bucket")
+          .add_literal("kind", owner.meter ? owner.meter->algorithm() : "token_bucket")
           .add("rate_limit_per_s", owner.rate_limit)
           .add("wait_window_ms", static_cast<std::int64_t>(owner.cache_s * 1000));
       break;

@@ -52,7 +52,8 @@ bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec ==
 // X-Forwarded-Proto, X-Forwarded-Host (the request's own Host; none without one, whatever the
 // client sent), X-Real-IP (the client's address as proxy.trusted_proxies find it), Forwarded (the
 // client's elements only from a trusted proxy, then this hop's), Host, Content-Length, X-Request-Id
-// (the request's id, one field: the client's when it was kept) and X-Tollgate-Shadow. Any other
+// (the request's id, one field: the client's when it was kept), X-Tollgate-Shadow and
+// X-Tollgate-Color (a meter's yellow: only the gateway says that). Any other
 // field (traceparent, tracestate, ...) goes as it came. With a supplier credential
 // (upstreams.<name>.auth) the caller's field of its name is dropped and `auth_field` (the whole
 // line) goes instead: a caller never chooses the credential.
@@ -64,7 +65,7 @@ bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec ==
   std::string out;
   const std::string_view original_host = h.value(Name::host);
   out.reserve(h.head_bytes + 176 + r.client_ip.size() + r.hop_fields.size() + original_host.size() +
-              r.request_id.size() + r.shadow.size() + auth_field.size());
+              r.request_id.size() + r.shadow.size() + r.color.size() + auth_field.size());
   out.append(h.method_text).push_back(' ');
   out.append(r.target).append(" HTTP/1.1\r\n", 11);
   std::string xff;
@@ -76,7 +77,7 @@ bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec ==
         continue;
       case Name::host: case Name::content_length: case Name::transfer_encoding: case Name::expect:
       case Name::x_forwarded_proto: case Name::x_forwarded_host: case Name::x_real_ip: case Name::forwarded:
-      case Name::x_tollgate_shadow: case Name::x_request_id:
+      case Name::x_tollgate_shadow: case Name::x_tollgate_color: case Name::x_request_id:
         continue;
       case Name::grpc_timeout:
         if (r.budget && r.budget->grpc) continue;  // what is left of it, below
@@ -105,6 +106,7 @@ bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec ==
     append_field(out, "Content-Length", std::to_string(r.body.size()));
   if (!r.request_id.empty()) append_request_id_field(out, r.request_id);
   if (!r.shadow.empty()) append_field(out, "X-Tollgate-Shadow", r.shadow);
+  if (!r.color.empty()) append_field(out, "X-Tollgate-Color", r.color);
   if (r.budget) {
     // What is left of the caller's budget now, as the upstream should see it.
     const auto left = std::max<std::int64_t>(

@@ -34,6 +34,7 @@ struct UpstreamRequest {
   // The X-Real-IP and Forwarded fields, with their CRLFs (client_key.hpp: hop_fields): the
   // client's own are never sent as they came.
   std::string_view hop_fields;
+  std::string_view color;  // X-Tollgate-Color (a meter's yellow; "" none): only the gateway sets it
 };
 
 // The fields a forwarded request's response gains: RateLimit-Policy and RateLimit (empty

@@ -33,10 +33,19 @@ AcquireRequest local_share(const AcquireRequest& req, double n) {
   };
   AcquireRequest out = req;
   out.bucket.params = share(req.bucket.params);
-  out.permits = cap(req.permits, out.bucket.params);
+  if (req.use_bucket) out.permits = cap(req.permits, out.bucket.params);  // a meter's: below
   if (req.parent) {
     out.parent = BucketRef{req.parent->name, share(req.parent->params)};
     out.parent_permits = cap(req.parent_permits, out.parent->params);
+  }
+  if (req.meter) {
+    // A meter likewise: its rates and sizes shared (a size at least one permit, unless it is 0), and
+    // a cost above what the shared meter could ever pass capped there.
+    auto size = [n](double v) { return v > 0 ? std::max(1.0, v / n) : 0.0; };
+    MeterRef& m = *out.meter;
+    m.sr = {m.sr.cir / n, size(m.sr.cbs), size(m.sr.ebs)};
+    m.tr = {m.tr.cir / n, size(m.tr.cbs), m.tr.pir / n, size(m.tr.pbs)};
+    out.permits = std::min(out.permits, m.two_rate ? m.tr.pbs : std::max(m.sr.cbs, m.sr.ebs));
   }
   // Quotas likewise: limit / N per instance (at least 1), so the fleet stays near its quota.
   for (QuotaRef& q : out.quotas)

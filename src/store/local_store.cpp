@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tollgate/store/key_schema.hpp"
 #include "tollgate/store/metric_series.hpp"
 
 namespace tollgate::store {
@@ -48,6 +49,15 @@ std::size_t LocalStore::shard_index(std::string_view key) const { return std::ha
 void LocalStore::sweep(Shard& shard, Micros now) {
   std::erase_if(shard.map, [now](const auto& kv) {
     const Entry& e = kv.second;
+    if (e.kind == Kind::meter) {  // full at `now`: what a missing meter holds
+      MeterSlot m = *e.meter;
+      if (m.two_rate) {
+        limiter::trtcm_update(m.trs, m.tr, now);
+        return m.trs.tc >= m.tr.cbs && m.trs.tp >= m.tr.pbs;
+      }
+      limiter::srtcm_update(m.srs, m.sr, now);
+      return m.srs.tc >= m.sr.cbs && m.srs.te >= m.sr.ebs;
+    }
     if (e.kind == Kind::bucket)
       return rested(e.state, e.shape, now) && (!e.adaptive || limiter::adaptive_rested(*e.adaptive, now)) &&
              e.pause_floor <= now;
@@ -135,6 +145,38 @@ LocalStore::Entry* LocalStore::find(Shard& shard, std::string_view key, bool cli
   return it == shard.clients.end() ? nullptr : &it->second->entry;
 }
 
+LocalStore::Entry& LocalStore::meter_entry(Shard& shard, const std::string& key, const MeterRef& ref, Micros now) {
+  bool created = false;
+  Entry& e = slot(shard, key, false, Kind::meter, created);
+  if (created || !e.meter || e.meter->two_rate != ref.two_rate) {
+    e.kind = Kind::meter;
+    e.meter = std::make_unique<MeterSlot>();
+    e.meter->two_rate = ref.two_rate;
+    e.meter->sr = ref.sr;
+    e.meter->tr = ref.tr;
+    e.meter->srs = limiter::srtcm_full_state(ref.sr, now);
+    e.meter->trs = limiter::trtcm_full_state(ref.tr, now);
+    return e;
+  }
+  MeterSlot& m = *e.meter;
+  if (m.two_rate ? !(m.tr == ref.tr) : !(m.sr == ref.sr)) {  // only its own kind's numbers count
+    // The rule changed: the counts are updated at the old rates, then kept within the new sizes
+    // (as meter.lua does).
+    if (m.two_rate) {
+      limiter::trtcm_update(m.trs, m.tr, now);
+      m.trs.tc = std::min(m.trs.tc, ref.tr.cbs);
+      m.trs.tp = std::min(m.trs.tp, ref.tr.pbs);
+    } else {
+      limiter::srtcm_update(m.srs, m.sr, now);
+      m.srs.tc = std::min(m.srs.tc, ref.sr.cbs);
+      m.srs.te = std::min(m.srs.te, ref.sr.ebs);
+    }
+    m.sr = ref.sr;
+    m.tr = ref.tr;
+  }
+  return e;
+}
+
 LocalStore::Entry& LocalStore::window_entry(const QuotaRef& q, Micros now) {
   Shard& shard = shards_[shard_index(q.key)];
   bool created = false;
@@ -199,6 +241,8 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
     locks.add(shard_index(q.key));
   }
   if (req.share && !locks.full()) locks.add(shard_index(req.share->key));
+  const std::string meter_key = req.meter ? meter_name(req.meter->name) : std::string();
+  if (req.meter && !locks.full()) locks.add(shard_index(meter_key));
   if (locks.full()) locks.all();  // more checks than shards: take them all
   locks.lock(shards_);
   // The clock is read under the locks, so that each bucket sees time only move forward: a `now`
@@ -249,6 +293,44 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   }
   bool all = bd.granted;
   Micros retry = bd.granted ? 0 : bd.retry_after_us;
+
+  // A meter in place of the rule's bucket, decided on a copy of its counts.
+  Entry* me = req.meter ? &meter_entry(shards_[shard_index(meter_key)], meter_key, *req.meter, now) : nullptr;
+  MeterSlot ms;
+  double meter_left = 0;  // C after the update, before this request takes anything
+  if (me) {
+    const MeterRef& ref = *req.meter;
+    ms.two_rate = me->meter->two_rate;
+    ms.srs = me->meter->srs;
+    ms.trs = me->meter->trs;
+    if (ref.two_rate) limiter::trtcm_update(ms.trs, ref.tr, now);
+    else limiter::srtcm_update(ms.srs, ref.sr, now);
+    meter_left = ref.two_rate ? ms.trs.tc : ms.srs.tc;
+    const limiter::TcmDecision md =
+        ref.two_rate ? (ref.wait_green ? limiter::trtcm_wait_green_aware(ms.trs, ref.tr, req.permits, ref.pre, req.timeout_us, now)
+                                       : limiter::trtcm_mark_aware(ms.trs, ref.tr, req.permits, ref.pre, now))
+                     : (ref.wait_green ? limiter::srtcm_wait_green_aware(ms.srs, ref.sr, req.permits, ref.pre, req.timeout_us, now)
+                                       : limiter::srtcm_mark_aware(ms.srs, ref.sr, req.permits, ref.pre, now));
+    out.color = md.color;
+    out.meter_committed = md.tc_left;
+    out.meter_excess = md.te_or_tp_left;
+    const double committed = ref.two_rate ? ref.tr.cbs : ref.sr.cbs;
+    if (md.color == limiter::Color::red) {
+      if (all || md.retry_after_us > retry) {
+        out.bound = Bound::bucket;
+        out.max_permits = committed;
+        retry = md.retry_after_us;
+      }
+      all = false;
+    } else if (bd.granted) {
+      if (!b || md.wait_us >= bd.wait_us) {  // the meter's green is the later: it decides
+        out.bound = Bound::bucket;
+        out.max_permits = committed;
+      }
+      bd.wait_us = std::max(bd.wait_us, md.wait_us);
+      bd.remaining = b ? std::min(bd.remaining, md.tc_left) : md.tc_left;
+    }
+  }
 
   // Quotas: never hold; each admits now or names when it would.
   // Scratch space reused by this thread's decisions.
@@ -307,12 +389,17 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
       }
       out.decision.remaining = (a || b) ? remaining : 0;
     }
+    if (me) out.decision.remaining = b ? std::min(out.decision.remaining, meter_left) : meter_left;
     out.reservation = {};
     out.parent_bound = out.bound == Bound::parent;
     return out;
   }
   if (a) a->state = sa;
   if (b) b->state = sb;
+  if (me) {
+    me->meter->srs = ms.srs;
+    me->meter->trs = ms.trs;
+  }
   for (std::size_t i = 0; i < windows.size(); ++i) {
     windows[i]->window = rolled[i];
     windows[i]->window.current += permits;

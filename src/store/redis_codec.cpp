@@ -369,12 +369,13 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
   std::vector<std::string> out;
   out.reserve(4 + 9 + 16 + 4 * req.quotas.size());
   out.push_back(std::to_string((has_a ? 1 : 0) + (adaptive ? 1 : 0) + (has_b ? 1 : 0) + req.quotas.size() +
-                               (req.share ? 1 : 0)));
+                               (req.share ? 1 : 0) + (req.meter ? 1 : 0)));
   if (has_a) out.push_back(redis_key(prefix, tag, req.bucket.name));
   if (adaptive) out.push_back(adaptive_key(prefix, tag, req.bucket.name));
   if (has_b) out.push_back(redis_key(prefix, tag, req.parent->name));
   for (const QuotaRef& q : req.quotas) out.push_back(redis_key(prefix, tag, q.key));
   if (req.share) out.push_back(redis_key(prefix, tag, req.share->key));
+  if (req.meter) out.push_back(redis_key(prefix, tag, meter_name(req.meter->name)));
   out.push_back(num(req.permits));
   out.push_back(std::to_string(req.timeout_us));
   out.push_back(req.bucket.params.mode == limiter::Mode::pay_later ? "1" : "0");
@@ -387,6 +388,7 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
   out.push_back(num(req.parent_permits));
   out.push_back(num(req.reserve_share));
   out.push_back(num(req.parent_reserve_share));
+  out.push_back(!req.meter ? "0" : req.meter->two_rate ? "2" : "1");
   if (has_a) shape_args(out, req.bucket.params);
   if (adaptive) {
     out.push_back(num(req.bucket.params.rate));
@@ -400,6 +402,15 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
     out.push_back(std::to_string(q.params.period_us));
     out.push_back(std::to_string(q.params.limit));
     out.push_back(q.params.algorithm == limiter::WindowAlgorithm::sliding ? "1" : "0");
+  }
+  if (req.meter) {
+    const MeterRef& m = *req.meter;
+    out.push_back(num(m.two_rate ? m.tr.cir : m.sr.cir));
+    out.push_back(num(m.two_rate ? m.tr.cbs : m.sr.cbs));
+    out.push_back(num(m.two_rate ? m.tr.pir : m.sr.ebs));
+    out.push_back(m.two_rate ? num(m.tr.pbs) : std::string("0"));
+    out.push_back(std::to_string(static_cast<int>(m.pre)));
+    out.push_back(m.wait_green ? "1" : "0");
   }
   return out;
 }
@@ -507,8 +518,8 @@ std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const 
 }
 
 std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas,
-                                                bool adaptive) {
-  if (items.size() != 13 + 5 * quotas + (adaptive ? 3 : 0)) return std::nullopt;
+                                                bool adaptive, bool metered) {
+  if (items.size() != 13 + 5 * quotas + (adaptive ? 3 : 0) + (metered ? 3 : 0)) return std::nullopt;
   auto micros = [](const std::string& s) {
     const double v = std::stod(s);  // the script's "never" is 2^53
     return v >= 9007199254740992.0 ? limiter::kInfinite : static_cast<Micros>(v);
@@ -547,6 +558,14 @@ std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>&
       out.effective_rate = std::stod(items[13 + 5 * quotas]);
       out.paused_us = micros(items[14 + 5 * quotas]);
       out.last_cut_us = micros(items[15 + 5 * quotas]);
+    }
+    if (metered) {
+      const std::size_t m = 13 + 5 * quotas + (adaptive ? 3 : 0);
+      const int color = std::stoi(items[m]);
+      if (color < 0 || color > 2) return std::nullopt;
+      out.color = static_cast<limiter::Color>(color);
+      out.meter_committed = std::stod(items[m + 1]);
+      out.meter_excess = std::stod(items[m + 2]);
     }
     return out;
   } catch (const std::exception&) {  // stod/stoll on something that is not a number

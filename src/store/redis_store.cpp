@@ -221,7 +221,9 @@ boost::asio::awaitable<StoreDecision> RedisStore::try_acquire(AcquireRequest req
   for (auto& a : acquire_call(req, options_.key_prefix, "")) args.push_back(std::move(a));
   Reply r = co_await call_routed(*l, c, std::move(args), acquire_script());
   std::optional<StoreDecision> out;
-  if (r.ok) out = parse_acquire_reply(r.items, req.quotas.size(), req.use_bucket && req.adaptive != limiter::Adaptive::off);
+  if (r.ok)
+    out = parse_acquire_reply(r.items, req.quotas.size(), req.use_bucket && req.adaptive != limiter::Adaptive::off,
+                              req.meter.has_value());
   if (!out) {
     std::string why = r.ok ? "redis: unexpected script reply" : std::move(r.error);
     co_return unavailable(std::move(why));

@@ -145,8 +145,13 @@ def main():
                 "source": "file", "store": "local", "switch": True,
                 "rules": [
                     # 2/s with a 1 s wait window: six callers keep it held and refusing.
+                    # Its callers are the default class of two (GET is not POST): 30% is kept back.
                     {"configId": 1, "channelType": "DEMO", "interfaceNo": "B1", "interfaceUrl": "/busy",
-                     "rateLimit": 2, "cache": 1.0, "status": 1},
+                     "rateLimit": 2, "cache": 1.0, "status": 1,
+                     "priority": {"by": "method", "classes": ["POST", "GET"], "default": "GET", "reserve": {"POST": 0.3}}},
+                    # A meter: 2 green a second, then yellow from the excess bucket, then red.
+                    {"configId": 4, "channelType": "DEMO", "interfaceNo": "M1", "interfaceUrl": "/metered",
+                     "status": 1, "algorithm": "srtcm", "cir": 2, "cbs": 2, "ebs": 3},
                     {"configId": 2, "channelType": "DEMO", "interfaceNo": "C1", "interfaceUrl": "/calm",
                      "rateLimit": 100, "cache": 0.5, "status": 1},
                     {"configId": 3, "channelType": "DEMO", "interfaceNo": "S1", "interfaceUrl": "/supplier",
@@ -192,6 +197,7 @@ def main():
         threads = [threading.Thread(target=caller, args=("/busy", 0.02), daemon=True) for _ in range(6)]
         threads.append(threading.Thread(target=caller, args=("/calm", 0.2), daemon=True))
         threads += [threading.Thread(target=caller, args=("/supplier", 0.1), daemon=True) for _ in range(2)]
+        threads.append(threading.Thread(target=caller, args=("/metered", 0.1), daemon=True))
         for t in threads:
             t.start()
 
@@ -256,6 +262,21 @@ def main():
             fail(f"/supplier's rate cell does not say why: {adapted!r}")
         if "→" in rate_cell("/calm")[0]:
             fail("/calm (not adaptive) shows an adapted rate")
+        # What shares a bucket: /busy's classes (highest first, its callers refused as the default class)
+        # and /metered's meter with its colours so far.
+        def note(bucket, attr):
+            return driver.execute_script(
+                "const s = document.querySelector(`tr[data-bucket='${arguments[0]}'] span[${arguments[1]}]`);"
+                "return s ? [s.textContent, s.title] : ['', ''];", bucket, attr)
+        classes = wait_until("/busy's classes", lambda: "refused" in note("/busy", "data-priority")[1]
+                             and not note("/busy", "data-priority")[1].endswith(" 0 refused") and note("/busy", "data-priority"))
+        if classes[0].strip() != "classes POST › GET" or "POST (reserves 30%)" not in classes[1]:
+            fail(f"/busy's classes are not shown as configured: {classes!r}")
+        metered = wait_until("/metered's colours", lambda: " 0 yellow" not in note("/metered", "data-meter")[1]
+                             and "yellow" in note("/metered", "data-meter")[1] and note("/metered", "data-meter"))
+        if metered[0].strip() != "srtcm" or "green" not in metered[1]:
+            fail(f"/metered's meter is not shown: {metered!r}")
+        print(f"console_test: /busy {classes[1]}; /metered {metered[1]}")
         # The Upstreams panel lists the upstream's endpoint, in use, with the requests on it.
         endpoint = f"127.0.0.1:{mock_port}"
         shown = wait_until("the upstream's endpoint listed", lambda: driver.execute_script(
@@ -300,8 +321,8 @@ def main():
             fail("the page asked for the history of every bucket: " + ", ".join(unbounded))
         search.clear()
         search.send_keys(" ")  # an input event; blank is no search
-        wait_until("every bucket listed again", lambda: sorted(shown_buckets()) == ["/busy", "/calm", "/supplier"])
-        if "3 of 3 shown" not in text_of("buckets-shown"):
+        wait_until("every bucket listed again", lambda: sorted(shown_buckets()) == ["/busy", "/calm", "/metered", "/supplier"])
+        if "4 of 4 shown" not in text_of("buckets-shown"):
             fail(f"the shown count without a search: {text_of('buckets-shown')!r}")
 
         def api_switch():

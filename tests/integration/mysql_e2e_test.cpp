@@ -151,6 +151,32 @@ TEST_F(MysqlE2E, MatchCaseColumnIsReadAndChecked) {
   EXPECT_EQ(rule(*gw, 1)["matchCase"], "insensitive");
 }
 
+TEST_F(MysqlE2E, CostPriorityAndMeterColumnsAreReadAndChecked) {
+  // The columns of cost, classes and meters: read where set (NULL: as before), a bad edit rejected
+  // by name with the row's last valid version in force.
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET cost = 2, priority = "
+                      "'{\"by\":\"method\",\"classes\":[\"POST\",\"GET\"],\"default\":\"GET\",\"reserve\":{\"POST\":0.25}}' "
+                      "WHERE configId = 1");
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = NULL, algorithm = 'trtcm', cir = 5, cbs = 5, pir = 10, "
+                      "pbs = 10, yellow = 'wait' WHERE configId = 2");
+  auto gw = start_gateway();
+  const json r1 = rule(*gw, 1);
+  EXPECT_EQ(r1["cost"], 2);
+  EXPECT_EQ(r1["priority"]["classes"], json::array({"POST", "GET"}));
+  EXPECT_EQ(r1["priority"]["reserve"]["POST"], 0.25);
+  const json r2 = rule(*gw, 2);
+  EXPECT_EQ(r2["meter"]["algorithm"], "trtcm");
+  EXPECT_EQ(r2["meter"]["pir"], 10);
+  EXPECT_EQ(r2["meter"]["yellow"], "wait");
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET priority = '{\"by\":\"method\",\"classes\":[\"POST\"]}' "
+                      "WHERE configId = 1");
+  ASSERT_TRUE(eventually([&] { return gw->admin_json("/admin/rules")["rejected"].size() == 1; }, 2s));
+  const json bad = gw->admin_json("/admin/rules")["rejected"][0];
+  EXPECT_EQ(bad["field"], "priority.classes");
+  EXPECT_EQ(bad["kept_previous"], true);
+  EXPECT_EQ(rule(*gw, 1)["priority"]["classes"], json::array({"POST", "GET"}));
+}
+
 TEST_F(MysqlE2E, SqlScriptsAreSafeToRunTwice) {
   db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 99 WHERE configId = 1");
   db_server().sql(db, "UPDATE t_ratelimite_quota SET limitCount = 99 WHERE quotaId = 1");

@@ -190,5 +190,31 @@ TEST_F(PriorityE2E, TheChannelBoundHoldsInPermits) {
   }
 }
 
+// An srTCM meter shared by two gateways on Redis under constant load: the committed bucket never
+// fills, so nothing overflows into the excess one: exactly ebs yellows fleet-wide, and greens at
+// the committed rate.
+TEST_F(PriorityE2E, AMeterIsOneForTheFleet) {
+  start(fleet_config(json::array({{{"configId", 1}, {"interfaceUrl", "/fares"}, {"status", 1}, {"cache", 0},
+                                   {"algorithm", "srtcm"}, {"cir", 20}, {"cbs", 10}, {"ebs", 10}}})),
+        2);
+  const auto begin = std::chrono::steady_clock::now();
+  const LoadResult load = run_load(ports, "/ibe/fares", 2, 5s);
+  const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  double green = 0, yellow = 0, red = 0;
+  for (auto& g : fleet) {
+    const std::string m = http_get(g->admin_port, "/metrics").body;
+    green += metric_series(m, "tollgate_meter_requests_total", {{"color", "green"}}).value_or(0);
+    yellow += metric_series(m, "tollgate_meter_requests_total", {{"color", "yellow"}}).value_or(0);
+    red += metric_series(m, "tollgate_meter_requests_total", {{"color", "red"}}).value_or(0);
+  }
+  std::cout << "meter: " << green << " green, " << yellow << " yellow, " << red << " red in " << t << " s" << std::endl;
+  EXPECT_EQ(load.count(200), green + yellow);
+  EXPECT_EQ(load.count(429), red);
+  EXPECT_GT(red, 100);  // the load was well over the meter
+  EXPECT_EQ(yellow, 10);
+  EXPECT_LE(green, 10 + 20 * t + 1);
+  EXPECT_GE(green, 0.9 * (10 + 20 * (t - 0.5)));
+}
+
 }  // namespace
 }  // namespace tollgate::testing

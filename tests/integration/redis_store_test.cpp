@@ -147,7 +147,8 @@ class RedisScript : public ::testing::Test {
     redisReply* r = redis->cmd(args);
     EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
     auto d = lean ? parse_lean_acquire_reply(req, items(r))
-                  : parse_acquire_reply(items(r), req.quotas.size(), req.adaptive != limiter::Adaptive::off);
+                  : parse_acquire_reply(items(r), req.quotas.size(), req.adaptive != limiter::Adaptive::off,
+                                        req.meter.has_value());
     EXPECT_TRUE(d.has_value()) << "malformed reply";
     if (r) freeReplyObject(r);
     lean_calls += lean;
@@ -185,6 +186,17 @@ class RedisScript : public ::testing::Test {
     redisReply* r = redis->cmd(args);
     EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
     auto out = parse_refund_reply(req, items(r));
+    EXPECT_TRUE(out.has_value()) << "malformed reply";
+    if (r) freeReplyObject(r);
+    return out.value_or(RefundResult{});
+  }
+  // A granted request's unused permits through the restore script at `now`.
+  RefundResult restore(const AcquireRequest& req, Micros now) {
+    std::vector<std::string> args{"EVAL", restore_script()};
+    for (auto& a : restore_call(req, "t:", std::to_string(now))) args.push_back(a);
+    redisReply* r = redis->cmd(args);
+    EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
+    auto out = parse_restore_reply(req, items(r));
     EXPECT_TRUE(out.has_value()) << "malformed reply";
     if (r) freeReplyObject(r);
     return out.value_or(RefundResult{});
@@ -692,14 +704,7 @@ TEST_F(RedisScript, ReplaysUnusedPermitsTheSameAsTheLocalStore) {
     const AcquireRequest req = granted[pick];
     granted.erase(granted.begin() + static_cast<std::ptrdiff_t>(pick));
     const RefundResult l = local.give_back_unused(req);
-    std::vector<std::string> args{"EVAL", restore_script()};
-    for (auto& a : restore_call(req, "t:", std::to_string(clock.now_us()))) args.push_back(a);
-    redisReply* r = redis->cmd(args);
-    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
-    const auto rr = parse_restore_reply(req, items(r));
-    freeReplyObject(r);
-    ASSERT_TRUE(rr.has_value());
-    ASSERT_NO_FATAL_FAILURE(expect_same_refund(l, *rr));
+    ASSERT_NO_FATAL_FAILURE(expect_same_refund(l, restore(req, clock.now_us())));
     returned += static_cast<int>(l.bucket + l.parent);
     full += l.bucket == 0;
     for (const auto& [tag, ref] : {std::pair<std::string_view, BucketRef>{"X", {"/a", params[0]}},
@@ -741,14 +746,7 @@ TEST_F(RedisScript, ReplaysCostsAndClassesTheSameAsTheLocalStore) {
       const AcquireRequest req = unused.back();
       unused.pop_back();
       const RefundResult l = local.give_back_unused(req);
-      std::vector<std::string> args{"EVAL", restore_script()};
-      for (auto& a : restore_call(req, "t:", std::to_string(clock.now_us()))) args.push_back(a);
-      redisReply* r = redis->cmd(args);
-      ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->str ? r->str : "no reply");
-      const auto rr = parse_restore_reply(req, items(r));
-      freeReplyObject(r);
-      ASSERT_TRUE(rr.has_value());
-      ASSERT_NO_FATAL_FAILURE(expect_same_refund(l, *rr));
+      ASSERT_NO_FATAL_FAILURE(expect_same_refund(l, restore(req, clock.now_us())));
       returned += static_cast<int>(l.bucket + l.parent);
       continue;
     }
@@ -778,6 +776,62 @@ TEST_F(RedisScript, ReplaysCostsAndClassesTheSameAsTheLocalStore) {
   EXPECT_GT(rejected, 400);
   EXPECT_GT(lower_held, 50);
   EXPECT_GT(returned, 50);
+}
+
+// Three-colour meters decide the same in both stores: srTCM and trTCM, colour-blind and aware,
+// forwarding yellows or waiting for a green, costs, a channel bucket and a quota in the same step,
+// and operator edits of their rates and sizes: every colour, wait, retry and count double for double.
+TEST_F(RedisScript, ReplaysMetersTheSameAsTheLocalStore) {
+  begin(Route::general);
+  ManualClock clock(1'700'000'000'000'000);
+  LocalStore local(clock);
+  std::mt19937_64 rng(2698);
+  limiter::SrtcmParams sr{10, 5, 10};
+  limiter::TrtcmParams tr{8, 4, 20, 12};
+  BucketParams channel;
+  channel.rate = 12;
+  int colours[3] = {0, 0, 0}, held = 0;
+  for (int step = 0; step < 4000; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    clock.advance(static_cast<Micros>(rng() % 4 == 0 ? 0 : rng() % 250'000));
+    if (rng() % 60 == 0) sr = {1 + static_cast<double>(rng() % 20), static_cast<double>(rng() % 8), 1 + static_cast<double>(rng() % 12)};
+    if (rng() % 60 == 0) {
+      const double cir = 1 + static_cast<double>(rng() % 15);
+      tr = {cir, 1 + static_cast<double>(rng() % 6), cir + static_cast<double>(rng() % 10), 1 + static_cast<double>(rng() % 14)};
+    }
+    const bool two = rng() % 2;
+    const std::string name = two ? "/t" : "/m";
+    AcquireRequest req{{name, BucketParams{}}, {}, "X", 1 + static_cast<double>(rng() % 3),
+                       static_cast<Micros>(rng() % 800'000)};
+    req.use_bucket = false;
+    req.meter = MeterRef{two ? "/t" : "/m", two, sr, tr, static_cast<limiter::Color>(rng() % 5 == 0 ? rng() % 3 : 0),
+                         rng() % 2 == 0};
+    if (rng() % 3 == 0) req.parent = BucketRef{"channel:X", channel};
+    if (rng() % 5 == 0) req.quotas.push_back({"q:9:", {1'000'000, 7, limiter::WindowAlgorithm::fixed}, true});
+    const StoreDecision l = local.decide(req);
+    const StoreDecision r = acquire(req, clock.now_us());
+    if (std::getenv("REPLAY_DEBUG"))
+      std::fprintf(stderr, "%d %s sr=%g/%g/%g cost=%g pre=%d wait=%d parent=%d quota=%zu | L g=%d c=%d w=%lld r=%lld rem=%.17g mc=%.17g | R g=%d c=%d w=%lld r=%lld rem=%.17g mc=%.17g\n",
+                   step, name.c_str(), sr.cir, sr.cbs, sr.ebs, req.permits, (int)req.meter->pre, (int)req.meter->wait_green, req.parent ? 1 : 0,
+                   req.quotas.size(), l.decision.granted, (int)l.color, (long long)l.decision.wait_us,
+                   (long long)l.decision.retry_after_us, l.decision.remaining, l.meter_committed, r.decision.granted,
+                   (int)r.color, (long long)r.decision.wait_us, (long long)r.decision.retry_after_us,
+                   r.decision.remaining, r.meter_committed);
+    ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
+    ASSERT_EQ(l.color, r.color);
+    ASSERT_EQ(l.bound, r.bound);
+    if (l.decision.granted || l.color == limiter::Color::red) {
+      ASSERT_EQ(l.meter_committed, r.meter_committed);
+      ASSERT_EQ(l.meter_excess, r.meter_excess);
+    }
+    ++colours[static_cast<int>(l.color)];
+    held += l.decision.granted && l.decision.wait_us > 0;
+  }
+  std::printf("green %d, yellow %d, red %d, held for a green %d\n", colours[0], colours[1], colours[2], held);
+  EXPECT_GT(colours[0], 500);
+  EXPECT_GT(colours[1], 300);
+  EXPECT_GT(colours[2], 300);
+  EXPECT_GT(held, 100);
 }
 
 // The same replay with everything a request can carry: per-client buckets, quota-only

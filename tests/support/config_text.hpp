@@ -39,4 +39,15 @@ inline std::string error_of(const std::string& text) {
   return "";
 }
 
+// A JSON array of rule rows, validated as a config source validates them.
+inline config::ValidatedRules rules_of(const std::string& json_rows) {
+  return config::validate_rows(config::parse_rule_rows(json_rows, "rules"));
+}
+
+// The first rejection of those rows, as the gateway words it ("rules[0].cost: ..."), or "".
+inline std::string first_error(const std::string& json_rows) {
+  const config::ValidatedRules v = rules_of(json_rows);
+  return v.rejected.empty() ? "" : v.rejected.front().message();
+}
+
 }  // namespace tollgate::testing

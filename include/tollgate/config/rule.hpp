@@ -10,6 +10,7 @@
 
 #include "tollgate/config/switch_state.hpp"
 #include "tollgate/limiter/adaptive_rate.hpp"
+#include "tollgate/limiter/three_color.hpp"
 #include "tollgate/limiter/token_bucket.hpp"
 #include "tollgate/limiter/window.hpp"
 
@@ -75,6 +76,9 @@ struct RawRow {
   std::optional<double> cost;             // Tollgate extension: permits a request takes from its bucket (1)
   std::optional<double> channel_cost;     // Tollgate extension: channelCost, permits from its channel's bucket (cost)
   std::optional<std::string> priority;    // Tollgate extension: the priority object as JSON text
+  std::optional<std::string> algorithm;   // Tollgate extension: "bucket" (default), "srtcm" or "trtcm"
+  std::optional<double> cir, cbs, ebs, pir, pbs;  // Tollgate extension: a meter's rates and sizes
+  std::optional<std::string> yellow;      // Tollgate extension: "forward" (default) or "wait"
   MatchCase default_case = MatchCase::sensitive;  // limits.match.case, set by the reader: matchCase when absent
   std::vector<RawQuota> quotas;           // its quota rows
   std::string origin;                     // where the row came from, for messages: "limits.rules[3]"
@@ -100,6 +104,20 @@ struct Priority {
 // The priority object in `text` (JSON), or nullopt with `field` ("priority.reserve") and `why` set.
 std::optional<Priority> parse_priority(const std::string& text, std::string& field, std::string& why);
 
+// A three-colour marker in place of the token bucket (docs/priority.md, "Meters"): `"algorithm":
+// "srtcm"` (cir, cbs, ebs) or `"trtcm"` (cir, cbs, pir, pbs). Green is forwarded, yellow forwarded
+// marked `X-Tollgate-Color: yellow` (or, with `"yellow": "wait"`, held in the window for a green),
+// red refused.
+struct Meter {
+  bool two_rate = false;
+  limiter::SrtcmParams sr;
+  limiter::TrtcmParams tr;
+  bool wait_green = false;
+  const char* algorithm() const { return two_rate ? "trtcm" : "srtcm"; }
+  double committed_burst() const { return two_rate ? tr.cbs : sr.cbs; }
+  bool operator==(const Meter&) const = default;
+};
+
 struct Rule {
   std::int64_t config_id = 0;
   std::string channel_type;
@@ -113,7 +131,7 @@ struct Rule {
   double cache_s = 0.5;       // wait window in seconds
   bool enabled = false;
   limiter::BucketParams params;
-  bool has_bucket = true;     // false: rateLimit is NULL and the rule has quotas only
+  bool has_bucket = true;     // false: no token bucket (quotas only, or a meter in its place)
   KeySpec key_by;             // the token bucket: one shared (none) or one per client key
   std::optional<double> max_share;  // no client key may hold more than this share of the wait window
   std::string share_key_text;       // maxShare's client key: keyBy, or client_ip when keyBy is none
@@ -123,8 +141,9 @@ struct Rule {
   double cost = 1;            // permits a request takes from the rule's own bucket
   double channel_cost = 1;    // permits it takes from its channel's bucket (default: cost)
   std::optional<Priority> priority;  // classes sharing the bucket (none: first come, first served)
+  std::optional<Meter> meter;        // a three-colour marker instead of the bucket (has_bucket false)
   std::vector<Quota> quotas;  // its enabled, valid quotas
-  bool limits_anything() const { return has_bucket || !quotas.empty(); }
+  bool limits_anything() const { return has_bucket || meter.has_value() || !quotas.empty(); }
   limiter::Micros timeout_us() const { return static_cast<limiter::Micros>(cache_s * 1e6 + 0.5); }
 };
 

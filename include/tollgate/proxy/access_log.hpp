@@ -32,6 +32,7 @@ struct AccessRecord {
   std::string_view bucket;  // "" when no rule applied
   std::string_view policy;  // the policy that bound a 429 ("" otherwise; not written then)
   std::string_view klass;   // the request's priority class ("" none: not written), field "class"
+  std::string_view color;   // a meter's colour for the request ("" none: not written); a static string
   const char* outcome = "";
   double wait_ms = 0;
   int status = 0;           // what the client got (0: nothing, the connection closed)

@@ -29,7 +29,7 @@ enum class Name : std::uint8_t {
   upgrade, proxy_authorization, proxy_authenticate,
   // forwarding
   x_forwarded_for, x_forwarded_proto, x_forwarded_host, x_real_ip, forwarded, via, x_request_id,
-  x_tollgate_shadow,
+  x_tollgate_shadow, x_tollgate_color,
   // others the proxy reads or writes
   authorization, date, server, retry_after, content_type,
   // a request's time budget (proxy/deadline)

@@ -22,6 +22,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "tollgate/limiter/three_color.hpp"
 #include "tollgate/proxy/deadline.hpp"
 
 namespace tollgate::proxy {
@@ -146,6 +147,15 @@ class BucketMetrics {
   }
   void note_event(AdaptiveEvent e);
   AdaptiveEvent last_event() const;
+  // A meter's colours (tollgate_meter_requests_total{bucket,color}), made on the first of each.
+  void count_color(limiter::Color c) {
+    prometheus::Counter* x = colors_[static_cast<std::size_t>(c)].load(std::memory_order_acquire);
+    (x ? *x : first_color(c)).Increment();
+  }
+  double color_total(limiter::Color c) const {
+    const prometheus::Counter* x = colors_[static_cast<std::size_t>(c)].load(std::memory_order_acquire);
+    return x ? x->Value() : 0.0;
+  }
   // A priority class's series (made on first use; class names come from the rules, so bounded).
   // Callers keep the reference (RuleViews): a lookup takes a lock.
   const ClassSeries& priority_class(std::string_view name);
@@ -155,6 +165,8 @@ class BucketMetrics {
  private:
   // /metrics lists only the outcomes a bucket saw: an outcome's series is made by its first count.
   prometheus::Counter& first_count(Outcome o);
+  prometheus::Counter& first_color(limiter::Color c);
+  std::array<std::atomic<prometheus::Counter*>, 3> colors_{};
 
   prometheus::Registry& registry_;
   prometheus::Family<prometheus::Counter>& requests_;

@@ -108,6 +108,7 @@ struct Verdict {
   std::string_view policy_header;    // RateLimit-Policy (empty: no RateLimit fields at all)
   std::string limit_header;          // RateLimit
   std::string shadow_header;         // X-Tollgate-Shadow for the upstream (empty: none)
+  std::string_view color;            // X-Tollgate-Color for the upstream: a meter's "yellow" ("" none)
   std::string body;                  // reject, unavailable
   std::string bound;                 // reject: the policy that bound it
   bool cap_rejection = false;        // reject because the hold caps allowed no wait

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tollgate/limiter/adaptive_rate.hpp"
+#include "tollgate/limiter/three_color.hpp"
 #include "tollgate/limiter/token_bucket.hpp"
 #include "tollgate/limiter/window.hpp"
 
@@ -35,6 +36,17 @@ struct QuotaRef {
 struct ShareRef {
   std::string key;
   std::int64_t max_held = 1;
+};
+
+// A three-colour marker in place of the rule's token bucket (limiter/three_color): its state is
+// kept under meter_name(name). The request's `permits` are its cost.
+struct MeterRef {
+  std::string_view name;  // the rule's bucket name
+  bool two_rate = false;  // trTCM (RFC 2698); else srTCM (RFC 2697)
+  limiter::SrtcmParams sr{};
+  limiter::TrtcmParams tr{};
+  limiter::Color pre = limiter::Color::green;  // colour-aware: the request's class; blind: green
+  bool wait_green = false;                     // "yellow": "wait": held in the window for a green
 };
 
 // Everything one request must pass, decided as one atomic step: either every check admits and
@@ -69,6 +81,7 @@ struct AcquireRequest {
   // that every store sizes them from the shape it decides with (an adapted or a rescaled one).
   double reserve_share = 0.0;
   double parent_reserve_share = 0.0;
+  std::optional<MeterRef> meter{};  // the rule's meter (use_bucket is then false)
 };
 
 // Which check decided a combined outcome (the binding one: the rejection furthest from passing).
@@ -122,6 +135,11 @@ struct StoreDecision {
   // before it, and their holders ask again when they wake (a value, not an age: gateways compare
   // them exactly).
   Micros last_cut_us = 0;
+  // A metered request: its colour (green, or yellow: forwarded marked as excess; red is a
+  // rejection) and the meter's counts after the decision (C; srTCM E or trTCM P).
+  limiter::Color color = limiter::Color::green;
+  double meter_committed = 0;
+  double meter_excess = 0;
 };
 
 // What a throttle signal from the upstream did to an adaptive bucket (BucketStore::throttled).

@@ -5,6 +5,7 @@
 //   maxShare set      "s:<configId>:<client key>"
 //   abandoned slots   "a:<bucket>"                  (limiter::abandon)
 //   adapted rate      "r:<bucket>"                  (limiter/adaptive_rate)
+//   meter             "m:<bucket>"                  (limiter/three_color)
 // In Redis each is stored as <prefix>{<hash tag>}<name>: the keys of one request share the tag (the
 // channel type, or the rule's bucket), hence one Redis Cluster slot; a name equal to its tag is
 // stored as <prefix>{<name>}.
@@ -52,6 +53,10 @@ inline std::string abandoned_name(std::string_view bucket) { return "a:" + std::
 
 // "r:" likewise begins no other name.
 inline std::string adaptive_name(std::string_view bucket) { return "r:" + std::string(bucket); }
+
+// A rule's three-colour meter: "m:<bucket>" (its own name, so that a rule that changes algorithm
+// starts afresh rather than reading a bucket's state as a meter's).
+inline std::string meter_name(std::string_view bucket) { return "m:" + std::string(bucket); }
 
 // <prefix>{<tag>}<name>, or <prefix>{<name>} when tag is empty or equal to the name.
 inline std::string redis_key(const std::string& prefix, std::string_view tag, std::string_view name) {

@@ -46,7 +46,15 @@ class LocalStore final : public BucketStore {
   std::size_t max_client_keys() const { return per_shard_cap_ * kShards; }
 
  private:
-  enum class Kind : std::uint8_t { bucket, window, share };
+  enum class Kind : std::uint8_t { bucket, window, share, meter };
+  // A rule's three-colour meter (limiter/three_color): its parameters and its counts.
+  struct MeterSlot {
+    bool two_rate = false;
+    limiter::SrtcmParams sr;
+    limiter::TrtcmParams tr;
+    limiter::SrtcmState srs;
+    limiter::TrtcmState trs;
+  };
   struct Entry {
     Kind kind = Kind::bucket;
     limiter::BucketState state;
@@ -63,6 +71,7 @@ class LocalStore final : public BucketStore {
     // bucket: the end of the last pause applied to it (Adaptive::on; Redis keeps it as field 'f'):
     // refunds never bring a slot back before it, whatever the rule's mode is by then
     Micros pause_floor = 0;
+    std::unique_ptr<MeterSlot> meter;  // meter: allocated with the entry
   };
   struct ClientSlot {
     std::string key;
@@ -95,10 +104,13 @@ class LocalStore final : public BucketStore {
   // The entry stored under `key`: in the shared map, or (client) in the capped LRU table.
   Entry& slot(Shard& shard, std::string_view key, bool client, Kind kind, bool& created);
   Entry& window_entry(const QuotaRef& q, Micros now);
+  // The meter stored under `key` (meter_name), created full, its counts kept within changed sizes.
+  // The shard must be locked.
+  Entry& meter_entry(Shard& shard, const std::string& key, const MeterRef& ref, Micros now);
   StoreDecision decide_all(const AcquireRequest& req);
   bool simple(const AcquireRequest& req) const {
     return req.use_bucket && !req.per_client_bucket && req.quotas.empty() && !req.share &&
-           req.adaptive == limiter::Adaptive::off;
+           req.adaptive == limiter::Adaptive::off && !req.meter;
   }
 
   const limiter::Clock& clock_;

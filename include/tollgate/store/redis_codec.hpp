@@ -21,9 +21,10 @@ namespace tollgate::store {
 std::vector<std::string> acquire_call(const AcquireRequest& req, const std::string& prefix,
                                       std::string_view now_override);
 // Its reply as a decision (nullopt when malformed). `quotas`: how many the request carried;
-// `adaptive`: the request was (req.adaptive != off), and the reply ends with its rate and pause.
+// `adaptive`: the request was (req.adaptive != off), and the reply ends with its rate and pause;
+// `metered`: it had a meter, and the reply ends with its colour and counts.
 std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas,
-                                                bool adaptive = false);
+                                                bool adaptive = false, bool metered = false);
 
 // The adaptive bucket's throttle signal; now_override as above.
 std::vector<std::string> adapt_call(const AcquireRequest& req, const std::string& prefix, Micros pause_us,

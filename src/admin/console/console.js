@@ -161,6 +161,7 @@ function bucketRow(b) {
 // when the upstream's throttling has brought it lower, with a pause if one is running.
 function rateCell(b) {
   const a = b.adaptive_state;
+  if (b.meter) return el('td', { 'data-col': 'rate', class: 'num', title: `${b.meter.algorithm}: committed rate` }, fmt(b.meter.cir));
   if (!a || b.adaptive === 'off') return el('td', { 'data-col': 'rate', class: 'num' }, fmt(b.rateLimit));
   const eff = a.effective_rate;
   const cut = a.last_cut ? `; last cut ${fmt(a.last_cut.from, 1)} → ${fmt(a.last_cut.to, 1)}/s on ${a.last_cut.cause}` : '';
@@ -171,6 +172,27 @@ function rateCell(b) {
     fmt(b.rateLimit),
     adapted ? el('span', { class: 'adapted' + (b.adaptive === 'shadow' ? ' muted' : '') }, ` → ${fmt(eff, 1)}`) : '',
     a.paused_ms > 0 ? el('span', { class: 'pill bad small' }, ` paused ${fmt(a.paused_ms / 1000, 1)} s`) : '');
+}
+
+// What shares the bucket: its priority classes (highest first) or its three-colour meter, each
+// with its requests so far in the title.
+function sharingNote(b) {
+  if (b.priority) {
+    const title = b.priority.classes.map((c) => {
+      const n = c.requests || {};
+      return `${c.class}${c.reserve ? ` (reserves ${fmt(c.reserve * 100, 0)}%)` : ''}: ` +
+        `${(n.forwarded ?? 0) + (n.delayed ?? 0)} admitted, ${n.rejected ?? 0} refused`;
+    }).join('; ');
+    return el('span', { class: 'muted small', 'data-priority': '', title: `classes by ${b.priority.by}: ${title}` },
+      ` classes ${b.priority.classes.map((c) => c.class).join(' › ')}`);
+  }
+  if (b.meter) {
+    const n = b.meter.requests || {};
+    return el('span', { class: 'muted small', 'data-meter': '',
+      title: `${b.meter.algorithm}, yellow ${b.meter.yellow === 'wait' ? 'held for a green' : 'forwarded marked'}: ` +
+        `${n.green ?? 0} green, ${n.yellow ?? 0} yellow, ${n.red ?? 0} red` }, ` ${b.meter.algorithm}`);
+  }
+  return '';
 }
 
 function renderBuckets(o) {
@@ -190,7 +212,8 @@ function renderBuckets(o) {
     const cell = (col, v, digits, cls) => el('td', { 'data-col': col, class: cls || 'num' }, fmt(v, digits));
     tr.append(
       el('td', { 'data-col': 'bucket', title: b.saturated ? 'saturated: refusing now, or its queue is past half the wait window' : '' },
-        b.bucket, b.keyBy ? el('span', { class: 'muted small' }, ` per ${b.keyBy}`) : '', b.status ? '' : el('span', { class: 'muted small' }, ' (off)')),
+        b.bucket, b.keyBy ? el('span', { class: 'muted small' }, ` per ${b.keyBy}`) : '', sharingNote(b),
+        b.status ? '' : el('span', { class: 'muted small' }, ' (off)')),
       el('td', { 'data-col': 'channel', class: '' }, `${b.channelType}${b.scope === 'channel' ? ' (channel)' : ''}`),
       rateCell(b), cell('burst', b.burst, 2), cell('stored', b.stored_permits, 2), cell('debt', b.debt_s, 3),
       cell('held', r.held, 0), cell('forwarded', r.fwd, 0), cell('delayed', r.del, 0), cell('rejected', r.rej, 0),

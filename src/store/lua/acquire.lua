@@ -11,6 +11,9 @@
 -- ARGV[9] adaptive (0 off, 1 on, 2 shadow: then KEYS has the bucket's adaptive hash right after the bucket),
 -- ARGV[10] the parent's permits (channelCost), ARGV[11] and ARGV[12] the shares of the bucket's and
 -- the parent's burst the request leaves for classes above its own (priority classes; 0: none),
+-- ARGV[13] a meter in place of the bucket (0 none, 1 srTCM, 2 trTCM: then KEYS ends with its hash
+-- and ARGV with cir, cbs, ebs or pir, pbs or 0, the pre-colour (0 green, 1 yellow, 2 red) and 1 to
+-- wait for a green; ARGV[1] is its cost),
 -- then 7 numbers per present bucket: interval, max_permits, cool_down, warm (0/1), threshold, cold_interval, slope,
 -- and after the bucket's, when adaptive, its configured rate, burst ('' unset), the request's caller id,
 -- the supplier's admissions this gateway reports, and 1 when the request asks again (not a new arrival),
@@ -18,19 +21,20 @@
 -- Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound (0 bucket, 1 parent, 2 share, 3 quota),
 --          bound_quota (rejected) or the maxShare grant's release (granted), release1, cost1, spent1, release2, cost2, spent2,
 --          then per quota: admitted, used, remaining, retry_after_us, reset_us,
---          then when adaptive: effective rate, pause left (us), the last cut's time (us, 0: none)}
+--          then when adaptive: effective rate, pause left (us), the last cut's time (us, 0: none),
+--          then with a meter: its colour (0 green, 1 yellow, 2 red), C and E (srTCM) or P (trTCM) after it}
 --          (doubles as strings).
 --
 -- Examples (add -h/-p; "dbg:" is a scratch key prefix, the gateway's keys are
 -- <key_prefix>{<bucket>}..., see include/tollgate/store/key_schema.hpp). One permit, waiting up to
 -- 250 ms, from a bucket of 10/s with a burst of 10 (interval 100000 us, max 10, cool_down 100000):
---   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' , 1 250000 0 '' 1 0 0 0 0 1 0 0 100000 10 100000 0 0 0 0
+--   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' , 1 250000 0 '' 1 0 0 0 0 1 0 0 0 100000 10 100000 0 0 0 0
 -- The same bucket adaptive (on), its configured rate 10 and no burst, with its adaptive hash:
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , \
---     1 250000 0 '' 1 0 0 0 1 1 0 0 100000 10 100000 0 0 0 0 10 '' 7 0 0
+--     1 250000 0 '' 1 0 0 0 1 1 0 0 0 100000 10 100000 0 0 0 0 10 '' 7 0 0
 -- The same bucket with a fixed window quota of 100 a minute:
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}q:7:' , \
---     1 250000 0 '' 1 0 1 0 0 1 0 0 100000 10 100000 0 0 0 0 60000000 100 0
+--     1 250000 0 '' 1 0 1 0 0 1 0 0 0 100000 10 100000 0 0 0 0 60000000 100 0
 --
 -- The bucket arithmetic is src/limiter/token_bucket.cpp's, the same operations in the same order,
 -- and the quotas' src/limiter/window.cpp's, so that both stores compute the same doubles and
@@ -70,6 +74,7 @@ local has_a, has_b = ARGV[5] == '1', ARGV[6] == '1'
 local nq, max_held = tonumber(ARGV[7]), tonumber(ARGV[8])
 local adaptive = tonumber(ARGV[9])
 local permits_b, share_a, share_b = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local meter_kind = tonumber(ARGV[13])
 
 local function shape(base)
   return {interval = tonumber(ARGV[base]), max = tonumber(ARGV[base + 1]), cool = tonumber(ARGV[base + 2]),
@@ -195,8 +200,154 @@ local function wcheck(st, q, n)
   return d
 end
 
+-- Three-colour meters: src/limiter/three_color.cpp, the same operations in the same order (each
+-- step one double operation), and its search for the first whole microsecond an answer changes.
+local MAXS = SAT -- searches stop at 2^53; "never" is sent as 2^53 (the codec reads it as infinite)
+local function first_micros(reached, guess)
+  local g
+  if not (guess < MAXS) then g = MAXS elseif guess < 1.0 then g = 1 else g = math.ceil(guess) end
+  local lo, hi
+  if reached(g) then
+    hi = g
+    local step = 1
+    while true do
+      if hi - step <= 0 then lo = 0; break end
+      local cand = hi - step
+      if not reached(cand) then lo = cand; break end
+      hi = cand
+      step = step * 2
+    end
+  else
+    lo = g
+    local step = 1
+    while true do
+      if lo >= MAXS - step then
+        if not reached(MAXS) then return MAXS end
+        hi = MAXS
+        break
+      end
+      local cand = lo + step
+      if reached(cand) then hi = cand; break end
+      lo = cand
+      step = step * 2
+    end
+  end
+  while hi - lo > 1 do
+    local mid = lo + math.floor((hi - lo) / 2)
+    if reached(mid) then hi = mid else lo = mid end
+  end
+  return hi
+end
+local function from_now(last, dt)
+  if dt >= MAXS then return MAXS end
+  local gap = 0
+  if last > now then gap = last - now end
+  return gap + dt
+end
+-- m: {two, cir, cbs, x (ebs or pir), pbs}; st: {c, e (E or P), last}
+local function refill(st, m, dt)
+  if m.two then
+    local elapsed = dt
+    local p_scaled = m.x * elapsed
+    local p_added = p_scaled / 1e6
+    st.e = math.min(m.pbs, st.e + p_added)
+    local c_scaled = m.cir * elapsed
+    local c_added = c_scaled / 1e6
+    st.c = math.min(m.cbs, st.c + c_added)
+  else
+    local scaled = m.cir * dt
+    local added = scaled / 1e6
+    local sum = st.c + added
+    if sum <= m.cbs then
+      st.c = sum
+    else
+      local overflow = sum - m.cbs
+      st.c = m.cbs
+      st.e = math.min(m.x, st.e + overflow)
+    end
+  end
+end
+local function m_update(st, m)
+  if now <= st.last then return end
+  refill(st, m, now - st.last)
+  st.last = now
+end
+local function m_color(st, m, cost, pre)
+  if m.two then
+    if pre == 2 or st.e < cost then return 2 end
+    if pre == 1 or st.c < cost then return 1 end
+    return 0
+  end
+  if pre == 2 then return 2 end
+  if pre == 0 and st.c >= cost then return 0 end
+  if st.e >= cost then return 1 end
+  return 2
+end
+local function m_copy(st) return {c = st.c, e = st.e, last = st.last} end
+local function m_retry(st, m, cost, pre)
+  if pre == 2 then return MAXS end
+  local guess
+  if m.two then
+    if cost > m.pbs then return MAXS end
+    guess = (cost - st.e) * 1e6 / m.x
+  else
+    local can = false
+    guess = MAXS
+    if pre == 0 and cost <= m.cbs then
+      can = true
+      guess = math.min(guess, (cost - st.c) * 1e6 / m.cir)
+    end
+    if cost <= m.x then
+      can = true
+      guess = math.min(guess, (cost - st.e + m.cbs - st.c) * 1e6 / m.cir)
+    end
+    if not can then return MAXS end
+  end
+  local function not_red(dt)
+    local nx = m_copy(st)
+    refill(nx, m, dt)
+    return m_color(nx, m, cost, pre) ~= 2
+  end
+  return from_now(st.last, first_micros(not_red, guess))
+end
+-- Updates st to now and marks a request of `cost`: {color, wait, retry, c, e}; st is charged.
+local function m_mark(st, m, cost, pre, wait_green, timeout)
+  m_update(st, m)
+  if wait_green and pre == 0 then
+    local short, fits = st.c < cost, cost <= m.cbs
+    if m.two then short, fits = (st.c < cost or st.e < cost), (cost <= m.cbs and cost <= m.pbs) end
+    if short and fits then
+      local guess = (cost - st.c) * 1e6 / m.cir
+      if m.two then guess = math.max(guess, (cost - st.e) * 1e6 / m.x) end
+      local function green(dt)
+        local nx = m_copy(st)
+        refill(nx, m, dt)
+        if m.two then return nx.e >= cost and nx.c >= cost end
+        return nx.c >= cost
+      end
+      local wait = from_now(st.last, first_micros(green, guess))
+      if wait < MAXS and wait <= math.max(0, timeout) then
+        if m.two then st.e = st.e - cost end
+        st.c = st.c - cost
+        return {color = 0, wait = wait, retry = 0, c = st.c, e = st.e}
+      end
+    end
+  end
+  local color = m_color(st, m, cost, pre)
+  local retry = 0
+  if color == 0 then
+    if m.two then st.e = st.e - cost end
+    st.c = st.c - cost
+  elseif color == 1 then
+    st.e = st.e - cost
+  else
+    retry = m_retry(st, m, cost, pre)
+  end
+  return {color = color, wait = 0, retry = retry, c = st.c, e = st.e}
+end
+
 local function num(i) return tonumber(ARGV[i]) end
-local ki, base = 1, 13
+local ki, base = 1, 14
 local ka, kb, sa, sb
 if has_a then ka, sa, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
 -- Adaptive: the arrival counts as demand, and with `on` the bucket decides at the effective rate
@@ -256,6 +407,64 @@ local all = bd.granted
 local retry = bd.retry
 if not bd.granted then retry = bd.retry else retry = 0 end
 
+-- A meter in place of the bucket: its arguments follow the quotas', its key the share's.
+local mkey, mt, mst, md, meter_left
+if meter_kind > 0 then
+  local mb = base + 3 * nq
+  mkey = KEYS[ki + nq + ((max_held > 0) and 1 or 0)]
+  mt = {two = meter_kind == 2, cir = num(mb), cbs = num(mb + 1), x = num(mb + 2), pbs = num(mb + 3)}
+  local pre, wait_green = num(mb + 4), ARGV[mb + 5] == '1'
+  local h = redis.call('HMGET', mkey, 'C', 'E', 'L', 'k', 'i', 'b', 'x', 'p')
+  local full_e = mt.x
+  if mt.two then full_e = mt.pbs end
+  if not h[1] or tonumber(h[4]) ~= meter_kind then
+    mst = {c = mt.cbs, e = full_e, last = now} -- missing (or another kind): full
+  else
+    mst = {c = tonumber(h[1]), e = tonumber(h[2]), last = tonumber(h[3])}
+    local old = {two = mt.two, cir = tonumber(h[5]), cbs = tonumber(h[6]), x = tonumber(h[7]), pbs = tonumber(h[8])}
+    if old.cir ~= mt.cir or old.cbs ~= mt.cbs or old.x ~= mt.x or old.pbs ~= mt.pbs then
+      -- The rule changed: updated at the old rates, then kept within the new sizes.
+      m_update(mst, old)
+      mst.c = math.min(mst.c, mt.cbs)
+      mst.e = math.min(mst.e, full_e)
+      mst.changed = true
+    end
+  end
+  local saved = m_copy(mst)
+  mst.saved = saved
+  local probe = m_copy(mst)
+  m_update(probe, mt)
+  meter_left = probe.c
+  md = m_mark(mst, mt, permits, pre, wait_green, timeout)
+  if md.color == 2 then
+    if all or md.retry > retry then bound, mx, retry = 0, mt.cbs, md.retry end
+    all = false
+  elseif bd.granted then
+    if (not b) or md.wait >= bd.wait then bound, mx = 0, mt.cbs end
+    bd.wait = math.max(bd.wait, md.wait)
+    if b then bd.remaining = math.min(bd.remaining, md.c) else bd.remaining = md.c end
+  end
+end
+local function save_meter(st)
+  local full_e = mt.x
+  if mt.two then full_e = mt.pbs end
+  redis.call('HSET', mkey, 'C', fmt(st.c), 'E', fmt(st.e), 'L', fmt(st.last), 'k', meter_kind,
+             'i', fmt(mt.cir), 'b', fmt(mt.cbs), 'x', fmt(mt.x), 'p', fmt(mt.pbs))
+  -- Expire when the meter would be full anyway: a missing key then means the same thing.
+  local secs
+  if mt.two then secs = math.max((mt.pbs - st.e) / mt.x, (mt.cbs - st.c) / mt.cir)
+  else secs = ((mt.cbs - st.c) + (full_e - st.e)) / mt.cir end
+  local ms = math.floor(secs * 1000) + 1000 + math.max(0, math.floor((st.last - now) / 1000))
+  if ms > 1e12 then ms = 1e12 end -- 31 years: a meter that slow is kept that long (and sent as digits)
+  redis.call('PEXPIRE', mkey, string.format('%.0f', ms))
+end
+local function meter_tail(out)
+  if not md then return end
+  table.insert(out, md.color)
+  table.insert(out, fmt(md.c))
+  table.insert(out, fmt(md.e))
+end
+
 local n = 1 -- a quota counts requests, whatever their cost
 local quotas, qout = {}, {}
 for i = 1, nq do
@@ -306,11 +515,15 @@ end
 if not all then
   if a0 and a0.rescaled then save(ka, a0, sa) end
   if b0 and b0.rescaled then save(kb, b0, sb) end
+  if mst and mst.changed then save_meter(mst.saved) end
   local remaining = bd.remaining
   if bd.granted then
     remaining = 0
     if a and b then remaining = math.min(a.synced, b.synced) elseif a then remaining = a.synced
     elseif b then remaining = b.synced end
+  end
+  if mt then
+    if b then remaining = math.min(remaining, meter_left) else remaining = meter_left end
   end
   local out = {0, 0, retry, fmt(remaining), fmt(mx), bound, bound_quota, 0, 0, '0', 0, 0, '0'}
   for _, v in ipairs(qout) do table.insert(out, v) end
@@ -320,10 +533,12 @@ if not all then
     table.insert(out, pause_left)
     table.insert(out, last_cut)
   end
+  meter_tail(out)
   return out
 end
 if a then save(ka, a, sa) end
 if b then save(kb, b, sb) end
+if mst then save_meter(mst) end
 for i = 1, nq do
   local x = quotas[i]
   x.st.c = x.st.c + n
@@ -346,4 +561,5 @@ if ad then
   table.insert(out, pause_left)
   table.insert(out, last_cut)
 end
+meter_tail(out)
 return out

@@ -1,19 +1,17 @@
-// A rule's request cost (cost, channelCost) and priority classes (priority) in the configuration:
-// what is accepted, what each means, and each refusal naming the row and field.
+// A rule's request cost (cost, channelCost), priority classes (priority) and meter (algorithm srtcm
+// or trtcm) in the configuration: what is accepted, what each means, and each refusal naming the
+// row and field.
 #include <gtest/gtest.h>
 
 #include "tollgate/config/config_source.hpp"
+#include "support/config_text.hpp"
 #include "tollgate/config/gateway_config.hpp"
 
 namespace tollgate::config {
 namespace {
 
-ValidatedRules rules_of(const std::string& json_rows) { return validate_rows(parse_rule_rows(json_rows, "rules")); }
-
-std::string first_error(const std::string& json_rows) {
-  const ValidatedRules v = rules_of(json_rows);
-  return v.rejected.empty() ? "" : v.rejected.front().message();
-}
+using testing::first_error;
+using testing::rules_of;
 
 TEST(CostConfig, CostAndChannelCost) {
   const ValidatedRules v = rules_of(R"([
@@ -63,7 +61,7 @@ TEST(CostConfig, BadCostsAreRefusedNamingTheField) {
             "rules[0].channelCost: needs a channelType: the channel limit it is charged to (configId 1)");
   EXPECT_EQ(first_error(R"([{"configId": 1, "interfaceUrl": "/s", "status": 1, "cost": 2,
       "quotas": [{"quotaId": 1, "periodSeconds": 60, "limitCount": 100}]}])"),
-            "rules[0].cost: needs a token bucket (rateLimit) to take permits from (configId 1)");
+            "rules[0].cost: needs a token bucket (rateLimit) or a meter to take permits from (configId 1)");
 }
 
 TEST(PriorityConfig, ClassesReservesAndTheDefault) {
@@ -149,6 +147,71 @@ TEST(PriorityConfig, TheMysqlColumnsTextMeansTheSame) {
   EXPECT_EQ(v.rejected[0].message(),
             "t_ratelimite_conf[configId=3].priority: must be a JSON object {\"by\", \"classes\", \"default\", "
             "\"reserve\"}");
+}
+
+TEST(MeterConfig, SrtcmAndTrtcmRules) {
+  const ValidatedRules v = rules_of(R"([
+      {"configId": 1, "interfaceUrl": "/a", "status": 1, "algorithm": "srtcm", "cir": 10, "cbs": 5, "ebs": 10},
+      {"configId": 2, "interfaceUrl": "/b", "status": 1, "algorithm": "trtcm", "cir": 10, "cbs": 5, "pir": 20, "pbs": 10,
+       "yellow": "wait", "cost": 2},
+      {"configId": 3, "interfaceUrl": "/c", "rateLimit": 5, "status": 1, "algorithm": "bucket"}])");
+  ASSERT_TRUE(v.rejected.empty()) << v.rejected[0].message();
+  ASSERT_TRUE(v.rules[0].meter);
+  EXPECT_FALSE(v.rules[0].has_bucket);
+  EXPECT_FALSE(v.rules[0].meter->two_rate);
+  EXPECT_EQ(v.rules[0].meter->sr, (limiter::SrtcmParams{10, 5, 10}));
+  EXPECT_FALSE(v.rules[0].meter->wait_green);
+  EXPECT_EQ(v.rules[0].rate_limit, 10);  // the committed rate, for displays and RateLimit-Policy
+  ASSERT_TRUE(v.rules[1].meter);
+  EXPECT_TRUE(v.rules[1].meter->two_rate);
+  EXPECT_EQ(v.rules[1].meter->tr, (limiter::TrtcmParams{10, 5, 20, 10}));
+  EXPECT_TRUE(v.rules[1].meter->wait_green);
+  EXPECT_FALSE(v.rules[2].meter);
+  EXPECT_TRUE(v.rules[2].has_bucket);
+}
+
+TEST(MeterConfig, BadMetersAreRefusedNamingTheField) {
+  auto row = [](const std::string& fields) {
+    return R"([{"configId": 4, "interfaceUrl": "/m", "status": 1, )" + fields + "}]";
+  };
+  EXPECT_EQ(first_error(row(R"("algorithm": "gcra")")),
+            "rules[0].algorithm: must be \"bucket\", \"srtcm\" or \"trtcm\" (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cbs": 5, "ebs": 5)")),
+            "rules[0].cir: is required for algorithm srtcm (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cir": 0, "cbs": 5, "ebs": 5)")),
+            "rules[0].cir: must be within (0, 1000000] permits per second (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cir": 5, "cbs": 0, "ebs": 0)")),
+            "rules[0].cbs: cbs + ebs must be > 0 (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cir": 5, "cbs": 5, "ebs": 5, "pir": 9)")),
+            "rules[0].pir: belongs to trtcm; srtcm has cir, cbs and ebs (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "trtcm", "cir": 10, "cbs": 5, "pir": 5, "pbs": 5)")),
+            "rules[0].pir: must be >= cir (the peak rate is at least the committed one) (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "trtcm", "cir": 10, "cbs": 0, "pir": 20, "pbs": 5)")),
+            "rules[0].cbs: must be within (0, 1000000000] permits (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cir": 5, "cbs": 5, "ebs": 5, "rateLimit": 5)")),
+            "rules[0].rateLimit: does not apply to a meter (algorithm srtcm): give its rates and sizes (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cir": 5, "cbs": 5, "ebs": 5, "keyBy": "client_ip")")),
+            "rules[0].keyBy: does not apply to a meter (algorithm srtcm): give its rates and sizes (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cir": 5, "cbs": 5, "ebs": 5, "yellow": "drop")")),
+            "rules[0].yellow: must be \"forward\" or \"wait\" (configId 4)");
+  EXPECT_EQ(first_error(row(R"("rateLimit": 5, "cir": 5)")),
+            "rules[0].cir: applies to a meter: \"algorithm\": \"srtcm\" or \"trtcm\" (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cir": 5, "cbs": 5, "ebs": 3, "cost": 6)")),
+            "rules[0].cost: is more than both cbs and ebs: every request would be red (configId 4)");
+  EXPECT_EQ(first_error(R"([{"configId": 4, "channelType": "X", "scope": "channel", "status": 1, "algorithm": "srtcm",
+      "cir": 5, "cbs": 5, "ebs": 5}])"),
+            "rules[0].algorithm: a meter limits an interface, not a channel (configId 4)");
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cir": 5, "cbs": 5, "ebs": 5,
+      "priority": {"by": "method", "classes": ["POST", "GET"], "default": "GET", "reserve": {"POST": 0.2}})")),
+            "rules[0].priority.reserve: applies to a token bucket; a meter's classes are its pre-colours (configId 4)");
+  // The classes below the highest are pre-coloured yellow: an srTCM passes them through E only.
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cir": 5, "cbs": 5, "ebs": 0,
+      "priority": {"by": "method", "classes": ["POST", "GET"], "default": "GET"})")),
+            "rules[0].cost: is more than ebs: with priority classes, every request below the highest class would "
+            "be red (configId 4)");
+  // Classes without reserves are a meter's pre-colours.
+  EXPECT_EQ(first_error(row(R"("algorithm": "srtcm", "cir": 5, "cbs": 5, "ebs": 5,
+      "priority": {"by": "method", "classes": ["POST", "GET"], "default": "GET"})")), "");
 }
 
 }  // namespace

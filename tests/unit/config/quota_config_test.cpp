@@ -3,18 +3,15 @@
 
 #include "tollgate/proxy/rate_headers.hpp"
 #include "tollgate/config/config_source.hpp"
+#include "support/config_text.hpp"
 #include "tollgate/config/gateway_config.hpp"
 #include "tollgate/config/snapshot.hpp"
 
 namespace tollgate::config {
 namespace {
 
-ValidatedRules rules_of(const std::string& json_rows) { return validate_rows(parse_rule_rows(json_rows, "rules")); }
-
-std::string first_error(const std::string& json_rows) {
-  const ValidatedRules v = rules_of(json_rows);
-  return v.rejected.empty() ? "" : v.rejected.front().message();
-}
+using testing::first_error;
+using testing::rules_of;
 
 TEST(QuotaConfig, ARuleWithQuotasOnly) {
   const ValidatedRules v = rules_of(R"([{"configId": 4, "interfaceUrl": "/login", "status": 1, "quotas": [

@@ -27,6 +27,8 @@ TEST(Throttle, RetryAfterRoundsUpToWholeSeconds) {
   EXPECT_EQ(ceil_seconds(1), 1);
   EXPECT_EQ(ceil_seconds(1'000'000), 1);
   EXPECT_EQ(ceil_seconds(1'000'001), 2);
+  // "Never" (a meter's red that no wait can turn): a number of seconds, not an overflow.
+  EXPECT_EQ(ceil_seconds(limiter::kInfinite), limiter::kInfinite / 1'000'000 + 1);
 }
 
 TEST(Throttle, RateLimitHeaders) {

@@ -183,6 +183,18 @@ TEST(FailurePolicyStore, LocalShareCapsACostItsShareCouldNeverGive) {
   const AcquireRequest t = local_share(req, 4);
   EXPECT_DOUBLE_EQ(t.permits, 2);  // what fits is left as it is
   EXPECT_DOUBLE_EQ(t.parent_permits, 4);
+  // A meter: its own sizes shared and the cost capped by them, not by the placeholder bucket.
+  AcquireRequest m = bucket(1);
+  m.use_bucket = false;
+  m.permits = 5;
+  m.meter = MeterRef{"/m", false, {20, 40, 8}, {}, limiter::Color::green, false};
+  const AcquireRequest u = local_share(m, 4);
+  EXPECT_DOUBLE_EQ(u.meter->sr.cir, 5);
+  EXPECT_DOUBLE_EQ(u.meter->sr.cbs, 10);
+  EXPECT_DOUBLE_EQ(u.meter->sr.ebs, 2);
+  EXPECT_DOUBLE_EQ(u.permits, 5);
+  m.permits = 12;
+  EXPECT_DOUBLE_EQ(local_share(m, 4).permits, 10);  // never red for its size alone
 }
 
 TEST(FailurePolicyStore, LocalWithoutAFallbackStoreFailsOpen) {

@@ -35,7 +35,7 @@ constexpr const char* kNever = "9007199254740992";  // the scripts' 2^53
 TEST(RedisCodec, AcquireCallOfABucketAlone) {
   AcquireRequest req{{"/a", rate(4)}, {}, {}, 1.5, 250'000};
   const Args a = acquire_call(req, "p:", "");
-  ASSERT_EQ(a.size(), 1u + 1 + 12 + 7);
+  ASSERT_EQ(a.size(), 1u + 1 + 13 + 7);
   EXPECT_EQ(a[0], "1");                 // numkeys
   EXPECT_EQ(a[1], "p:{/a}");            // the bucket, tagged with its own name
   EXPECT_EQ(as_double(a[2]), 1.5);      // ARGV[1] permits
@@ -50,13 +50,14 @@ TEST(RedisCodec, AcquireCallOfABucketAlone) {
   EXPECT_EQ(as_double(a[11]), 1);       // ARGV[10] the parent's permits (none here)
   EXPECT_EQ(as_double(a[12]), 0);       // ARGV[11] no reserve: no classes
   EXPECT_EQ(as_double(a[13]), 0);       // ARGV[12] nor in the parent
-  EXPECT_EQ(as_double(a[14]), 250'000);  // interval_us
-  EXPECT_EQ(as_double(a[15]), 4);        // max_permits
-  EXPECT_EQ(as_double(a[16]), 250'000);  // cool_down_us
-  EXPECT_EQ(a[17], "0");                 // not warm
-  EXPECT_EQ(as_double(a[18]), 0);        // threshold
-  EXPECT_EQ(as_double(a[19]), 0);        // cold interval
-  EXPECT_EQ(as_double(a[20]), 0);        // slope
+  EXPECT_EQ(a[14], "0");                // ARGV[13] no meter
+  EXPECT_EQ(as_double(a[15]), 250'000);  // interval_us
+  EXPECT_EQ(as_double(a[16]), 4);        // max_permits
+  EXPECT_EQ(as_double(a[17]), 250'000);  // cool_down_us
+  EXPECT_EQ(a[18], "0");                 // not warm
+  EXPECT_EQ(as_double(a[19]), 0);        // threshold
+  EXPECT_EQ(as_double(a[20]), 0);        // cold interval
+  EXPECT_EQ(as_double(a[21]), 0);        // slope
 }
 
 TEST(RedisCodec, AcquireCallOfEverything) {
@@ -70,7 +71,7 @@ TEST(RedisCodec, AcquireCallOfEverything) {
   req.reserve_share = 0.25;
   req.parent_reserve_share = 0.5;
   const Args a = acquire_call(req, "t:", "1700000000000000");
-  ASSERT_EQ(a.size(), 1u + 5 + 12 + 14 + 6);
+  ASSERT_EQ(a.size(), 1u + 5 + 13 + 14 + 6);
   EXPECT_EQ(a[0], "5");
   EXPECT_EQ(a[1], "t:{X}c:5:10.0.0.1");
   EXPECT_EQ(a[2], "t:{X}channel:X");
@@ -88,22 +89,22 @@ TEST(RedisCodec, AcquireCallOfEverything) {
   EXPECT_EQ(as_double(a[16]), 0.25);     // the share kept for classes above, in the bucket
   EXPECT_EQ(as_double(a[17]), 0.5);      // ... and in the channel's
   const limiter::Shape w = limiter::shape_of(p);
-  EXPECT_EQ(as_double(a[18]), w.interval_us);
-  EXPECT_EQ(as_double(a[19]), w.max_permits);  // %.17g: the same double back
-  EXPECT_EQ(as_double(a[20]), w.cool_down_us);
-  EXPECT_EQ(a[21], "1");
-  EXPECT_EQ(as_double(a[22]), w.threshold);
-  EXPECT_EQ(as_double(a[23]), w.cold_interval_us);
-  EXPECT_EQ(as_double(a[24]), w.slope);
-  EXPECT_EQ(as_double(a[25]), 125'000);  // the channel's interval
-  EXPECT_EQ(as_double(a[26]), 8);
-  EXPECT_EQ(a[28], "0");
-  EXPECT_EQ(a[32], "1000000");  // quota 1: period, limit, fixed
-  EXPECT_EQ(a[33], "6");
-  EXPECT_EQ(a[34], "0");
-  EXPECT_EQ(a[35], "3000000");  // quota 2: sliding
-  EXPECT_EQ(a[36], "12");
-  EXPECT_EQ(a[37], "1");
+  EXPECT_EQ(as_double(a[19]), w.interval_us);
+  EXPECT_EQ(as_double(a[20]), w.max_permits);  // %.17g: the same double back
+  EXPECT_EQ(as_double(a[21]), w.cool_down_us);
+  EXPECT_EQ(a[22], "1");
+  EXPECT_EQ(as_double(a[23]), w.threshold);
+  EXPECT_EQ(as_double(a[24]), w.cold_interval_us);
+  EXPECT_EQ(as_double(a[25]), w.slope);
+  EXPECT_EQ(as_double(a[26]), 125'000);  // the channel's interval
+  EXPECT_EQ(as_double(a[27]), 8);
+  EXPECT_EQ(a[29], "0");
+  EXPECT_EQ(a[33], "1000000");  // quota 1: period, limit, fixed
+  EXPECT_EQ(a[34], "6");
+  EXPECT_EQ(a[35], "0");
+  EXPECT_EQ(a[36], "3000000");  // quota 2: sliding
+  EXPECT_EQ(a[37], "12");
+  EXPECT_EQ(a[38], "1");
 }
 
 TEST(RedisCodec, AcquireCallOfQuotasOnly) {
@@ -111,12 +112,12 @@ TEST(RedisCodec, AcquireCallOfQuotasOnly) {
   req.use_bucket = false;
   req.quotas.push_back({"q:1:a", {60'000'000, 5, limiter::WindowAlgorithm::fixed}, false});
   const Args a = acquire_call(req, "t:", "");
-  ASSERT_EQ(a.size(), 1u + 1 + 12 + 3);
+  ASSERT_EQ(a.size(), 1u + 1 + 13 + 3);
   EXPECT_EQ(a[0], "1");
   EXPECT_EQ(a[1], "t:{/q}q:1:a");
   EXPECT_EQ(a[6], "0");  // no bucket: no shape sent
   EXPECT_EQ(a[8], "1");
-  EXPECT_EQ(a[14], "60000000");
+  EXPECT_EQ(a[15], "60000000");
 }
 
 // An adaptive bucket's call names its adapted-rate hash right after the bucket and sends
@@ -127,25 +128,25 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   req.adaptive = limiter::Adaptive::shadow;
   req.caller = 4503599627370497;  // 2^52 + 1: sent whole
   Args a = acquire_call(req, "p:", "");
-  ASSERT_EQ(a.size(), 1u + 2 + 12 + 7 + 5);
+  ASSERT_EQ(a.size(), 1u + 2 + 13 + 7 + 5);
   EXPECT_EQ(a[0], "2");
   EXPECT_EQ(a[1], "p:{/a}");
   EXPECT_EQ(a[2], "p:{/a}r:/a");
   EXPECT_EQ(a[11], "2");                // shadow
-  EXPECT_EQ(as_double(a[22]), 4);       // the configured rate
-  EXPECT_EQ(a[23], "");                 // no explicit burst
-  EXPECT_EQ(a[24], "4503599627370497");  // the caller
-  EXPECT_EQ(as_double(a[25]), 0);         // no admissions to report
-  EXPECT_EQ(a[26], "0");                  // a new arrival
+  EXPECT_EQ(as_double(a[23]), 4);       // the configured rate
+  EXPECT_EQ(a[24], "");                 // no explicit burst
+  EXPECT_EQ(a[25], "4503599627370497");  // the caller
+  EXPECT_EQ(as_double(a[26]), 0);         // no admissions to report
+  EXPECT_EQ(a[27], "0");                  // a new arrival
   req.adaptive = limiter::Adaptive::on;
   req.bucket.params.burst = 6;
   req.admitted = 3;
   req.again = true;
   a = acquire_call(req, "p:", "");
   EXPECT_EQ(a[11], "1");
-  EXPECT_EQ(as_double(a[25]), 3);
-  EXPECT_EQ(a[26], "1");
-  EXPECT_EQ(as_double(a[23]), 6);
+  EXPECT_EQ(as_double(a[26]), 3);
+  EXPECT_EQ(a[27], "1");
+  EXPECT_EQ(as_double(a[24]), 6);
   EXPECT_FALSE(lean_request(req));  // adaptive buckets take the general script
 
   std::vector<std::string> reply{"1", "0", "0", "3", "4", "0", "0", "5", "0", "1", "0", "0", "0", "2.5", "120000", "700000"};
@@ -287,6 +288,38 @@ TEST(RedisCodec, RefundCallAndReply) {
   EXPECT_EQ(r->reservations(), 2u);
   EXPECT_FALSE(parse_refund_reply(req, {"1", "0"}).has_value());
   EXPECT_FALSE(parse_refund_reply(req, {"x", "0", "0", "0"}).has_value());
+}
+
+// A meter in place of the bucket: its hash ends KEYS, its rates, sizes, pre-colour and wait flag
+// end ARGV; the reply ends with its colour and counts.
+TEST(RedisCodec, AcquireCallOfAMeter) {
+  AcquireRequest req{{"/m", rate(1)}, {}, "/m", 2.0, 300'000};
+  req.use_bucket = false;
+  req.meter = MeterRef{"/m", true, {}, {10, 5, 20, 8}, limiter::Color::yellow, true};
+  req.quotas.push_back({"q:1:", {60'000'000, 5, limiter::WindowAlgorithm::fixed}, true});
+  const Args a = acquire_call(req, "t:", "");
+  ASSERT_EQ(a.size(), 1u + 2 + 13 + 3 + 6);
+  EXPECT_EQ(a[0], "2");
+  EXPECT_EQ(a[1], "t:{/m}q:1:");
+  EXPECT_EQ(a[2], "t:{/m}m:/m");  // the meter's own name: never a bucket's state
+  EXPECT_EQ(as_double(a[3]), 2);  // its cost
+  EXPECT_EQ(a[7], "0");           // no bucket
+  EXPECT_EQ(a[15], "2");          // ARGV[13]: trTCM
+  EXPECT_EQ(a[19], "10");         // cir, cbs, pir, pbs after the quota's three
+  EXPECT_EQ(a[20], "5");
+  EXPECT_EQ(a[21], "20");
+  EXPECT_EQ(a[22], "8");
+  EXPECT_EQ(a[23], "1");  // pre-colour yellow
+  EXPECT_EQ(a[24], "1");  // wait for a green
+  EXPECT_FALSE(lean_request(req));
+  std::vector<std::string> reply{"1", "0", "0", "4", "5", "0", "0", "0", "0", "0", "0", "0", "0",
+                                 "1", "1", "4", "0", "0", "1", "-1.5", "3.25"};
+  const auto d = parse_acquire_reply(reply, 1, false, true);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->color, limiter::Color::yellow);
+  EXPECT_EQ(d->meter_committed, -1.5);
+  EXPECT_EQ(d->meter_excess, 3.25);
+  EXPECT_FALSE(parse_acquire_reply(reply, 1, false, false));  // the length says what it carries
 }
 
 // ---- the lean script ----
