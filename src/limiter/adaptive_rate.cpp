@@ -34,11 +34,13 @@ double floor_rate(double configured, const AdaptiveParams& p) {
 }
 
 namespace {
-std::int64_t second_of(Micros now) { return static_cast<std::int64_t>(std::floor(static_cast<double>(now) / 1e6)); }
+std::int64_t second_of(const AdaptiveState& st, Micros now) {
+  return static_cast<std::int64_t>(std::floor(static_cast<double>(now + st.phase) / 1e6));
+}
 
 // Moves the per-second counts on to `now`'s second.
 void roll(AdaptiveState& st, Micros now) {
-  const std::int64_t sec = second_of(now);
+  const std::int64_t sec = second_of(st, now);
   if (sec <= st.sec) return;
   if (sec == st.sec + 1) {
     st.demand_prev = st.demand_cur;
@@ -54,8 +56,8 @@ void roll(AdaptiveState& st, Micros now) {
 
 // A count over the sliding second ending at `now`.
 double sliding(const AdaptiveState& st, double cur, double prev, Micros now) {
-  const std::int64_t sec = second_of(now);
-  const double elapsed = static_cast<double>(now - sec * 1'000'000);
+  const std::int64_t sec = second_of(st, now);
+  const double elapsed = static_cast<double>(now + st.phase - sec * 1'000'000);
   const double left = (1e6 - elapsed) / 1e6;  // share of the previous second still in the window
   if (sec <= st.sec) return prev * left + cur;
   if (sec == st.sec + 1) return cur * left;
@@ -78,13 +80,21 @@ void note_demand(AdaptiveState& st, Micros now, double permits, std::uint64_t ca
 
 double demand(const AdaptiveState& st, Micros now) { return sliding(st, st.demand_cur, st.demand_prev, now); }
 
-void note_admitted(AdaptiveState& st, Micros now, double n) {
+void note_admitted(AdaptiveState& st, Micros now, double n, double before) {
   roll(st, now);
-  st.ok_cur += n;
+  st.ok_cur += n - before;
+  st.ok_prev += before;
   st.since_ok += n;
 }
 
 double admitted(const AdaptiveState& st, Micros now) { return sliding(st, st.ok_cur, st.ok_prev, now); }
+
+double admitted_per_window(const AdaptiveState& st, Micros now) {
+  const std::int64_t sec = second_of(st, now);
+  if (sec <= st.sec) return st.ok_cur > st.ok_prev ? st.ok_cur : st.ok_prev;
+  if (sec == st.sec + 1) return st.ok_cur;
+  return 0;
+}
 
 double effective_rate(AdaptiveState& st, double configured, Micros now, const AdaptiveParams& p) {
   if (st.target > 0 && now - st.last > p.forget_us && st.pause_until <= now) st.target = 0;
@@ -135,13 +145,15 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   double sent = eff;
   const double d = demand(st, now);
   if (d < sent) sent = d;
-  // The estimate: what the supplier admitted over the last second. After a recent cut: probing
+  // The estimate: what the supplier admitted in the fullest of the last two calendar seconds (a
+  // sliding second across a fixed window's edge counts parts of two full windows: up to twice the
+  // allowance; a calendar second counts one). After a recent cut: probing
   // above the level that cut estimated, at least that level (the allowance did not fall below
   // what it admitted then; the last second adds a rise); throttled at or under it, the allowance
   // dropped, and what it admitted a second since that cut says to what. A pause counts in that
   // time for up to a second (the supplier's allowance refilled meanwhile and was spent after
   // it), not beyond (a bucket fills once).
-  double estimate = admitted(st, now);
+  double estimate = admitted_per_window(st, now);
   const bool recent = now - previous < p.recent_us;
   if (recent) {
     Micros start = previous;
@@ -155,7 +167,10 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
       if (!(above > st.level) && estimate > most) estimate = most;
       if (estimate < st.level) estimate = st.level;
     } else if (now - start >= p.debounce_us) {
-      estimate = st.since_ok / (static_cast<double>(now - start) / 1e6);
+      // No more than the window that refused admitted: a fixed-window supplier's new allowance at
+      // once (the admissions since the last cut still count the old one's windows).
+      const double since = st.since_ok / (static_cast<double>(now - start) / 1e6);
+      if (since < estimate) estimate = since;
     }
   }
   st.since_ok = 0;
@@ -163,11 +178,9 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   const double lowest = p.max_cut * sent;
   if (estimate < lowest) estimate = lowest;
   // The same level refused again soon after: probe less often, and take the mean of the two
-  // estimates. Each is noisy, the other way round against fixed windows: a refused probe's last
-  // second, across a window's edge, reads a few requests of the window before (high); the
-  // admissions since a cut, with the rest of a full window paused through, read low. Held just
-  // under either, the rate sits over the allowance or well under it. A small real change is
-  // still followed, over a few cuts.
+  // estimates. Either can be off: a token bucket's reading by the burst a refused probe drained
+  // (high), the admissions since a cut by the part of a window a pause cut through (low). A small
+  // real change is still followed, over a few cuts.
   Micros hold = p.hold_min_us;
   if (st.level > 0 && recent && std::fabs(estimate - st.level) <= p.same_level * st.level) {
     hold = st.hold_us * 2;

@@ -1,5 +1,8 @@
 #include "tollgate/proxy/metrics.hpp"
 
+#include <algorithm>
+#include <chrono>
+
 #include <prometheus/text_serializer.h>
 
 namespace tollgate::proxy {
@@ -112,6 +115,64 @@ AdaptiveSeries& BucketMetrics::adaptive() {
     adaptive_.store(adaptive_owned_.get(), std::memory_order_release);
   });
   return *adaptive_.load(std::memory_order_acquire);
+}
+
+namespace {
+constexpr std::uint64_t kCountBits = 21, kCountMask = (std::uint64_t{1} << kCountBits) - 1;
+constexpr std::uint64_t kSecondMask = (std::uint64_t{1} << 22) - 1;
+std::uint64_t pack(std::uint64_t sec, std::uint64_t cur, std::uint64_t before) {
+  return (sec & kSecondMask) << (2 * kCountBits) | std::min(cur, kCountMask) << kCountBits | std::min(before, kCountMask);
+}
+}  // namespace
+
+std::uint64_t BucketMetrics::wall_second() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
+void BucketMetrics::note_admitted_at(std::uint64_t sec) {
+  std::uint64_t old = admitted_pending_.load(std::memory_order_relaxed);
+  for (;;) {
+    std::uint64_t cur = (old >> kCountBits) & kCountMask, before = old & kCountMask;
+    if ((old >> (2 * kCountBits)) != (sec & kSecondMask)) {  // a new second: what was heard is earlier
+      before += cur;
+      cur = 0;
+    }
+    if (admitted_pending_.compare_exchange_weak(old, pack(sec, cur + 1, before), std::memory_order_relaxed)) return;
+  }
+}
+
+BucketMetrics::Admitted BucketMetrics::take_admitted_at(std::uint64_t sec) {
+  Admitted out;
+  const std::uint64_t counts = (std::uint64_t{1} << (2 * kCountBits)) - 1;
+  if ((admitted_pending_.load(std::memory_order_relaxed) & counts) == 0) return out;  // nothing heard: no write
+  const std::uint64_t old = admitted_pending_.exchange(pack(sec, 0, 0), std::memory_order_relaxed);
+  const double cur = static_cast<double>((old >> kCountBits) & kCountMask), before = static_cast<double>(old & kCountMask);
+  out.total = cur + before;
+  out.before = (old >> (2 * kCountBits)) == (sec & kSecondMask) ? before : out.total;
+  return out;
+}
+
+void BucketMetrics::give_back_admitted(Admitted a) { give_back_admitted_at(a, wall_second()); }
+
+void BucketMetrics::give_back_admitted_at(Admitted a, std::uint64_t sec) {
+  if (!(a.total > 0)) return;
+  const std::uint64_t total = static_cast<std::uint64_t>(a.total), before = static_cast<std::uint64_t>(a.before);
+  std::uint64_t old = admitted_pending_.load(std::memory_order_relaxed);
+  for (;;) {
+    const std::uint64_t at = old >> (2 * kCountBits);
+    std::uint64_t cur = (old >> kCountBits) & kCountMask, earlier = old & kCountMask;
+    // Those of this second go back to it, while it lasts; the others, and all of them once another
+    // second began, are earlier ones.
+    if (at == (sec & kSecondMask)) {
+      cur += total - before;
+      earlier += before;
+    } else {
+      earlier += cur + total;
+      cur = 0;
+    }
+    if (admitted_pending_.compare_exchange_weak(old, pack(sec, cur, earlier), std::memory_order_relaxed)) return;
+  }
 }
 
 void BucketMetrics::note_event(AdaptiveEvent e) {

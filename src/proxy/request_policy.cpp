@@ -195,7 +195,9 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
   if (req.adaptive != limiter::Adaptive::off) {
     // Only a request the store decides takes this gateway's count of the supplier's admissions
     // along (a plan that ends before the store would lose it).
-    req.admitted = rules->metrics_of(rule).take_admitted();
+    const BucketMetrics::Admitted heard = rules->metrics_of(rule).take_admitted();
+    req.admitted = heard.total;
+    req.admitted_before = heard.before;
     // Who asked: a throttle cuts the shared rate only when it is not one caller's alone.
     if (settings.trusted && !settings.trusted->empty())
       req.caller = limiter::caller_id(client_address(facts.peer, facts.headers.joined("X-Forwarded-For"), *settings.trusted));

@@ -176,10 +176,10 @@ class Session {
   net::awaitable<bool> client_left(const Plan& plan, store::Reservation reservation, OutcomeCounter& count);
   // An adaptive bucket cut its rate while its request was held: the store is asked again.
   net::awaitable<void> ask_again(Plan& plan, const RuleViews& rules, store::StoreDecision& sd, Verdict& verdict);
-  // After a hold on an adaptive bucket: whether a cut (which voids the slots granted before it:
-  // the store restarted the schedule at the new rate) came while it waited, later than the one its
-  // slot was granted knowing of; then the request asks again with what is left of its window.
-  static bool voided_meanwhile(const BucketMetrics& bm, std::int64_t known_cut, std::int64_t window_end, int round,
+  // After a hold on an adaptive bucket: whether the latest cut heard of (`cut`; a cut voids the
+  // slots granted before it: the store restarted the schedule at the new rate) is later than the
+  // one its slot was granted knowing of; then the request asks again with what is left of its window.
+  static bool voided_meanwhile(std::int64_t cut, std::int64_t known_cut, std::int64_t window_end, int round,
                                Plan& plan);
   // An adaptive bucket's decision: its effective rate and pause, published.
   static void note_adaptive(const Plan& plan, const RuleViews& rules, const store::StoreDecision& sd);
@@ -577,7 +577,18 @@ net::awaitable<bool> Session::handle(std::string_view body) {
         // the old rate, went with the cut. It asks again with what is left of its window: a slot
         // at the new rate (after the pause, if any), or a 429 saying when. (A cut known when the
         // slot was granted does not count.)
-        if (!adaptive || !voided_meanwhile(bm, known_cut, window_end, round, plan)) break;
+        if (!adaptive) break;
+        std::int64_t heard = bm.last_cut_us.load(std::memory_order_relaxed);
+        // Another gateway's cut reaches this one with its next decision for the bucket: on a fleet's
+        // store the slot asks (one read) before it goes, so that it is not sent into a supplier that
+        // has just refused (two or three such requests per cut, behind three gateways). Only for a
+        // bucket that has adapted (a cut the store still remembers, or a rate below the rule's):
+        // one that never did holds requests as any other. Not for a slot the local fallback
+        // granted (its cuts are on another clock than the shared store's).
+        if (heard <= known_cut && !sd.degraded && px_.deps.store.shared_by_fleet() &&
+            (known_cut > 0 || sd.effective_rate < plan.request.bucket.params.rate))
+          heard = std::max<std::int64_t>(heard, co_await px_.deps.store.last_cut(plan.request));
+        if (!voided_meanwhile(heard, known_cut, window_end, round, plan)) break;
         co_await ask_again(plan, *rules, sd, verdict);
         known_cut = sd.last_cut_us;
         if (verdict.action == Action::reject) {
@@ -728,19 +739,20 @@ net::awaitable<bool> Session::client_left(const Plan& plan, store::Reservation r
 net::awaitable<void> Session::ask_again(Plan& plan, const RuleViews& rules, store::StoreDecision& sd,
                                         Verdict& verdict) {
   plan.request.again = true;  // the same arrival
-  plan.request.admitted = rules.metrics_of(*plan.rule).take_admitted();
+  const BucketMetrics::Admitted heard = rules.metrics_of(*plan.rule).take_admitted();
+  plan.request.admitted = heard.total;
+  plan.request.admitted_before = heard.before;
   sd = co_await px_.deps.store.try_acquire(plan.request);
   plan.request.again = false;
   note_adaptive(plan, rules, sd);
   verdict = verdict_for(plan, sd);
 }
 
-bool Session::voided_meanwhile(const BucketMetrics& bm, std::int64_t known_cut, std::int64_t window_end, int round,
+bool Session::voided_meanwhile(std::int64_t cut, std::int64_t known_cut, std::int64_t window_end, int round,
                                Plan& plan) {
   // Another cut than the one its slot was granted knowing of (the store's own timestamps, so
   // exact): a later one voided the slot. (An earlier or none: the store forgot the bucket, or a
   // fallback store decides meanwhile; nothing was voided.)
-  const std::int64_t cut = bm.last_cut_us.load(std::memory_order_relaxed);
   if (cut <= known_cut) return false;
   const std::int64_t now = limiter::steady_now_us();
   // At most three times; the fourth asks only for a permit now.
@@ -779,8 +791,19 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
     const std::int64_t spread = std::min<std::int64_t>(pause / 10, 500'000);
     jitter = std::uniform_int_distribution<std::int64_t>(0, spread)(rng);
   }
-  const store::AdaptOutcome o = co_await px_.deps.store.throttled(plan.request, pause, jitter);
-  if (!o.ok) co_return;  // the store is down: it decides by its failure policy, nothing to adapt
+  // The supplier's admissions this gateway heard since its last decision go with the throttle: the
+  // estimate reads what the supplier admitted in the window that refused, all of it that is known.
+  store::AcquireRequest req = plan.request;
+  const BucketMetrics::Admitted heard = bm.take_admitted();
+  req.admitted = heard.total;
+  req.admitted_before = heard.before;
+  const store::AdaptOutcome o = co_await px_.deps.store.throttled(req, pause, jitter);
+  if (!o.ok) {  // the store is down: it decides by its failure policy, nothing to adapt
+    // Told again with the next report (at least once: a reply lost after the store counted them
+    // counts them twice, as a lost decision's would).
+    bm.give_back_admitted(heard);
+    co_return;
+  }
   AdaptiveSeries& series = bm.adaptive();
   series.effective_rate.Set(o.effective_rate);
   if (mode == limiter::Adaptive::on && o.pause_left_us > 0) bm.raise_pause(limiter::steady_now_us() + o.pause_left_us);

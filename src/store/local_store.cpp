@@ -120,8 +120,8 @@ LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& re
   // The rate is worked out before the bucket is touched, so that it is rescaled once, straight
   // from the shape it was in to the one of this rate (as the Redis script does).
   Entry* found = find(shard, req.bucket.name, false);
-  limiter::AdaptiveState st = found && found->adaptive ? *found->adaptive : limiter::AdaptiveState{};
-  if (req.admitted > 0) limiter::note_admitted(st, now, req.admitted);
+  limiter::AdaptiveState st = found && found->adaptive ? *found->adaptive : new_adaptive();
+  if (req.admitted > 0) limiter::note_admitted(st, now, req.admitted, req.admitted_before);
   if (!req.again) limiter::note_demand(st, now, req.permits, req.caller);
   out.effective_rate = limiter::effective_rate(st, req.bucket.params.rate, now);
   BucketRef ref = req.bucket;
@@ -524,9 +524,10 @@ AdaptOutcome LocalStore::adapt(const AcquireRequest& req, Micros pause_us, Micro
   const Micros now = clock_.now_us();
   Entry* e = find(shard, req.bucket.name, false);
   if (e == nullptr) e = &bucket_entry(shard, req.bucket, false, now);  // a full, rested bucket
-  if (!e->adaptive) e->adaptive = std::make_unique<limiter::AdaptiveState>();
+  if (!e->adaptive) e->adaptive = std::make_unique<limiter::AdaptiveState>(new_adaptive());
   limiter::AdaptiveState& st = *e->adaptive;
   const double configured = req.bucket.params.rate;
+  if (req.admitted > 0) limiter::note_admitted(st, now, req.admitted, req.admitted_before);  // this gateway's, told with the throttle
   out.result = limiter::on_throttle(st, configured, now, pause_us, jitter_us, req.caller);
   out.effective_rate = limiter::effective_rate(st, configured, now);
   if (req.adaptive == limiter::Adaptive::on && out.result.cut) {

@@ -396,6 +396,7 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
     out.push_back(std::to_string(req.caller));
     out.push_back(num(req.admitted));
     out.push_back(req.again ? "1" : "0");
+    out.push_back(num(req.admitted_before));
   }
   if (has_b) shape_args(out, req.parent->params);
   for (const QuotaRef& q : req.quotas) {
@@ -427,7 +428,9 @@ std::vector<std::string> adapt_call(const AcquireRequest& req, const std::string
           req.bucket.params.burst ? num(*req.bucket.params.burst) : std::string(),
           std::to_string(pause_us),
           std::to_string(jitter_us),
-          std::to_string(req.caller)};
+          std::to_string(req.caller),
+          num(req.admitted),
+          num(req.admitted_before)};
 }
 
 std::optional<AdaptOutcome> parse_adapt_reply(const std::vector<std::string>& items, Micros now) {

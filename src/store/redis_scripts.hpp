@@ -26,6 +26,7 @@ extern const char adapt[];  // a throttle signal's body
 extern const char inspect[];
 extern const char scan_count[];
 extern const char shared_token[];
+extern const char last_cut[];  // an adaptive bucket's last cut, for a held request
 
 }  // namespace lua
 
@@ -67,6 +68,9 @@ inline constexpr const char* kScanCount = lua::scan_count;
 
 // A fleet's shared credential: one token and the lease to fetch the next (proxy/upstream_auth).
 inline constexpr const char* kSharedToken = lua::shared_token;
+
+// An adaptive bucket's last cut (BucketStore::last_cut).
+inline constexpr const char* kLastCut = lua::last_cut;
 
 }  // namespace scripts
 

@@ -258,6 +258,17 @@ boost::asio::awaitable<AdaptOutcome> RedisStore::throttled(AcquireRequest req, M
   co_return std::move(*parsed);
 }
 
+boost::asio::awaitable<Micros> RedisStore::last_cut(const AcquireRequest& req) {
+  Link* l = link_for_current_thread();
+  Connection* c = l ? l->route(req) : nullptr;
+  if (c == nullptr || !c->ready || req.adaptive == limiter::Adaptive::off || !req.use_bucket) co_return 0;
+  const std::string_view tag = req.hash_tag.empty() ? req.bucket.name : req.hash_tag;
+  // Rare (a held request of an adaptive bucket, as it wakes), so sent as EVAL with the script's text.
+  std::vector<std::string> args{"EVAL", scripts::kLastCut, "1", adaptive_key(options_.key_prefix, tag, req.bucket.name)};
+  Reply r = co_await call_routed(*l, c, std::move(args), nullptr);
+  co_return r.ok ? static_cast<Micros>(r.integer) : 0;
+}
+
 boost::asio::awaitable<RefundResult> RedisStore::return_unused(AcquireRequest req) {
   Link* l = link_for_current_thread();
   Connection* c = l ? l->route(req) : nullptr;

@@ -390,6 +390,8 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
       if (rng() % 20 == 0) {
         const Micros pause = rng() % 3 == 0 ? static_cast<Micros>(rng() % 3'000'000) : 0;
         const Micros jitter = static_cast<Micros>(rng() % 100'000);
+        req.admitted = static_cast<double>(rng() % 3);  // the throttling gateway's own, told with it
+        req.admitted_before = req.admitted > 0 ? static_cast<double>(rng() % 2) : 0;
         const AdaptOutcome l = local.adapt(req, pause, jitter);
         std::vector<std::string> args{"EVAL", adapt_script()};
         for (auto& a : adapt_call(req, "t:", pause, jitter, std::to_string(clock.now_us()))) args.push_back(a);
@@ -413,6 +415,7 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
       }
       // The supplier's admissions this gateway reports; now and then a request asking again.
       req.admitted = static_cast<double>(rng() % 3);
+      req.admitted_before = req.admitted > 0 ? static_cast<double>(rng() % 2) : 0;  // heard last second
       req.again = rng() % 30 == 0;
       const StoreDecision l = local.decide(req);
       const StoreDecision r = acquire(req, clock.now_us());
@@ -1371,6 +1374,46 @@ TEST_F(RedisStoreBatches, RefundsOfOneBucketShareCallsWithItsDecisions) {
   EXPECT_LE(after.decision.wait_us, 1'000'000);
   EXPECT_EQ(store.stats().refunds, 10u);
   std::printf("10 refunds in %lld calls\n", refund_calls);
+}
+
+// A held request on another gateway hears of a cut only with that gateway's next decision, or by
+// asking (the session asks before a held slot goes): last_cut is the cut the fleet's store made,
+// on its clock, the same that its decisions report; 0 for a bucket never cut, and for a store that
+// is not asked about an adaptive bucket.
+TEST_F(RedisStoreScripts, LastCutIsTheFleetsCut) {
+  RedisStore& store = start_store("lastcut:");
+  EXPECT_TRUE(store.shared_by_fleet());
+  BucketParams p;
+  p.rate = 10;
+  AcquireRequest req{{"/cut", p}, {}, {}, 1.0, 1'000'000};
+  req.adaptive = limiter::Adaptive::on;
+  req.caller = limiter::caller_id("10.0.0.1");
+  Micros before = -1, after = -1, plain = -1;
+  AdaptOutcome cut;
+  StoreDecision next;
+  boost::asio::co_spawn(
+      ctx,
+      [&]() -> boost::asio::awaitable<void> {
+        co_await until_up(ctx, store);
+        (void)co_await store.try_acquire(req);  // the only caller asking: its throttle is evidence
+        before = co_await store.last_cut(req);
+        cut = co_await store.throttled(req, 0, 0);
+        after = co_await store.last_cut(req);
+        next = co_await store.try_acquire(req);
+        AcquireRequest off = req;
+        off.adaptive = limiter::Adaptive::off;
+        plain = co_await store.last_cut(off);
+        store.stop();
+      },
+      boost::asio::detached);
+  ctx.run();
+  EXPECT_EQ(before, 0);
+  ASSERT_TRUE(cut.ok) << cut.error;
+  ASSERT_TRUE(cut.result.cut);
+  EXPECT_GT(after, 0);
+  EXPECT_EQ(after, cut.last_cut_us);
+  EXPECT_EQ(after, next.last_cut_us);
+  EXPECT_EQ(plain, 0);
 }
 
 }  // namespace

@@ -5,12 +5,15 @@
 //
 // A supplier's allowance is a number it enforces, not a capacity to discover: what it let through
 // when it throttles is an estimate of it (its answers other than throttles, which the gateways
-// report). Over the last second while the gateway was sending above the level the last cut
-// estimated (never less than that level: a probe that is refused again finds it unchanged; at
+// report), in the fullest calendar second of the last two (a fixed window's allowance exactly:
+// the window that refused is full; the seconds are the wall clock's, see AdaptiveState::phase).
+// While the gateway was sending above the level the last cut estimated, that reading (never less
+// than that level: a probe that is refused again finds it unchanged; at
 // most a quarter more unless over a second's worth went through above it since the last cut: a
 // token bucket's refilled burst lets a probe through for a while); when
 // it throttles at or under that level, the allowance dropped, and what it admitted a second since
-// that cut says to what (a pause counted for at most a second: a bucket fills once). A throttle
+// that cut says to what (a pause counted for at most a second: a bucket fills once), or the
+// calendar second's reading if less. A throttle
 // backed by evidence that the interface, not one caller, is over its allowance cuts the rate to
 // `margin` (0.95) of the estimate, never more than halving it at once (the estimate may lag), and
 // holds it there for a while (0.5 s, doubled each time the same level is refused again soon
@@ -86,6 +89,10 @@ struct AdaptiveState {
   // admissions: answers other than throttles), this second and the previous one (a sliding second
   // is read from both).
   std::int64_t sec = 0;
+  // Where this clock's whole seconds fall: a second is floor((t + phase) / 1 s), so that they are
+  // the wall clock's (a fixed-window supplier counts calls per calendar second). 0 in Redis, whose
+  // TIME is the wall clock, and on a manual clock; the in-process store sets its steady clock's.
+  Micros phase = 0;
   double demand_cur = 0, demand_prev = 0;
   double ok_cur = 0, ok_prev = 0;
   double since_ok = 0;         // admissions reported since the last cut
@@ -106,9 +113,16 @@ void note_demand(AdaptiveState& st, Micros now, double permits, std::uint64_t ca
 double demand(const AdaptiveState& st, Micros now);
 // Counts `n` answers of the supplier that were not throttles (reported by a gateway at `now`: each
 // gateway counts them and sends its count with its next decision for the bucket).
-void note_admitted(AdaptiveState& st, Micros now, double n);
+// `before` of them were heard in an earlier second (the last answers of a second are told with the
+// next second's first decision): they count in the previous second.
+void note_admitted(AdaptiveState& st, Micros now, double n, double before = 0);
 // What the supplier let through over the sliding second.
 double admitted(const AdaptiveState& st, Micros now);
+// What the supplier let through in the fullest calendar second of the two ending at `now` (this
+// one so far, and the one before): a fixed-window supplier's allowance exactly, whenever it
+// refuses (the window that refused is full, the one before held no more); a token bucket's
+// admissions over the last whole second.
+double admitted_per_window(const AdaptiveState& st, Micros now);
 // The effective rate at `now` (after note_demand for the request being decided). Advances the
 // curve (or holds it while demand is below it) and ends the adaptation once it reaches `configured`.
 double effective_rate(AdaptiveState& st, double configured, Micros now, const AdaptiveParams& p = {});

@@ -139,12 +139,21 @@ class BucketMetrics {
   // next decision.
   std::atomic<std::int64_t> last_cut_us{0};
   // Adaptive buckets: the supplier's answers other than throttles that this gateway saw since it
-  // last told the store (each decision for the bucket takes them along): what the supplier admits.
-  void note_admitted() { admitted_pending_.fetch_add(1, std::memory_order_relaxed); }
-  double take_admitted() {
-    if (admitted_pending_.load(std::memory_order_relaxed) == 0) return 0;
-    return static_cast<double>(admitted_pending_.exchange(0, std::memory_order_relaxed));
-  }
+  // last told the store (each decision for the bucket takes them along): what the supplier admits,
+  // and how many of them it heard before the current second of the wall clock (they belong to the
+  // store's previous second: a fixed-window supplier's allowance is read per calendar second, and a
+  // second's last answers are told with the next second's first decision).
+  struct Admitted {
+    double total = 0;
+    double before = 0;  // of total, heard in an earlier second of the wall clock
+  };
+  void note_admitted() { note_admitted_at(wall_second()); }
+  void note_admitted_at(std::uint64_t sec);
+  Admitted take_admitted() { return take_admitted_at(wall_second()); }
+  Admitted take_admitted_at(std::uint64_t sec);
+  // Admissions taken for a report the store did not take: told with the next one.
+  void give_back_admitted(Admitted a);
+  void give_back_admitted_at(Admitted a, std::uint64_t sec);
   void note_event(AdaptiveEvent e);
   AdaptiveEvent last_event() const;
   // A meter's colours (tollgate_meter_requests_total{bucket,color}), made on the first of each.
@@ -175,7 +184,9 @@ class BucketMetrics {
   std::once_flag throttled_once_, adaptive_once_;
   std::atomic<prometheus::Counter*> throttled_{nullptr};
   std::atomic<AdaptiveSeries*> adaptive_{nullptr};
-  std::atomic<std::int64_t> admitted_pending_{0};
+  static std::uint64_t wall_second();
+  // The second (its low 22 bits), the admissions heard in it and those heard before it: 22 + 21 + 21 bits.
+  std::atomic<std::uint64_t> admitted_pending_{0};
   std::unique_ptr<AdaptiveSeries> adaptive_owned_;
   mutable std::mutex event_mu_;
   AdaptiveEvent event_;

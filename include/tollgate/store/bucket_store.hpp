@@ -94,6 +94,18 @@ class BucketStore {
     out.error = name() + " store does not adapt rates";
     co_return out;
   }
+  // Whether other gateways decide on the same buckets (a store shared by a fleet): a cut one of
+  // them made reaches this gateway's held requests only with its next decision for the bucket,
+  // unless they ask (last_cut).
+  virtual bool shared_by_fleet() const { return false; }
+  // The time of an adaptive bucket's last cut, on the store's clock as its decisions report it
+  // (StoreDecision::last_cut_us; 0: none, or the store cannot say now). For a request held on a
+  // slot, about to go: a later cut than the one it was granted knowing of voided its slot. `req`
+  // must outlive the call.
+  virtual boost::asio::awaitable<Micros> last_cut(const AcquireRequest& req) {
+    (void)req;
+    co_return 0;
+  }
   // Read-only view of one bucket for the admin API (nullopt: the store cannot answer now).
   virtual std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) = 0;
   // Several buckets at once (one /metrics scrape's debt gauges), one answer per probe in order. A

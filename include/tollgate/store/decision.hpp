@@ -82,6 +82,9 @@ struct AcquireRequest {
   double reserve_share = 0.0;
   double parent_reserve_share = 0.0;
   std::optional<MeterRef> meter{};  // the rule's meter (use_bucket is then false)
+  // Of `admitted`, those heard before the current second of the wall clock: counted in the store's
+  // previous second (limiter::note_admitted's `before`).
+  double admitted_before = 0;
 };
 
 // Which check decided a combined outcome (the binding one: the rejection furthest from passing).

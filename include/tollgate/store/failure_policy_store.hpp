@@ -34,6 +34,9 @@ class FailurePolicyStore final : public BucketStore {
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
   // To the shared store (a shared token has no local stand-in: each gateway then fetches its own).
   bool shares_tokens() const override { return shared_->shares_tokens(); }
+  bool shared_by_fleet() const override { return shared_->shared_by_fleet(); }
+  // The shared store's (0 while it is down: the fallback's buckets are this gateway's own).
+  boost::asio::awaitable<Micros> last_cut(const AcquireRequest& req) override { return shared_->last_cut(req); }
   boost::asio::awaitable<SharedTokenReply> shared_token(SharedTokenOp op) override {
     co_return co_await shared_->shared_token(std::move(op));
   }

@@ -97,6 +97,12 @@ class LocalStore final : public BucketStore {
   // The request's own bucket: bucket_entry at the configured rate or, for an adaptive rule, at the
   // rate its adapted state gives now (the arrival counted as demand; `out` told the rate and pause).
   Entry& own_bucket(Shard& shard, const AcquireRequest& req, Micros now, StoreDecision& out);
+  // A bucket's adaptive state before its first signal: its seconds on the wall clock's (the clock's phase).
+  limiter::AdaptiveState new_adaptive() const {
+    limiter::AdaptiveState st;
+    st.phase = clock_.second_phase_us();
+    return st;
+  }
   // The entry under `key` without touching LRU order, or null. The shard must be locked.
   static Entry* find(Shard& shard, std::string_view key, bool client);
   static void sweep(Shard& shard, Micros now);

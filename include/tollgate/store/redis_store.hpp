@@ -75,6 +75,8 @@ class RedisStore final : public BucketStore {
   boost::asio::awaitable<RefundResult> return_unused(AcquireRequest req) override;
   boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) override;
   bool shares_tokens() const override { return true; }
+  bool shared_by_fleet() const override { return true; }
+  boost::asio::awaitable<Micros> last_cut(const AcquireRequest& req) override;
   // One step of shared_token.lua, sent as EVAL with its text (once per token refresh, per gateway).
   boost::asio::awaitable<SharedTokenReply> shared_token(SharedTokenOp op) override;
   // Read over the first thread's connection (no connection of their own), waiting at most

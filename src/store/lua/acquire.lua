@@ -16,7 +16,8 @@
 -- wait for a green; ARGV[1] is its cost),
 -- then 7 numbers per present bucket: interval, max_permits, cool_down, warm (0/1), threshold, cold_interval, slope,
 -- and after the bucket's, when adaptive, its configured rate, burst ('' unset), the request's caller id,
--- the supplier's admissions this gateway reports, and 1 when the request asks again (not a new arrival),
+-- the supplier's admissions this gateway reports, 1 when the request asks again (not a new arrival), and
+-- how many of those admissions it heard before the current second (they count in the previous one),
 -- then 3 per quota: period_us, limit, algorithm (0 fixed, 1 sliding).
 -- Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound (0 bucket, 1 parent, 2 share, 3 quota),
 --          bound_quota (rejected) or the maxShare grant's release (granted), release1, cost1, spent1, release2, cost2, spent2,
@@ -31,7 +32,7 @@
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' , 1 250000 0 '' 1 0 0 0 0 1 0 0 0 100000 10 100000 0 0 0 0
 -- The same bucket adaptive (on), its configured rate 10 and no burst, with its adaptive hash:
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , \
---     1 250000 0 '' 1 0 0 0 1 1 0 0 0 100000 10 100000 0 0 0 0 10 '' 7 0 0
+--     1 250000 0 '' 1 0 0 0 1 1 0 0 0 100000 10 100000 0 0 0 0 10 '' 7 0 0 0
 -- The same bucket with a fixed window quota of 100 a minute:
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}q:7:' , \
 --     1 250000 0 '' 1 0 1 0 0 1 0 0 0 100000 10 100000 0 0 0 0 60000000 100 0
@@ -356,11 +357,11 @@ local A, ad, kad, eff, pause_left, last_cut = nil, nil, nil, 0, 0, 0
 if has_a and adaptive > 0 then
   kad = KEYS[ki]
   local conf, burst, caller, oks = tonumber(ARGV[base]), ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
-  local again = ARGV[base + 4] == '1'
-  ki, base = ki + 1, base + 5
+  local again, oks_before = ARGV[base + 4] == '1', tonumber(ARGV[base + 5]) or 0
+  ki, base = ki + 1, base + 6
   A = adaptive_lib()
   ad = A.load(kad)
-  if oks > 0 then A.ok(ad, now, oks) end
+  if oks > 0 then A.ok(ad, now, oks, oks_before) end
   if not again then A.note(ad, now, permits, caller) end
   eff = A.effective(ad, conf, now)
   if adaptive == 1 then

@@ -6,13 +6,15 @@
 --
 -- KEYS[1] the bucket, KEYS[2] its adaptive hash. ARGV[1] now_us ('' = Redis TIME), ARGV[2] 1 on,
 -- 2 shadow, ARGV[3] the configured rate, ARGV[4] its burst ('' unset), ARGV[5] pause_us, ARGV[6] jitter_us,
--- ARGV[7] the throttled request's caller id (an integer below 2^53).
+-- ARGV[7] the throttled request's caller id (an integer below 2^53), ARGV[8] the supplier's admissions this
+-- gateway heard since its last decision for the bucket (counted first, as acquire.lua does), ARGV[9] how
+-- many of them it heard before the current second.
 -- Returns {cut (0/1), from, to, paused (0/1), pause_until, pause left, effective rate, unconfirmed (0/1),
 -- the last cut's time (0: none)}.
 --
 -- Example (add -h/-p; "dbg:" is a scratch key prefix, see acquire.lua): a throttle signal with a
 -- pause of 2 s for a bucket of 10/s, adaptive on, no burst:
---   redis-cli --eval /tmp/adapt.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , '' 1 10 '' 2000000 0 7
+--   redis-cli --eval /tmp/adapt.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , '' 1 10 '' 2000000 0 7 0 0
 --
 -- With "on", a cut restarts the bucket's schedule (as LocalStore::adapt): empty, from the end of
 -- the pause or from now; the slots granted before it are void. The restart is kept in its hash
@@ -34,6 +36,8 @@ local pause_us, jitter_us, caller = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumb
 local fmt = function(x) return string.format('%.17g', x) end
 local A = adaptive_lib()
 local st = A.load(KEYS[2])
+local admitted, admitted_before = tonumber(ARGV[8]) or 0, tonumber(ARGV[9]) or 0
+if admitted > 0 then A.ok(st, now, admitted, admitted_before) end
 local eff = A.effective(st, conf, now)
 A.pair(st.t, caller, now)
 local cut, from, to, paused, unconfirmed = 0, 0, 0, 0, 0
@@ -49,7 +53,7 @@ else
   local sent = eff
   local d = A.demand(st, now)
   if d < sent then sent = d end
-  local estimate = A.admitted(st, now)
+  local estimate = A.per_window(st, now)
   local recent = now - previous < A.RECENT
   if recent then
     local start = previous
@@ -60,7 +64,8 @@ else
       if not (above > st.level) and estimate > most then estimate = most end
       if estimate < st.level then estimate = st.level end
     elseif now - start >= A.DEBOUNCE then
-      estimate = st.so / ((now - start) / 1e6)
+      local since = st.so / ((now - start) / 1e6)
+      if since < estimate then estimate = since end
     end
   end
   st.so = 0

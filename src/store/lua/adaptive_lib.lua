@@ -82,12 +82,21 @@ local function adaptive_lib()
     a_pair(st.a, caller, t)
   end
   local function a_demand(st, t) return a_sliding(st, st.dc, st.dp, t) end
-  local function a_ok(st, t, n)
+  local function a_ok(st, t, n, before)
     a_roll(st, t)
-    st.oc = st.oc + n
+    st.oc = st.oc + (n - before)
+    st.op = st.op + before
     st.so = st.so + n
   end
-  local function a_admitted(st, t) return a_sliding(st, st.oc, st.op, t) end
+  local function a_per_window(st, t)
+    local sec = math.floor(t / 1e6)
+    if sec <= st.sec then
+      if st.oc > st.op then return st.oc end
+      return st.op
+    end
+    if sec == st.sec + 1 then return st.oc end
+    return 0
+  end
   local function a_curve(st, t)
     local x = (t - st.epoch) / 1e6
     if x < 0 then x = 0 end
@@ -115,7 +124,7 @@ local function adaptive_lib()
     return rate
   end
   return {load = a_load, save = a_save, note = a_note, demand = a_demand, effective = a_effective,
-          ok = a_ok, admitted = a_admitted, pair = a_pair, floor = a_floor,
+          ok = a_ok, per_window = a_per_window, pair = a_pair, floor = a_floor,
           MARGIN = A_MARGIN, MAX_CUT = A_MAX_CUT, GAIN = A_GAIN, DEBOUNCE = A_DEBOUNCE, EVIDENCE = A_EVIDENCE,
           HOLD_MIN = A_HOLD_MIN, HOLD_MAX = A_HOLD_MAX, SAME = A_SAME, RECENT = A_RECENT, MAX_PAUSE = A_MAX_PAUSE}
 end

@@ -52,6 +52,50 @@ TEST(AdaptiveRate, ACutHoldsJustUnderWhatTheSupplierAdmitted) {
   EXPECT_DOUBLE_EQ(st.level, 30);
 }
 
+// A fixed-window supplier (20 per calendar second) asked for 30/s: each window is full two thirds
+// of the way in and refuses the rest. Over the sliding second that ends at a refusal it admitted
+// 20 + a third of the window before (26.7); in the calendar second, exactly its allowance. The
+// state's seconds are put on the wall clock's by its phase (here the clock's whole seconds fall
+// 0.7 s after the wall clock's).
+TEST(AdaptiveRate, AFixedWindowIsReadPerCalendarSecond) {
+  AdaptiveState st;
+  st.phase = 700'000;  // (t + phase) is a whole second when the wall clock's is
+  const Micros first = 300'000;  // the first wall-clock second this clock sees begins here
+  for (int w = 0; w < 20; ++w) {
+    const Micros start = first + w * kSec;
+    for (int i = 0; i < 30; ++i) {
+      const Micros t = start + kSec * i / 30;
+      note_demand(st, t, 1.0, 1);
+      if (i < 20) note_admitted(st, t + 1000, 1.0);
+    }
+  }
+  const Micros refused = first + 19 * kSec + kSec * 20 / 30 + 1000;  // the 21st of the last window
+  EXPECT_NEAR(admitted(st, refused), 20 + 20.0 / 3, 0.05);
+  EXPECT_DOUBLE_EQ(admitted_per_window(st, refused), 20);
+  const ThrottleResult r = on_throttle(st, 50, refused, 0, 0, 1);
+  EXPECT_TRUE(r.cut);
+  EXPECT_DOUBLE_EQ(st.level, 20);
+  EXPECT_DOUBLE_EQ(r.to, 0.95 * 20);
+  // As a gateway tells them: each admission with its next decision. Held at 19/s for 19 windows,
+  // then a probe at 30/s refused in the 20th: each held window's last admission is told with the
+  // next window's first decision. Said to be from the second before (`before`), the refused window
+  // reads its allowance; counted when told, one more.
+  for (const bool apart : {true, false}) {
+    AdaptiveState g;
+    g.phase = st.phase;
+    for (int w = 0; w < 19; ++w) {
+      const Micros start = first + w * kSec;
+      for (int k = 0; k < 19; ++k) {
+        const Micros told = start + kSec * (k + 1) / 19 + 1000;
+        note_admitted(g, told, 1.0, apart && k == 18 ? 1.0 : 0.0);
+      }
+    }
+    const Micros start = first + 19 * kSec;
+    for (int i = 0; i < 20; ++i) note_admitted(g, start + kSec * (i + 1) / 30 + 1000, 1.0);
+    EXPECT_DOUBLE_EQ(admitted_per_window(g, refused), apart ? 20 : 21) << apart;
+  }
+}
+
 // What was admitted may lag what is allowed now (the throttles of the last second had not all been
 // heard): one cut never goes below half of the rate being sent, nor below the floor.
 TEST(AdaptiveRate, OneCutNeverMoreThanHalves) {

@@ -150,5 +150,45 @@ TEST(MetricsExposition, AnEndpointGaugeGoesWithItsLastHolder) {
   EXPECT_EQ(m.render().find("tollgate_upstream_endpoint_up{"), std::string::npos);
 }
 
+// The supplier's admissions an adaptive bucket heard, told with the next decision: those heard in
+// an earlier second of the wall clock than the report's are said apart (the store counts them in
+// its previous second), and nothing heard is nothing to tell.
+TEST(Metrics, AdmissionsAreToldWithTheSecondTheyWereHeardIn) {
+  Metrics m;
+  BucketMetrics& b = m.bucket("/search");
+  EXPECT_EQ(b.take_admitted_at(100).total, 0);
+  b.note_admitted_at(100);
+  b.note_admitted_at(100);
+  BucketMetrics::Admitted a = b.take_admitted_at(100);
+  EXPECT_EQ(a.total, 2);
+  EXPECT_EQ(a.before, 0);
+  b.note_admitted_at(100);  // the last of second 100...
+  b.note_admitted_at(101);  // ...and the first of 101, told in 101
+  a = b.take_admitted_at(101);
+  EXPECT_EQ(a.total, 2);
+  EXPECT_EQ(a.before, 1);
+  b.note_admitted_at(101);
+  b.note_admitted_at(101);
+  a = b.take_admitted_at(103);  // told two seconds later: all earlier
+  EXPECT_EQ(a.total, 2);
+  EXPECT_EQ(a.before, 2);
+  b.give_back_admitted_at(a, 103);  // a report the store did not take: told again
+  b.note_admitted_at(103);
+  a = b.take_admitted_at(103);
+  EXPECT_EQ(a.total, 3);
+  EXPECT_EQ(a.before, 2);
+  EXPECT_EQ(b.take_admitted_at(103).total, 0);
+  // Given back in the same second, this second's stay this second's; in the next, all are earlier.
+  b.give_back_admitted_at(a, 103);
+  a = b.take_admitted_at(103);
+  EXPECT_EQ(a.total, 3);
+  EXPECT_EQ(a.before, 2);
+  b.note_admitted_at(104);
+  b.give_back_admitted_at(a, 105);
+  a = b.take_admitted_at(105);
+  EXPECT_EQ(a.total, 4);
+  EXPECT_EQ(a.before, 4);
+}
+
 }  // namespace
 }  // namespace tollgate::proxy

@@ -38,6 +38,8 @@ class FakeShared final : public BucketStore {
   }
   std::optional<BucketSnapshot> inspect(const BucketRef&, std::string_view) override { return std::nullopt; }
   std::string name() const override { return "fake"; }
+  bool shared_by_fleet() const override { return true; }
+  boost::asio::awaitable<Micros> last_cut(const AcquireRequest&) override { co_return up ? 1'700'000'000'000'000 : 0; }
 };
 
 struct Rig {
@@ -83,6 +85,26 @@ TEST(FailurePolicyStore, ASharedDecisionPassesThroughUntouched) {
     EXPECT_FALSE(d.degraded);
     EXPECT_EQ(rig.store->policy_decisions(), 0u);
   }
+}
+
+// A held request asks the shared store for its bucket's last cut (another gateway's); while the
+// shared store is down nothing newer is known (the fallback's buckets are this gateway's own).
+TEST(FailurePolicyStore, TheLastCutIsTheSharedStores) {
+  Rig rig(FailurePolicy::local);
+  EXPECT_TRUE(rig.store->shared_by_fleet());
+  const AcquireRequest req = bucket(10);
+  auto ask = [&] {
+    boost::asio::io_context ctx;
+    Micros out = -1;
+    boost::asio::co_spawn(ctx, [&]() -> boost::asio::awaitable<void> { out = co_await rig.store->last_cut(req); },
+                          boost::asio::detached);
+    ctx.run();
+    return out;
+  };
+  EXPECT_EQ(ask(), 1'700'000'000'000'000);
+  rig.shared->up = false;
+  EXPECT_EQ(ask(), 0);
+  EXPECT_FALSE(LocalStore(rig.clock).shared_by_fleet());
 }
 
 TEST(FailurePolicyStore, FailOpenAndFailClosedNameTheirAnswer) {

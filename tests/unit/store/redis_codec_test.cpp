@@ -128,7 +128,7 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   req.adaptive = limiter::Adaptive::shadow;
   req.caller = 4503599627370497;  // 2^52 + 1: sent whole
   Args a = acquire_call(req, "p:", "");
-  ASSERT_EQ(a.size(), 1u + 2 + 13 + 7 + 5);
+  ASSERT_EQ(a.size(), 1u + 2 + 13 + 7 + 6);
   EXPECT_EQ(a[0], "2");
   EXPECT_EQ(a[1], "p:{/a}");
   EXPECT_EQ(a[2], "p:{/a}r:/a");
@@ -138,14 +138,17 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   EXPECT_EQ(a[25], "4503599627370497");  // the caller
   EXPECT_EQ(as_double(a[26]), 0);         // no admissions to report
   EXPECT_EQ(a[27], "0");                  // a new arrival
+  EXPECT_EQ(as_double(a[28]), 0);         // none heard in an earlier second
   req.adaptive = limiter::Adaptive::on;
   req.bucket.params.burst = 6;
   req.admitted = 3;
+  req.admitted_before = 1;
   req.again = true;
   a = acquire_call(req, "p:", "");
   EXPECT_EQ(a[11], "1");
   EXPECT_EQ(as_double(a[26]), 3);
   EXPECT_EQ(a[27], "1");
+  EXPECT_EQ(as_double(a[28]), 1);
   EXPECT_EQ(as_double(a[24]), 6);
   EXPECT_FALSE(lean_request(req));  // adaptive buckets take the general script
 
@@ -162,8 +165,10 @@ TEST(RedisCodec, AdaptCallAndReply) {
   AcquireRequest req{{"/a", rate(50)}, {}, "IBE", 1.0, 0};
   req.adaptive = limiter::Adaptive::on;
   req.caller = 77;
+  req.admitted = 4;
+  req.admitted_before = 1;
   const Args a = adapt_call(req, "p:", 3'000'000, 12'345, "");
-  ASSERT_EQ(a.size(), 10u);
+  ASSERT_EQ(a.size(), 12u);
   EXPECT_EQ(a[0], "2");
   EXPECT_EQ(a[1], "p:{IBE}/a");
   EXPECT_EQ(a[2], "p:{IBE}r:/a");
@@ -172,6 +177,8 @@ TEST(RedisCodec, AdaptCallAndReply) {
   EXPECT_EQ(a[7], "3000000");
   EXPECT_EQ(a[8], "12345");
   EXPECT_EQ(a[9], "77");
+  EXPECT_EQ(as_double(a[10]), 4);  // the admissions this gateway heard, told with the throttle
+  EXPECT_EQ(as_double(a[11]), 1);  // ...of which one in an earlier second
   const auto o = parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35", "0", "1700000000000000"},
                                      1'000'000);
   ASSERT_TRUE(o.has_value());

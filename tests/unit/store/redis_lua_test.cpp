@@ -92,6 +92,7 @@ TEST(RedisLua, TheScriptsSentAreComposedOfTheFiles) {
   EXPECT_TRUE(same_text(embedded("inspect.lua"), source("inspect.lua")));
   EXPECT_TRUE(same_text(embedded("scan_count.lua"), source("scan_count.lua")));
   EXPECT_TRUE(same_text(embedded("shared_token.lua"), source("shared_token.lua")));
+  EXPECT_TRUE(same_text(embedded("last_cut.lua"), source("last_cut.lua")));
 }
 
 }  // namespace
