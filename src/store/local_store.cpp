@@ -51,12 +51,8 @@ void LocalStore::sweep(Shard& shard, Micros now) {
     const Entry& e = kv.second;
     if (e.kind == Kind::meter) {  // full at `now`: what a missing meter holds
       MeterSlot m = *e.meter;
-      if (m.two_rate) {
-        limiter::trtcm_update(m.trs, m.tr, now);
-        return m.trs.tc >= m.tr.cbs && m.trs.tp >= m.tr.pbs;
-      }
-      limiter::srtcm_update(m.srs, m.sr, now);
-      return m.srs.tc >= m.sr.cbs && m.srs.te >= m.sr.ebs;
+      m.update(now);
+      return m.full();
     }
     if (e.kind == Kind::bucket)
       return rested(e.state, e.shape, now) && (!e.adaptive || limiter::adaptive_rested(*e.adaptive, now)) &&
@@ -161,20 +157,40 @@ LocalStore::Entry& LocalStore::meter_entry(Shard& shard, const std::string& key,
   MeterSlot& m = *e.meter;
   if (m.two_rate ? !(m.tr == ref.tr) : !(m.sr == ref.sr)) {  // only its own kind's numbers count
     // The rule changed: the counts are updated at the old rates, then kept within the new sizes
-    // (as meter.lua does).
-    if (m.two_rate) {
-      limiter::trtcm_update(m.trs, m.tr, now);
-      m.trs.tc = std::min(m.trs.tc, ref.tr.cbs);
-      m.trs.tp = std::min(m.trs.tp, ref.tr.pbs);
-    } else {
-      limiter::srtcm_update(m.srs, m.sr, now);
-      m.srs.tc = std::min(m.srs.tc, ref.sr.cbs);
-      m.srs.te = std::min(m.srs.te, ref.sr.ebs);
-    }
-    m.sr = ref.sr;
-    m.tr = ref.tr;
+    // (as acquire.lua does).
+    m.update(now);
+    m.resize(ref);
   }
   return e;
+}
+
+void LocalStore::MeterSlot::update(Micros now) {
+  if (two_rate) limiter::trtcm_update(trs, tr, now);
+  else limiter::srtcm_update(srs, sr, now);
+}
+
+bool LocalStore::MeterSlot::full() const {
+  return two_rate ? trs.tc >= tr.cbs && trs.tp >= tr.pbs : srs.tc >= sr.cbs && srs.te >= sr.ebs;
+}
+
+void LocalStore::MeterSlot::resize(const MeterRef& ref) {
+  if (two_rate) {
+    trs.tc = std::min(trs.tc, ref.tr.cbs);
+    trs.tp = std::min(trs.tp, ref.tr.pbs);
+  } else {
+    srs.tc = std::min(srs.tc, ref.sr.cbs);
+    srs.te = std::min(srs.te, ref.sr.ebs);
+  }
+  sr = ref.sr;
+  tr = ref.tr;
+}
+
+limiter::TcmDecision LocalStore::MeterSlot::mark(const MeterRef& ref, double permits, Micros timeout_us, Micros now) {
+  if (two_rate)
+    return ref.wait_green ? limiter::trtcm_wait_green_aware(trs, tr, permits, ref.pre, timeout_us, now)
+                          : limiter::trtcm_mark_aware(trs, tr, permits, ref.pre, now);
+  return ref.wait_green ? limiter::srtcm_wait_green_aware(srs, sr, permits, ref.pre, timeout_us, now)
+                        : limiter::srtcm_mark_aware(srs, sr, permits, ref.pre, now);
 }
 
 LocalStore::Entry& LocalStore::window_entry(const QuotaRef& q, Micros now) {
@@ -300,17 +316,10 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   double meter_left = 0;  // C after the update, before this request takes anything
   if (me) {
     const MeterRef& ref = *req.meter;
-    ms.two_rate = me->meter->two_rate;
-    ms.srs = me->meter->srs;
-    ms.trs = me->meter->trs;
-    if (ref.two_rate) limiter::trtcm_update(ms.trs, ref.tr, now);
-    else limiter::srtcm_update(ms.srs, ref.sr, now);
-    meter_left = ref.two_rate ? ms.trs.tc : ms.srs.tc;
-    const limiter::TcmDecision md =
-        ref.two_rate ? (ref.wait_green ? limiter::trtcm_wait_green_aware(ms.trs, ref.tr, req.permits, ref.pre, req.timeout_us, now)
-                                       : limiter::trtcm_mark_aware(ms.trs, ref.tr, req.permits, ref.pre, now))
-                     : (ref.wait_green ? limiter::srtcm_wait_green_aware(ms.srs, ref.sr, req.permits, ref.pre, req.timeout_us, now)
-                                       : limiter::srtcm_mark_aware(ms.srs, ref.sr, req.permits, ref.pre, now));
+    ms = *me->meter;  // meter_entry made its numbers the request's
+    ms.update(now);
+    meter_left = ms.committed();
+    const limiter::TcmDecision md = ms.mark(ref, req.permits, req.timeout_us, now);
     out.color = md.color;
     out.meter_committed = md.tc_left;
     out.meter_excess = md.te_or_tp_left;
@@ -396,10 +405,7 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   }
   if (a) a->state = sa;
   if (b) b->state = sb;
-  if (me) {
-    me->meter->srs = ms.srs;
-    me->meter->trs = ms.trs;
-  }
+  if (me) *me->meter = ms;
   for (std::size_t i = 0; i < windows.size(); ++i) {
     windows[i]->window = rolled[i];
     windows[i]->window.current += permits;

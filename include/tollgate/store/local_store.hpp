@@ -54,6 +54,16 @@ class LocalStore final : public BucketStore {
     limiter::TrtcmParams tr;
     limiter::SrtcmState srs;
     limiter::TrtcmState trs;
+    // Its own kind's counts moved on to `now` at its rates.
+    void update(Micros now);
+    // Both counts at their sizes: what a missing meter holds.
+    bool full() const;
+    // The committed count (C).
+    double committed() const { return two_rate ? trs.tc : srs.tc; }
+    // The rule's new numbers: the counts kept within the new sizes (update first, at the old rates).
+    void resize(const MeterRef& ref);
+    // Its colour for `permits` (colour-aware with the request's pre-colour), or its wait for a green.
+    limiter::TcmDecision mark(const MeterRef& ref, double permits, Micros timeout_us, Micros now);
   };
   struct Entry {
     Kind kind = Kind::bucket;
