@@ -118,10 +118,21 @@ AdaptiveSeries& BucketMetrics::adaptive() {
 }
 
 namespace {
+// admitted_pending_'s fields: the wall second's low 22 bits, the admissions heard in it and those
+// heard before it (21 bits each, saturating).
 constexpr std::uint64_t kCountBits = 21, kCountMask = (std::uint64_t{1} << kCountBits) - 1;
 constexpr std::uint64_t kSecondMask = (std::uint64_t{1} << 22) - 1;
+struct Pending {
+  std::uint64_t sec, cur, before;
+};
+Pending unpack(std::uint64_t v) { return {v >> (2 * kCountBits), (v >> kCountBits) & kCountMask, v & kCountMask}; }
 std::uint64_t pack(std::uint64_t sec, std::uint64_t cur, std::uint64_t before) {
   return (sec & kSecondMask) << (2 * kCountBits) | std::min(cur, kCountMask) << kCountBits | std::min(before, kCountMask);
+}
+// `p` as of second `sec`: what was heard in another second is earlier.
+Pending at_second(Pending p, std::uint64_t sec) {
+  if (p.sec != (sec & kSecondMask)) return {sec & kSecondMask, 0, p.before + p.cur};
+  return p;
 }
 }  // namespace
 
@@ -133,23 +144,18 @@ std::uint64_t BucketMetrics::wall_second() {
 void BucketMetrics::note_admitted_at(std::uint64_t sec) {
   std::uint64_t old = admitted_pending_.load(std::memory_order_relaxed);
   for (;;) {
-    std::uint64_t cur = (old >> kCountBits) & kCountMask, before = old & kCountMask;
-    if ((old >> (2 * kCountBits)) != (sec & kSecondMask)) {  // a new second: what was heard is earlier
-      before += cur;
-      cur = 0;
-    }
-    if (admitted_pending_.compare_exchange_weak(old, pack(sec, cur + 1, before), std::memory_order_relaxed)) return;
+    const Pending p = at_second(unpack(old), sec);
+    if (admitted_pending_.compare_exchange_weak(old, pack(sec, p.cur + 1, p.before), std::memory_order_relaxed)) return;
   }
 }
 
 BucketMetrics::Admitted BucketMetrics::take_admitted_at(std::uint64_t sec) {
   Admitted out;
-  const std::uint64_t counts = (std::uint64_t{1} << (2 * kCountBits)) - 1;
-  if ((admitted_pending_.load(std::memory_order_relaxed) & counts) == 0) return out;  // nothing heard: no write
-  const std::uint64_t old = admitted_pending_.exchange(pack(sec, 0, 0), std::memory_order_relaxed);
-  const double cur = static_cast<double>((old >> kCountBits) & kCountMask), before = static_cast<double>(old & kCountMask);
-  out.total = cur + before;
-  out.before = (old >> (2 * kCountBits)) == (sec & kSecondMask) ? before : out.total;
+  if (const Pending p = unpack(admitted_pending_.load(std::memory_order_relaxed)); p.cur + p.before == 0)
+    return out;  // nothing heard: no write
+  const Pending p = at_second(unpack(admitted_pending_.exchange(pack(sec, 0, 0), std::memory_order_relaxed)), sec);
+  out.total = static_cast<double>(p.cur + p.before);
+  out.before = static_cast<double>(p.before);
   return out;
 }
 
@@ -160,17 +166,12 @@ void BucketMetrics::give_back_admitted_at(Admitted a, std::uint64_t sec) {
   const std::uint64_t total = static_cast<std::uint64_t>(a.total), before = static_cast<std::uint64_t>(a.before);
   std::uint64_t old = admitted_pending_.load(std::memory_order_relaxed);
   for (;;) {
-    const std::uint64_t at = old >> (2 * kCountBits);
-    std::uint64_t cur = (old >> kCountBits) & kCountMask, earlier = old & kCountMask;
     // Those of this second go back to it, while it lasts; the others, and all of them once another
     // second began, are earlier ones.
-    if (at == (sec & kSecondMask)) {
-      cur += total - before;
-      earlier += before;
-    } else {
-      earlier += cur + total;
-      cur = 0;
-    }
+    const Pending was = unpack(old);
+    const Pending p = at_second(was, sec);
+    const bool same = was.sec == p.sec;
+    const std::uint64_t cur = p.cur + (same ? total - before : 0), earlier = p.before + (same ? before : total);
     if (admitted_pending_.compare_exchange_weak(old, pack(sec, cur, earlier), std::memory_order_relaxed)) return;
   }
 }
