@@ -148,47 +148,83 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   // The estimate: what the supplier admitted in the fullest of the last two calendar seconds (a
   // sliding second across a fixed window's edge counts parts of two full windows: up to twice the
   // allowance; a calendar second counts one). After a recent cut: probing
-  // above the level that cut estimated, at least that level (the allowance did not fall below
-  // what it admitted then; the last second adds a rise); throttled at or under it, the allowance
-  // dropped, and what it admitted a second since that cut says to what. A pause counts in that
-  // time for up to a second (the supplier's allowance refilled meanwhile and was spent after
-  // it), not beyond (a bucket fills once).
+  // above the level that cut estimated, that reading, bounded by the level and by what the
+  // supplier admitted since (below); throttled at or under it, the allowance dropped, and what it
+  // admitted a second since that cut says to what. A pause counts in that time for up to a second
+  // (the supplier's allowance refilled meanwhile and was spent after it), not beyond (a bucket
+  // fills once).
   double estimate = admitted_per_window(st, now);
+  double cut_from = sent;  // one cut goes no lower than max_cut of this
   const bool recent = now - previous < p.recent_us;
   if (recent) {
+    const bool probing = sent > st.level;
     Micros start = previous;
     if (st.pause_until - 1'000'000 > start && st.pause_until < now) start = st.pause_until - 1'000'000;
-    if (sent > st.level) {
+    const double elapsed = static_cast<double>(now - start) / 1e6;
+    if (probing) {
       // A token bucket's burst (refilled in a pause or a hold) lets a probe through above the
       // allowance for a while, at most a second's worth: unless more than that went through above
-      // the level since the last cut, one refused probe raises the level by at most a quarter.
-      const double above = st.since_ok - st.level * (static_cast<double>(now - start) / 1e6);
-      const double most = st.level * p.probe_gain;
-      if (!(above > st.level) && estimate > most) estimate = most;
-      if (estimate < st.level) estimate = st.level;
+      // the level since the last cut, one refused probe raises the level by at most a quarter...
+      const double above = st.since_ok - st.level * elapsed;
+      if (above > st.level) {
+        if (estimate < st.level) estimate = st.level;
+      } else {
+        const double most = st.level * p.probe_gain;
+        if (estimate > most) estimate = most;
+        // ...and, when the supplier was kept busy since the last cut (it admitted at least three
+        // quarters of the level a second: not a quiet spell, whose average says nothing), a
+        // reading well above that average is that burst: the bucket was empty at both refusals,
+        // and what it admitted in between is its allowance. A fixed window's reading is within a
+        // few percent of that average over the time it was sent to (the hold was just under it;
+        // a pause, when its windows had nothing to give, is left out).
+        const double since = st.since_ok / elapsed;
+        const bool busy = since >= (1 - p.same_level) * st.level;
+        const Micros paused_to = st.pause_until < now ? st.pause_until : now;
+        const Micros paused = paused_to > start ? paused_to - start : 0;
+        const double sending = static_cast<double>(now - start - paused) / 1e6;
+        if (busy && sending > 0 && estimate > st.since_ok / sending * p.drained) {
+          // That average is a reading, not a lag: the cut may go below half the rate sent (a
+          // probe drains a bucket's burst at two or three times its allowance), to half the
+          // reading at most.
+          cut_from = estimate;
+          estimate = since;
+        }
+        // No lower than the level, unless that (busy) average is lower too: a fixed window's
+        // reading under the level says the level was read high (held above the allowance, it
+        // stayed).
+        const double least = busy && since < st.level ? since : st.level;
+        if (estimate < least) estimate = least;
+      }
     } else if (now - start >= p.debounce_us) {
       // No more than the window that refused admitted: a fixed-window supplier's new allowance at
       // once (the admissions since the last cut still count the old one's windows).
-      const double since = st.since_ok / (static_cast<double>(now - start) / 1e6);
+      double since = st.since_ok / elapsed;
+      // ...but no less than the window that refused has admitted so far: the time since the cut
+      // includes the pause to the next window, through which a fixed window had nothing left to
+      // give (12/s read 9.8/s).
+      const double window = second_of(st, now) == st.sec ? st.ok_cur : 0;
+      if (window > since) since = window;
       if (since < estimate) estimate = since;
     }
   }
   st.since_ok = 0;
   if (estimate > sent) estimate = sent;
-  const double lowest = p.max_cut * sent;
+  const double lowest = p.max_cut * cut_from;
   if (estimate < lowest) estimate = lowest;
-  // The same level refused again soon after: probe less often, and take the mean of the two
-  // estimates. Either can be off: a token bucket's reading by the burst a refused probe drained
-  // (high), the admissions since a cut by the part of a window a pause cut through (low). A small
-  // real change is still followed, over a few cuts.
+  // The same level refused again soon after: probe less often. A reading above the level takes
+  // the mean of the two (a small real rise is still followed, over a few probes); one under it
+  // refutes the level and stands (averaged with the refuted level, a drop from 20 to 12/s first
+  // read as 15.6 was held at 12.9, then 12.1, and refused again at each).
   Micros hold = p.hold_min_us;
   if (st.level > 0 && recent && std::fabs(estimate - st.level) <= p.same_level * st.level) {
     hold = st.hold_us * 2;
     if (hold < p.hold_min_us) hold = p.hold_min_us;
     if (hold > p.hold_max_us) hold = p.hold_max_us;
-    estimate = (estimate + st.level) / 2;
-    if (estimate > sent) estimate = sent;
-    if (estimate < lowest) estimate = lowest;
+    if (estimate > st.level) {
+      estimate = (estimate + st.level) / 2;
+      if (estimate > sent) estimate = sent;
+      if (estimate < lowest) estimate = lowest;
+    }
   }
   double target = p.margin * estimate;
   const double fl = floor_rate(configured, p);

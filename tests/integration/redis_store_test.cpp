@@ -121,17 +121,33 @@ class RedisScript : public ::testing::Test {
       if (l.decision.wait_us > 0) held.push_back(l.reservation);
     }
   }
+  // A throttle signal in both stores at `now`: the outcomes are the same, double for double; the
+  // in-process store's is returned.
+  AdaptOutcome adapt_both(LocalStore& local, const AcquireRequest& req, Micros pause_us, Micros jitter_us, Micros now) {
+    const AdaptOutcome l = local.adapt(req, pause_us, jitter_us);
+    std::vector<std::string> args{"EVAL", adapt_script()};
+    for (auto& a : adapt_call(req, "t:", pause_us, jitter_us, std::to_string(now))) args.push_back(a);
+    redisReply* r = redis->cmd(args);
+    const auto rr = parse_adapt_reply(items(r), now);
+    if (r) freeReplyObject(r);
+    EXPECT_TRUE(rr.has_value());
+    EXPECT_TRUE(l.ok);
+    if (!rr) return l;
+    EXPECT_EQ(l.result.cut, rr->result.cut);
+    EXPECT_EQ(l.result.from, rr->result.from);
+    EXPECT_EQ(l.result.to, rr->result.to);
+    EXPECT_EQ(l.result.paused, rr->result.paused);
+    EXPECT_EQ(l.result.unconfirmed, rr->result.unconfirmed);
+    EXPECT_EQ(l.pause_left_us, rr->pause_left_us);
+    EXPECT_EQ(l.effective_rate, rr->effective_rate);
+    EXPECT_EQ(l.last_cut_us, rr->last_cut_us);
+    return l;
+  }
   // A throttle signal with a pause, in both stores: both cut and pause.
   void cut(LocalStore& local, const AcquireRequest& req, Micros pause_us, Micros now) {
-    const AdaptOutcome lo = local.adapt(req, pause_us, 0);
-    std::vector<std::string> args{"EVAL", adapt_script()};
-    for (auto& a : adapt_call(req, "t:", pause_us, 0, std::to_string(now))) args.push_back(a);
-    redisReply* r = redis->cmd(args);
-    const auto ro = parse_adapt_reply(items(r), now);
-    if (r) freeReplyObject(r);
-    ASSERT_TRUE(ro.has_value());
-    ASSERT_TRUE(lo.result.cut && ro->result.cut);
-    ASSERT_TRUE(lo.result.paused && ro->result.paused);
+    const AdaptOutcome lo = adapt_both(local, req, pause_us, 0, now);
+    ASSERT_TRUE(lo.result.cut);
+    ASSERT_TRUE(lo.result.paused);
   }
   // A fresh start for one route of a replay.
   void begin(Route r) {
@@ -392,22 +408,8 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
         const Micros jitter = static_cast<Micros>(rng() % 100'000);
         req.admitted = static_cast<double>(rng() % 3);  // the throttling gateway's own, told with it
         req.admitted_before = req.admitted > 0 ? static_cast<double>(rng() % 2) : 0;
-        const AdaptOutcome l = local.adapt(req, pause, jitter);
-        std::vector<std::string> args{"EVAL", adapt_script()};
-        for (auto& a : adapt_call(req, "t:", pause, jitter, std::to_string(clock.now_us()))) args.push_back(a);
-        redisReply* r = redis->cmd(args);
-        const auto rr = parse_adapt_reply(items(r), clock.now_us());
-        if (r) freeReplyObject(r);
-        ASSERT_TRUE(rr.has_value());
-        ASSERT_TRUE(l.ok);
-        EXPECT_EQ(l.result.cut, rr->result.cut);
-        EXPECT_EQ(l.result.from, rr->result.from);
-        EXPECT_EQ(l.result.to, rr->result.to);
-        EXPECT_EQ(l.result.paused, rr->result.paused);
-        EXPECT_EQ(l.result.unconfirmed, rr->result.unconfirmed);
-        EXPECT_EQ(l.pause_left_us, rr->pause_left_us);
-        EXPECT_EQ(l.effective_rate, rr->effective_rate);
-        EXPECT_EQ(l.last_cut_us, rr->last_cut_us);
+        const AdaptOutcome l = adapt_both(local, req, pause, jitter, clock.now_us());
+        ASSERT_FALSE(HasFailure());
         cuts += l.result.cut;
         pauses += l.result.paused;
         unconfirmed += l.result.unconfirmed;
@@ -442,6 +444,94 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
     EXPECT_GT(granted, 500);
     EXPECT_GT(rejected, mode == limiter::Adaptive::on ? 500 : 0);
     EXPECT_LT(lowest, 20);  // the rate did come down
+  }
+}
+
+// The replay above draws its signals at random; this one plays a supplier against both stores,
+// so that every step of the estimate is taken: a fixed window's full window, a token bucket's
+// drained burst, drops and rises, with a pause (the supplier's reset: when it has room again)
+// and without. 60 requests a
+// second are offered to a 50/s rule (5 a second for the first 8 s of a fourth phase: a quiet
+// spell); the supplier allows 20, then 12, then 30/s, per calendar
+// second or in a bucket of one second's burst; what it admits is told with the next decision,
+// those heard in an earlier second as such, as the gateways do. The stores follow it: from the
+// fifth second of each of the first three phases, at least three quarters of the allowance used,
+// and at most a tenth of what the supplier received refused in each phase (without adapting, most
+// of it would be).
+TEST_F(RedisScript, ReplaysAdaptiveBucketsAgainstASupplierTheSameAsTheLocalStore) {
+  for (const bool window : {true, false}) {
+    for (const bool reset : {false, true}) {
+      SCOPED_TRACE(std::string(window ? "fixed window" : "token bucket") + (reset ? ", with its reset" : ", bare"));
+      begin(Route::general);
+      ManualClock clock(1'700'000'000'000'000);
+      LocalStore local(clock);
+      BucketParams params;
+      params.rate = 50;
+      double tokens = 20;
+      Micros refilled = clock.now_us();
+      std::int64_t window_sec = 0, heard_sec = 0;
+      int in_window = 0, cuts = 0;
+      double heard = 0, heard_before = 0;  // admissions not told yet: all, and those of an earlier second
+      int received[4] = {}, refused[4] = {};  // per phase, from its fifth second
+      for (int step = 0; step < 48 * 60; ++step) {
+        clock.advance(1'000'000 / 60);
+        const Micros now = clock.now_us();
+        const std::int64_t sec = now / 1'000'000;
+        const int phase = step / (12 * 60);
+        const bool counted = step % (12 * 60) >= 4 * 60;
+        const double allowance = phase == 0 ? 20 : phase == 1 ? 12 : 30;
+        // The last phase: a quiet spell (5 a second for 8 s, no reading of the allowance), then 60.
+        if (phase == 3 && step % (12 * 60) < 8 * 60 && step % 12 != 0) continue;
+        if (sec != heard_sec) heard_before = heard;
+        AcquireRequest req{{"/ibe/search", params}, {}, "", 1.0, 0};
+        req.adaptive = limiter::Adaptive::on;
+        req.caller = limiter::caller_id("10.0.0.1");
+        req.admitted = heard;
+        req.admitted_before = heard_before;
+        heard = heard_before = 0;
+        heard_sec = sec;
+        SCOPED_TRACE("step " + std::to_string(step));
+        const StoreDecision l = local.decide(req);
+        const StoreDecision r = acquire(req, now);
+        ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
+        ASSERT_EQ(l.effective_rate, r.effective_rate);
+        if (!l.decision.granted) continue;
+        // The supplier answers at once.
+        bool ok = false;
+        if (window) {
+          if (sec != window_sec) window_sec = sec, in_window = 0;
+          ok = in_window < allowance;
+          in_window += ok;
+        } else {
+          tokens = std::min(allowance, tokens + allowance * static_cast<double>(now - refilled) / 1e6);
+          refilled = now;
+          ok = tokens >= 1;
+          tokens -= ok;
+        }
+        received[phase] += counted;
+        if (ok) {
+          heard += 1;
+          continue;
+        }
+        refused[phase] += counted;
+        AcquireRequest signal = req;
+        signal.admitted = signal.admitted_before = 0;  // this decision told them
+        // When the supplier says it has room again: its next window, or its next token.
+        const Micros pause = !reset ? 0
+                             : window ? 1'000'000 - now % 1'000'000
+                                      : static_cast<Micros>((1 - tokens) / allowance * 1e6) + 1;
+        cuts += adapt_both(local, signal, pause, 0, now).result.cut;
+        ASSERT_FALSE(HasFailure());
+      }
+      EXPECT_GE(cuts, 8);
+      for (int phase = 0; phase < 4; ++phase) {
+        const double allowance = phase == 0 ? 20 : phase == 1 ? 12 : 30;
+        if (phase < 3) {
+          EXPECT_GE(received[phase] - refused[phase], 0.75 * allowance * 8) << "phase " << phase;
+        }
+        EXPECT_LE(refused[phase], 0.1 * received[phase]) << "phase " << phase;
+      }
+    }
   }
 }
 

@@ -7,18 +7,22 @@
 // when it throttles is an estimate of it (its answers other than throttles, which the gateways
 // report), in the fullest calendar second of the last two (a fixed window's allowance exactly:
 // the window that refused is full; the seconds are the wall clock's, see AdaptiveState::phase).
-// While the gateway was sending above the level the last cut estimated, that reading (never less
-// than that level: a probe that is refused again finds it unchanged; at
-// most a quarter more unless over a second's worth went through above it since the last cut: a
-// token bucket's refilled burst lets a probe through for a while); when
-// it throttles at or under that level, the allowance dropped, and what it admitted a second since
-// that cut says to what (a pause counted for at most a second: a bucket fills once), or the
-// calendar second's reading if less. A throttle
-// backed by evidence that the interface, not one caller, is over its allowance cuts the rate to
-// `margin` (0.95) of the estimate, never more than halving it at once (the estimate may lag), and
-// holds it there for a while (0.5 s, doubled each time the same level is refused again soon
-// after, up to 3 s; a cut that finds the same level again takes the mean of the two
-// estimates). Then it probes upward on T (1 + probe x^3), x the seconds since probing began:
+// While the gateway was sending above the level the last cut estimated, that reading (at most a
+// quarter more than the level unless over a second's worth went through above it since the last
+// cut; and, when the supplier was kept busy since that cut, a reading so bounded that is a fifth
+// above the average admitted since, over the time sent to, is a token bucket's burst, refilled in
+// the hold and drained by the probe: the average, which is the bucket's allowance between two
+// refusals, is taken instead; never less than the level unless that busy average is less too: a
+// fixed window's full window under the level says the level was read high). When it throttles at or under that level, the allowance dropped, and
+// what it admitted a second since that cut says to what (a pause counted for at most a second: a
+// bucket fills once), or the calendar second's reading if less, but no less than the window that
+// refused has admitted so far. A throttle backed by evidence that the interface, not one caller,
+// is over its allowance cuts the rate to `margin` (0.95) of the estimate, never more than halving
+// it at once (the estimate may lag; a drained burst's average is a reading, and halves at most
+// the reading it replaced), and holds it there for a while (0.5 s, doubled each time the same
+// level is refused again soon after, up to 3 s; a probe that reads the same level again, above
+// it, takes the mean of the two estimates; a throttle under the level refutes it, and its reading
+// stands). Then it probes upward on T (1 + probe x^3), x the seconds since probing began:
 // flat near the held rate for a second (a probe that finds the allowance unchanged costs a few
 // refusals), steep after (a risen allowance is reached within a few seconds). Reaching the
 // configured rate ends the adaptation. Never below the floor, never above the configured rate,
@@ -46,7 +50,8 @@ struct AdaptiveParams {
   double margin = 0.95;          // a cut holds at this share of the estimated allowance
   double max_cut = 0.5;          // ...but one cut goes no lower than this share of the rate being sent
   double probe = 0.05;           // the probe: target * (1 + probe * x^3), x in seconds
-  double probe_gain = 1.25;      // a refused probe raises the level by at most this factor
+  double probe_gain = 1.25;      // a refused probe raises the level by at most this factor...
+  double drained = 1.2;          // ...and reads the average since the last cut if this far above it
   Micros debounce_us = 500'000;  // a second signal within this of the last cut is the same episode
   Micros evidence_us = 2'000'000;  // throttles of two callers within this, or only one caller asking
   Micros hold_min_us = 500'000;    // the hold after a cut before probing...
@@ -143,7 +148,8 @@ struct ThrottleResult {
 // that a fleet does not resume in step. The signal is always counted (the estimate and the
 // evidence); it cuts when it is not within the debounce of the last cut and the evidence holds.
 // Then the rate being sent is the effective rate, or the demand if less; the estimate (above),
-// no more than the rate being sent and no less than max_cut of it; the rate is held at margin
+// no more than the rate being sent and no less than max_cut of it (of the reading it replaced, for
+// a token bucket's drained burst); the rate is held at margin
 // times the estimate.
 ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Micros pause_us, Micros jitter_us,
                            std::uint64_t caller = 0, const AdaptiveParams& p = {});

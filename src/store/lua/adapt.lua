@@ -54,32 +54,57 @@ else
   local d = A.demand(st, now)
   if d < sent then sent = d end
   local estimate = A.per_window(st, now)
+  local cut_from = sent
   local recent = now - previous < A.RECENT
   if recent then
+    local probing = sent > st.level
     local start = previous
     if st.pause - 1000000 > start and st.pause < now then start = st.pause - 1000000 end
-    if sent > st.level then
-      local above = st.so - st.level * ((now - start) / 1e6)
-      local most = st.level * A.GAIN
-      if not (above > st.level) and estimate > most then estimate = most end
-      if estimate < st.level then estimate = st.level end
+    local elapsed = (now - start) / 1e6
+    if probing then
+      local above = st.so - st.level * elapsed
+      if above > st.level then
+        if estimate < st.level then estimate = st.level end
+      else
+        local most = st.level * A.GAIN
+        if estimate > most then estimate = most end
+        local since = st.so / elapsed
+        local busy = since >= (1 - A.SAME) * st.level
+        local paused_to = st.pause
+        if paused_to > now then paused_to = now end
+        local paused_us = 0
+        if paused_to > start then paused_us = paused_to - start end
+        local sending = (now - start - paused_us) / 1e6
+        if busy and sending > 0 and estimate > st.so / sending * A.DRAINED then
+          cut_from = estimate
+          estimate = since
+        end
+        local least = st.level
+        if busy and since < st.level then least = since end
+        if estimate < least then estimate = least end
+      end
     elseif now - start >= A.DEBOUNCE then
-      local since = st.so / ((now - start) / 1e6)
+      local since = st.so / elapsed
+      local window = 0
+      if math.floor(now / 1e6) == st.sec then window = st.oc end
+      if window > since then since = window end
       if since < estimate then estimate = since end
     end
   end
   st.so = 0
   if estimate > sent then estimate = sent end
-  local lowest = A.MAX_CUT * sent
+  local lowest = A.MAX_CUT * cut_from
   if estimate < lowest then estimate = lowest end
   local hold = A.HOLD_MIN
   if st.level > 0 and recent and math.abs(estimate - st.level) <= A.SAME * st.level then
     hold = st.hold * 2
     if hold < A.HOLD_MIN then hold = A.HOLD_MIN end
     if hold > A.HOLD_MAX then hold = A.HOLD_MAX end
-    estimate = (estimate + st.level) / 2
-    if estimate > sent then estimate = sent end
-    if estimate < lowest then estimate = lowest end
+    if estimate > st.level then
+      estimate = (estimate + st.level) / 2
+      if estimate > sent then estimate = sent end
+      if estimate < lowest then estimate = lowest end
+    end
   end
   local target = A.MARGIN * estimate
   local fl = A.floor(conf)

@@ -21,6 +21,16 @@ void second_of(AdaptiveState& st, Micros at, int asked, int admitted, int caller
   traffic(st, at, kSec, asked, admitted, callers);
 }
 
+// The lead (`asked` a second, `admitted` of them, for kLead) and a throttle that cuts, with a
+// pause of `pause_us`: the level is `admitted`. Returns the time of the cut.
+Micros cut_after_lead(AdaptiveState& st, int asked, int admitted, Micros pause_us = 0) {
+  Micros now = 0;
+  for (; now < kLead; now += kSec) second_of(st, now, asked, admitted);
+  EXPECT_TRUE(on_throttle(st, 50, now, pause_us, 0, 1).cut);
+  EXPECT_DOUBLE_EQ(st.level, admitted);
+  return now;
+}
+
 TEST(AdaptiveRate, NotAdaptingIsTheConfiguredRate) {
   AdaptiveState st;
   second_of(st, 0, 10, 10);
@@ -182,10 +192,11 @@ TEST(AdaptiveRate, TheSameLevelRefusedAgainIsProbedLessOften) {
   EXPECT_EQ(st.hold_us, 500'000);
 }
 
-// Refused while probing above the level the last cut estimated: the allowance is at least that
-// level (a probe refused again finds it unchanged), or what the last second admitted if more (it
-// rose). Refused at or under that level: it dropped, to what was admitted a second since that cut.
-TEST(AdaptiveRate, TheEstimateKeepsTheLevelWhenAProbeIsRefusedAndFollowsADrop) {
+// Refused while probing above the level the last cut estimated: the allowance is what the last
+// second admitted if more (it rose), and no less than that level unless the average since the
+// cut is less too (20, then 16: 18/s; the level was read high). Refused at or under that level: it
+// dropped, to what was admitted a second since that cut.
+TEST(AdaptiveRate, ARefusedProbeReadsTheLevelOrARiseAndADropIsFollowed) {
   for (const int last_second : {16, 22}) {
     AdaptiveState st;
     Micros now = 0;
@@ -199,7 +210,7 @@ TEST(AdaptiveRate, TheEstimateKeepsTheLevelWhenAProbeIsRefusedAndFollowsADrop) {
     ASSERT_TRUE(r.cut);
     ASSERT_GT(r.from, 20);  // probing above the level
     // 22 is the same level (within a quarter of 20): the mean of the two (never above the 22.2 sent).
-    EXPECT_DOUBLE_EQ(st.level, last_second < 20 ? 20 : 21) << last_second;
+    EXPECT_DOUBLE_EQ(st.level, last_second < 20 ? 18 : 21) << last_second;
   }
   AdaptiveState st;
   Micros now = 0;
@@ -214,11 +225,12 @@ TEST(AdaptiveRate, TheEstimateKeepsTheLevelWhenAProbeIsRefusedAndFollowsADrop) {
   EXPECT_DOUBLE_EQ(r.to, 0.95 * 12);
 }
 
-// Refused at or under the level soon after a cut: what was admitted since reads the allowance low
-// when the rest of a full window was paused through. Within a quarter of the level, it is the
-// same level found again: the mean of the two, and a longer hold; a real drop (to 12 from 20) is
-// followed at once.
-TEST(AdaptiveRate, TheSameLevelFoundAgainTakesTheMeanAndADropIsFollowed) {
+// Refused at or under the level soon after a cut: the level was wrong, and what was admitted since
+// is the allowance (16 or 12, against 20). Within a quarter of the level it is the same level found
+// again, probed less often (a longer hold), but not averaged with the level it refutes (a drop
+// from 20 to 12/s first read as 15.6 was held at the means, 12.9 and then 12.1, and refused again
+// at each).
+TEST(AdaptiveRate, AThrottleUnderTheLevelIsReadAsItIsAndTheSameLevelHeldLonger) {
   for (const int admitted : {16, 12}) {
     AdaptiveState st;
     Micros now = 0;
@@ -230,15 +242,27 @@ TEST(AdaptiveRate, TheSameLevelFoundAgainTakesTheMeanAndADropIsFollowed) {
     const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
     ASSERT_TRUE(r.cut);
     EXPECT_LE(r.from, 20);  // at or under the level: the allowance dropped, or was read high
-    if (admitted == 16) {
-      EXPECT_DOUBLE_EQ(st.level, 18);  // (16 + 20) / 2
-      EXPECT_EQ(st.hold_us, 1'000'000);
-    } else {
-      EXPECT_DOUBLE_EQ(st.level, 12);
-      EXPECT_EQ(st.hold_us, 500'000);
-    }
+    EXPECT_DOUBLE_EQ(st.level, admitted);
+    EXPECT_EQ(st.hold_us, admitted == 16 ? 1'000'000 : 500'000);  // 16 is within a quarter of 20
     EXPECT_DOUBLE_EQ(r.to, 0.95 * st.level);
   }
+}
+
+// A drop refused in a fixed window after a pause: the time since the last cut includes the pause,
+// through which the window had nothing left to give, so the average since reads low (12 over
+// 1.9 s: 6.3/s, and a cut would stop at half the rate sent, 9.5); the window that refused has
+// admitted 12 so far, and that stands.
+TEST(AdaptiveRate, ADropIsNoLowerThanTheWindowThatRefused) {
+  AdaptiveState st;
+  Micros now = cut_after_lead(st, 36, 20, kSec);  // level 20, paused to the next window
+  ASSERT_FALSE(HasFailure());
+  traffic(st, now + kSec, 900'000, 19, 12);                // that window: 12 admitted, then refused
+  now += kSec + 900'000;
+  const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
+  ASSERT_TRUE(r.cut);
+  EXPECT_DOUBLE_EQ(r.from, 19);
+  EXPECT_DOUBLE_EQ(st.level, 12);
+  EXPECT_DOUBLE_EQ(r.to, 0.95 * 12);
 }
 
 // A probe refused soon after passing the level raises it by at most a quarter (a token bucket's
@@ -261,6 +285,70 @@ TEST(AdaptiveRate, ARefusedProbeRaisesTheLevelByAQuarterUnlessMuchWentThroughAbo
     ASSERT_GT(r.from, 40);  // sending above what it admitted
     EXPECT_DOUBLE_EQ(st.level, rose ? 40 : 25) << rose;
   }
+}
+
+// A token bucket's probe is refused once the burst it refilled in the hold is spent, at two or
+// three times the allowance: the last whole second admitted 17 against an allowance of 12, and a
+// quarter above the level (15) would still be read high, held above the allowance and refused
+// again. A reading this far above the average since the last cut is that burst: the bucket was
+// empty at both refusals, so the average (45 in 3.8 s) is the allowance. It is a reading, not a
+// lag, so the cut goes below half the rate sent (31.9/s; 16 without this).
+TEST(AdaptiveRate, ATokenBucketsDrainedBurstIsNotReadAsTheAllowance) {
+  AdaptiveState st;
+  Micros now = cut_after_lead(st, 20, 12);
+  ASSERT_FALSE(HasFailure());
+  second_of(st, now, 60, 10);  // held under 12 (the bucket refills), then the probe
+  second_of(st, now + kSec, 60, 12);
+  second_of(st, now + 2 * kSec, 60, 17);
+  traffic(st, now + 3 * kSec, 800'000, 48, 6);
+  now += 3 * kSec + 800'000;
+  const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
+  ASSERT_TRUE(r.cut);
+  ASSERT_GT(r.from, 30);  // probing far above the level
+  EXPECT_DOUBLE_EQ(st.level, 45 / 3.8);
+  EXPECT_DOUBLE_EQ(r.to, 0.95 * st.level);
+}
+
+// A quiet spell since the last cut (5 asked a second for 20 s under a level of 12) says nothing
+// of the allowance: the average since the cut (6/s) is no reading of a drained burst, nor a
+// reason to read the level lower. The probe, when callers ask for more again, is refused at the
+// same level, read as before: the reading bounded to a quarter above the level, and the mean.
+TEST(AdaptiveRate, AQuietSpellIsNoReadingOfTheAllowance) {
+  AdaptiveState st;
+  Micros now = cut_after_lead(st, 20, 12);
+  ASSERT_FALSE(HasFailure());
+  for (int k = 0; k < 20; ++k, now += kSec) {
+    second_of(st, now, 5, 5);
+    effective_rate(st, 50, now + kSec - 1);
+  }
+  // Asked for 60/s: the probe climbs (12, then 19 admitted: the bucket's burst).
+  for (int k = 0; k < 20; ++k, now += kSec / 10) {
+    traffic(st, now, kSec / 10, 6, k < 10 ? (k % 5 == 0 ? 2 : 1) : (k % 10 < 9 ? 2 : 1));
+    effective_rate(st, 50, now + kSec / 10 - 1);
+  }
+  const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
+  ASSERT_TRUE(r.cut);
+  ASSERT_GT(r.from, 15);  // probing above the level
+  EXPECT_DOUBLE_EQ(st.level, (15 + 12) / 2.0);
+}
+
+// A fixed window refusing a probe after a pause (Retry-After): the pause is left out of the
+// average the reading is compared with (its windows had nothing to give), so the full window (20)
+// stands. Over the whole time since the cut the average is 16.3/s, and a reading a fifth above it
+// would have been taken for a token bucket's drained burst.
+TEST(AdaptiveRate, AFixedWindowsFullReadingAfterAPauseIsNotTakenForABurst) {
+  AdaptiveState st;
+  Micros now = cut_after_lead(st, 36, 20, 660'000);  // level 20, paused 0.66 s
+  ASSERT_FALSE(HasFailure());
+  traffic(st, now + 660'000, 340'000, 6, 4);  // held at 19, starting empty
+  second_of(st, now + kSec, 60, 14);
+  second_of(st, now + 2 * kSec, 60, 19);
+  traffic(st, now + 3 * kSec, 500'000, 30, 20);  // the probe fills a window
+  now += 3 * kSec + 500'000;
+  const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
+  ASSERT_TRUE(r.cut);
+  ASSERT_GT(r.from, 20);  // probing above the level
+  EXPECT_DOUBLE_EQ(st.level, 20);
 }
 
 // A long pause counts as one second: a supplier's bucket fills once, however long it waits.
