@@ -6,7 +6,9 @@
 Reads each <DIR>/<run>.csv (second, allowance, received, throttled, gateway_429, effective_rate,
 supplier_tokens_end: the permits the supplier held at the end of the second, in its bucket or in
 its current one-second window) that tests/integration/adaptive_e2e_test.cpp wrote; prints, per
-run and phase, what the supplier received and refused after the phase's first 4 s (local-adaptive,
+run and phase, what the supplier received and refused after the phase's first 4 s, and how many
+seconds after each change of allowance the gateways followed it (a drop: at most 3% refused from
+then on; a rise: 90% of it accepted in a second) (local-adaptive,
 local-control, local-shadow, redis-fleet-adaptive first, then the others by name). Draws SVG: the
 supplier's allowance, the adaptive gateway's effective rate, what the supplier accepted per
 second, and its 429s per second with and without adaptive; and, next to it, adaptive-<run>.svg
@@ -58,11 +60,33 @@ def phase_figures(rows):
     return out
 
 
+def followed_in(rows):
+    """Per change of allowance: the seconds until the gateways followed it (None: not within the
+    phase). A drop is followed from the first second k after which the supplier refused at most 3%
+    of what it received for the rest of the phase (k s); a rise is used by the end of the first
+    second in which the supplier accepted at least 90% of it."""
+    out = []
+    ph = phases(rows)
+    for before, now in zip(ph, ph[1:]):
+        a = now[0]["allowance"]
+        if a < before[0]["allowance"]:
+            hit = [k for k in range(len(now)) if sum(r["throttled"] for r in now[k:]) <= 0.03 * sum(r["received"] for r in now[k:])]
+            got = hit[0] if hit else None
+        else:
+            hit = [i for i, r in enumerate(now) if r["received"] - r["throttled"] >= 0.9 * a]
+            got = hit[0] + 1 if hit else None
+        out.append((before[0]["allowance"], a, got))
+    return out
+
+
 def summary(name, rows):
     print(f"{name} ({describe(name, rows)}):" if supplier_kind(name) and rows else f"{name}:")
     print(f"  allowance  received  refused  refused%  accepted/allowed   (seconds {SETTLE}.. of each phase)")
     for f in phase_figures(rows):
         print(f"  {f['allowance']:9.0f}  {f['received']:8.0f}  {f['refused']:7.0f}  {f['refused_pct']:7.2f}%  {f['used_pct']:15.1f}%")
+    for old, new, s in followed_in(rows):
+        what = "followed" if new < old else "used"
+        print(f"  {old:.0f} -> {new:.0f}/s: {what} in {s} s" if s is not None else f"  {old:.0f} -> {new:.0f}/s: not {what} in the phase")
     total_r = sum(r["received"] for r in rows)
     total_t = sum(r["throttled"] for r in rows)
     print(f"  whole run: received {total_r:.0f}, refused {total_t:.0f} ({100 * total_t / max(total_r, 1):.2f}%)")
