@@ -219,12 +219,26 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   if (st.level > 0 && recent && std::fabs(estimate - st.level) <= p.same_level * st.level) {
     hold = st.hold_us * 2;
     if (hold < p.hold_min_us) hold = p.hold_min_us;
-    if (hold > p.hold_max_us) hold = p.hold_max_us;
     if (estimate > st.level) {
       estimate = (estimate + st.level) / 2;
       if (estimate > sent) estimate = sent;
       if (estimate < lowest) estimate = lowest;
     }
+    // A refused probe costs about one request, and a cycle is the hold and the second the probe
+    // takes to cross the level: so that a steady level is refused no more than `probe_cost` of
+    // what is sent, one under 10/s is held longer than 3 s (7 s at 5/s, 9 s at 4/s: with 3 s,
+    // 4/s was refused 5.9% of the time), up to `hold_most_us` (10 s: under 4/s the share grows
+    // again, 4% at 2/s). A rise at such a level is found that much later.
+    Micros most = p.hold_max_us;
+    if (estimate > 0) {
+      const double spaced = 1e6 / (p.probe_cost * estimate) - 1e6;
+      if (spaced > static_cast<double>(p.hold_most_us)) {
+        if (p.hold_most_us > most) most = p.hold_most_us;
+      } else if (spaced > static_cast<double>(most)) {
+        most = static_cast<Micros>(spaced);
+      }
+    }
+    if (hold > most) hold = most;
   }
   double target = p.margin * estimate;
   const double fl = floor_rate(configured, p);

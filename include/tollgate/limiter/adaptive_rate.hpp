@@ -20,7 +20,9 @@
 // is over its allowance cuts the rate to `margin` (0.95) of the estimate, never more than halving
 // it at once (the estimate may lag; a drained burst's average is a reading, and halves at most
 // the reading it replaced), and holds it there for a while (0.5 s, doubled each time the same
-// level is refused again soon after, up to 3 s; a probe that reads the same level again, above
+// level is refused again soon after, up to 3 s, or under 10/s up to 1 / (probe_cost x level) s
+// less one, at most 10 s: a refused probe costs about one request, so a steady level is refused
+// about probe_cost of what is sent, down to 4/s; a probe that reads the same level again, above
 // it, takes the mean of the two estimates; a throttle under the level refutes it, and its reading
 // stands). Then it probes upward on T (1 + probe x^3), x the seconds since probing began:
 // flat near the held rate for a second (a probe that finds the allowance unchanged costs a few
@@ -55,7 +57,10 @@ struct AdaptiveParams {
   Micros debounce_us = 500'000;  // a second signal within this of the last cut is the same episode
   Micros evidence_us = 2'000'000;  // throttles of two callers within this, or only one caller asking
   Micros hold_min_us = 500'000;    // the hold after a cut before probing...
-  Micros hold_max_us = 3'000'000;  // ...doubled up to this while the same level is refused again
+  Micros hold_max_us = 3'000'000;  // ...doubled up to this while the same level is refused again,
+  double probe_cost = 0.025;       // ...or, under 10/s, to 1 / (probe_cost x level) s less one
+  Micros hold_most_us = 10'000'000;  // ...but never beyond this: with the pause before it and the
+                                     // probe after it, the next cut is still recent (pauses < ~17 s)
   double same_level = 0.25;        // estimates within this share of each other are the same level
   Micros recent_us = 30'000'000;   // ...when the cuts are this close
   Micros max_pause_us = 60'000'000;  // Retry-After and RateLimit t are capped here

@@ -99,12 +99,21 @@ else
   if st.level > 0 and recent and math.abs(estimate - st.level) <= A.SAME * st.level then
     hold = st.hold * 2
     if hold < A.HOLD_MIN then hold = A.HOLD_MIN end
-    if hold > A.HOLD_MAX then hold = A.HOLD_MAX end
     if estimate > st.level then
       estimate = (estimate + st.level) / 2
       if estimate > sent then estimate = sent end
       if estimate < lowest then estimate = lowest end
     end
+    local most = A.HOLD_MAX
+    if estimate > 0 then
+      local spaced = 1e6 / (A.PROBE_COST * estimate) - 1e6
+      if spaced > A.HOLD_MOST then
+        if A.HOLD_MOST > most then most = A.HOLD_MOST end
+      elseif spaced > most then
+        most = math.floor(spaced)
+      end
+    end
+    if hold > most then hold = most end
   end
   local target = A.MARGIN * estimate
   local fl = A.floor(conf)

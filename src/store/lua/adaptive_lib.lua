@@ -24,6 +24,7 @@ local function adaptive_lib()
   local A_MARGIN, A_MAX_CUT, A_PROBE, A_GAIN, A_DEBOUNCE, A_EVIDENCE = 0.95, 0.5, 0.05, 1.25, 500000, 2000000
   local A_HOLD_MIN, A_HOLD_MAX, A_SAME, A_RECENT, A_DRAINED = 500000, 3000000, 0.25, 30000000, 1.2
   local A_MAX_PAUSE, A_FLOOR_SHARE, A_MIN_FLOOR, A_FORGET = 60000000, 0.02, 0.1, 600000000
+  local A_PROBE_COST, A_HOLD_MOST = 0.025, 10000000
   local NEVER = -9007199254740992
   local function a_load(key)
     local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q', 'oc', 'op', 'so', 'v', 'h',
@@ -127,5 +128,5 @@ local function adaptive_lib()
           ok = a_ok, per_window = a_per_window, pair = a_pair, floor = a_floor,
           MARGIN = A_MARGIN, MAX_CUT = A_MAX_CUT, GAIN = A_GAIN, DEBOUNCE = A_DEBOUNCE, EVIDENCE = A_EVIDENCE,
           HOLD_MIN = A_HOLD_MIN, HOLD_MAX = A_HOLD_MAX, SAME = A_SAME, RECENT = A_RECENT, MAX_PAUSE = A_MAX_PAUSE,
-          DRAINED = A_DRAINED}
+          DRAINED = A_DRAINED, PROBE_COST = A_PROBE_COST, HOLD_MOST = A_HOLD_MOST}
 end

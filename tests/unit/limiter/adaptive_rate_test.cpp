@@ -192,6 +192,38 @@ TEST(AdaptiveRate, TheSameLevelRefusedAgainIsProbedLessOften) {
   EXPECT_EQ(st.hold_us, 500'000);
 }
 
+// A low level is probed less often still: a refused probe costs about one request, so under
+// 10/s the hold grows to 1 / (probe_cost x level) s less the second the probe takes to cross the
+// level, up to 10 s. At 5/s: 0.5, 1, 2, 4, then 7 s (at 3 s, one request in 20 would be refused);
+// at 6/s, 5.67 s (a whole microsecond: 1e6 / 0.15 - 1e6, cut down); at 2/s, 10 s; at 12/s, 3 s as
+// before.
+TEST(AdaptiveRate, ALowLevelIsProbedLessOftenThanAHighOne) {
+  // Then asked for three times `level`, admitted `level` a second; refused at the end of the
+  // first second in which the probe sent more than the level: each cut estimates `level` again.
+  const auto holds_at = [](int level, int cuts) {
+    AdaptiveState st;
+    Micros now = 0;
+    for (; now < kLead; now += kSec) second_of(st, now, level, level);  // the first cut reads `level` too
+    std::vector<Micros> holds;
+    for (int i = 0; i < cuts; ++i) {
+      if (i > 0) {
+        do {
+          second_of(st, now, 3 * level, level);
+          now += kSec;
+        } while (effective_rate(st, 50, now) <= level);
+      }
+      if (!on_throttle(st, 50, now, 0, 0, 1).cut) ADD_FAILURE() << "cut " << i;
+      EXPECT_DOUBLE_EQ(st.level, level) << "cut " << i;
+      holds.push_back(st.hold_us);
+    }
+    return holds;
+  };
+  EXPECT_EQ(holds_at(12, 6), (std::vector<Micros>{500'000, 1'000'000, 2'000'000, 3'000'000, 3'000'000, 3'000'000}));
+  EXPECT_EQ(holds_at(5, 6), (std::vector<Micros>{500'000, 1'000'000, 2'000'000, 4'000'000, 7'000'000, 7'000'000}));
+  EXPECT_EQ(holds_at(6, 6).back(), 5'666'666);
+  EXPECT_EQ(holds_at(2, 6).back(), 10'000'000);
+}
+
 // Refused while probing above the level the last cut estimated: the allowance is what the last
 // second admitted if more (it rose), and no less than that level unless the average since the
 // cut is less too (20, then 16: 18/s; the level was read high). Refused at or under that level: it
@@ -199,10 +231,7 @@ TEST(AdaptiveRate, TheSameLevelRefusedAgainIsProbedLessOften) {
 TEST(AdaptiveRate, ARefusedProbeReadsTheLevelOrARiseAndADropIsFollowed) {
   for (const int last_second : {16, 22}) {
     AdaptiveState st;
-    Micros now = 0;
-    for (; now < kLead; now += kSec) second_of(st, now, 36, 20);  // sending 36/s: one cut can reach 20
-    ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);
-    ASSERT_DOUBLE_EQ(st.level, 20);
+    Micros now = cut_after_lead(st, 36, 20);  // sending 36/s: one cut can reach 20
     second_of(st, now, 60, 20);
     second_of(st, now + kSec, 60, last_second);
     now += 2 * kSec;
@@ -213,9 +242,7 @@ TEST(AdaptiveRate, ARefusedProbeReadsTheLevelOrARiseAndADropIsFollowed) {
     EXPECT_DOUBLE_EQ(st.level, last_second < 20 ? 18 : 21) << last_second;
   }
   AdaptiveState st;
-  Micros now = 0;
-  for (; now < kLead; now += kSec) second_of(st, now, 36, 20);  // sending 36/s: one cut can reach 20
-  ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);  // held at 19 for 0.5 s...
+  Micros now = cut_after_lead(st, 36, 20);  // sending 36/s: one cut can reach 20, held at 19 for 0.5 s...
   traffic(st, now, kSec / 2, 30, 6);                    // ...and the supplier admits 12 a second
   now += kSec / 2;
   const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
@@ -233,10 +260,7 @@ TEST(AdaptiveRate, ARefusedProbeReadsTheLevelOrARiseAndADropIsFollowed) {
 TEST(AdaptiveRate, AThrottleUnderTheLevelIsReadAsItIsAndTheSameLevelHeldLonger) {
   for (const int admitted : {16, 12}) {
     AdaptiveState st;
-    Micros now = 0;
-    for (; now < kLead; now += kSec) second_of(st, now, 36, 20);  // sending 36/s: one cut reaches 20
-    ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);           // held at 19
-    ASSERT_DOUBLE_EQ(st.level, 20);
+    Micros now = cut_after_lead(st, 36, 20);  // sending 36/s: one cut reaches 20, held at 19
     traffic(st, now, kSec, 40, admitted);
     now += kSec;
     const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
@@ -271,10 +295,7 @@ TEST(AdaptiveRate, ADropIsNoLowerThanTheWindowThatRefused) {
 TEST(AdaptiveRate, ARefusedProbeRaisesTheLevelByAQuarterUnlessMuchWentThroughAboveIt) {
   for (const bool rose : {false, true}) {
     AdaptiveState st;
-    Micros now = 0;
-    for (; now < kLead; now += kSec) second_of(st, now, 36, 20);
-    ASSERT_TRUE(on_throttle(st, 50, now, 0, 0, 1).cut);
-    ASSERT_DOUBLE_EQ(st.level, 20);
+    Micros now = cut_after_lead(st, 36, 20);
     // Asked for 60/s from now on; the probe climbs. The supplier admitted 20/s, then (a burst, or a
     // rise) 40 in the last second.
     for (int k = 0; k < 3; ++k) second_of(st, now + k * kSec, 60, rose ? 40 : 20);
