@@ -171,6 +171,11 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
       } else {
         const double most = st.level * p.probe_gain;
         if (estimate > most) estimate = most;
+        // A reading so bounded is of the level, not a lag: the cut may go below half the rate sent,
+        // to the level (or the busy average below it, see `least`). A token bucket's refilled
+        // burst lets a probe climb to two or three times the allowance first: half of 35.4/s held
+        // a 12/s supplier's cut at 16.8/s.
+        if (st.level > 0) cut_from = estimate;
         // ...and, when the supplier was kept busy since the last cut (it admitted at least three
         // quarters of the level a second: not a quiet spell, whose average says nothing), a
         // reading well above that average is that burst: the bucket was empty at both refusals,
@@ -182,13 +187,7 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
         const Micros paused_to = st.pause_until < now ? st.pause_until : now;
         const Micros paused = paused_to > start ? paused_to - start : 0;
         const double sending = static_cast<double>(now - start - paused) / 1e6;
-        if (busy && sending > 0 && estimate > st.since_ok / sending * p.drained) {
-          // That average is a reading, not a lag: the cut may go below half the rate sent (a
-          // probe drains a bucket's burst at two or three times its allowance), to half the
-          // reading at most.
-          cut_from = estimate;
-          estimate = since;
-        }
+        if (busy && sending > 0 && estimate > st.since_ok / sending * p.drained) estimate = since;
         // No lower than the level, unless that (busy) average is lower too: a fixed window's
         // reading under the level says the level was read high (held above the allowance, it
         // stayed).

@@ -18,8 +18,9 @@
 // bucket fills once), or the calendar second's reading if less, but no less than the window that
 // refused has admitted so far. A throttle backed by evidence that the interface, not one caller,
 // is over its allowance cuts the rate to `margin` (0.95) of the estimate, never more than halving
-// it at once (the estimate may lag; a drained burst's average is a reading, and halves at most
-// the reading it replaced), and holds it there for a while (0.5 s, doubled each time the same
+// it at once (the estimate may lag; but after a refused probe that found no rise, the level, or
+// the busy average below it, is no lag, and the cut may go that far),
+// and holds it there for a while (0.5 s, doubled each time the same
 // level is refused again soon after, up to 3 s, or under 10/s up to 1 / (probe_cost x level) s
 // less one, at most 10 s: a refused probe costs about one request, so a steady level is refused
 // about probe_cost of what is sent, down to 4/s; a probe that reads the same level again, above
@@ -51,6 +52,7 @@ const char* adaptive_name(Adaptive a);
 struct AdaptiveParams {
   double margin = 0.95;          // a cut holds at this share of the estimated allowance
   double max_cut = 0.5;          // ...but one cut goes no lower than this share of the rate being sent
+                                 // (after a refused probe that found no rise: the level instead)
   double probe = 0.05;           // the probe: target * (1 + probe * x^3), x in seconds
   double probe_gain = 1.25;      // a refused probe raises the level by at most this factor...
   double drained = 1.2;          // ...and reads the average since the last cut if this far above it
@@ -153,9 +155,8 @@ struct ThrottleResult {
 // that a fleet does not resume in step. The signal is always counted (the estimate and the
 // evidence); it cuts when it is not within the debounce of the last cut and the evidence holds.
 // Then the rate being sent is the effective rate, or the demand if less; the estimate (above),
-// no more than the rate being sent and no less than max_cut of it (of the reading it replaced, for
-// a token bucket's drained burst); the rate is held at margin
-// times the estimate.
+// no more than the rate being sent and no less than max_cut of it (but for a refused probe that
+// found no rise, floored by the level instead); the rate is held at margin times the estimate.
 ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Micros pause_us, Micros jitter_us,
                            std::uint64_t caller = 0, const AdaptiveParams& p = {});
 // Whether a state holds nothing (not adapting, no pause ahead, nothing counted in the last

@@ -68,6 +68,7 @@ else
       else
         local most = st.level * A.GAIN
         if estimate > most then estimate = most end
+        if st.level > 0 then cut_from = estimate end
         local since = st.so / elapsed
         local busy = since >= (1 - A.SAME) * st.level
         local paused_to = st.pause
@@ -75,10 +76,7 @@ else
         local paused_us = 0
         if paused_to > start then paused_us = paused_to - start end
         local sending = (now - start - paused_us) / 1e6
-        if busy and sending > 0 and estimate > st.so / sending * A.DRAINED then
-          cut_from = estimate
-          estimate = since
-        end
+        if busy and sending > 0 and estimate > st.so / sending * A.DRAINED then estimate = since end
         local least = st.level
         if busy and since < st.level then least = since end
         if estimate < least then estimate = least end

@@ -290,8 +290,9 @@ TEST(AdaptiveRate, ADropIsNoLowerThanTheWindowThatRefused) {
 }
 
 // A probe refused soon after passing the level raises it by at most a quarter (a token bucket's
-// refilled burst let it through for a while); one that got more than a second's worth through
-// above the level found a rise, and the last second's admissions stand.
+// refilled burst let it through for a while): 40 read as 25, within a quarter of the level, so
+// the mean, 22.5 (no longer raised to half the rate sent, 25); one that got more than a second's
+// worth through above the level found a rise, and the last second's admissions stand.
 TEST(AdaptiveRate, ARefusedProbeRaisesTheLevelByAQuarterUnlessMuchWentThroughAboveIt) {
   for (const bool rose : {false, true}) {
     AdaptiveState st;
@@ -304,16 +305,40 @@ TEST(AdaptiveRate, ARefusedProbeRaisesTheLevelByAQuarterUnlessMuchWentThroughAbo
     const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
     ASSERT_TRUE(r.cut);
     ASSERT_GT(r.from, 40);  // sending above what it admitted
-    EXPECT_DOUBLE_EQ(st.level, rose ? 40 : 25) << rose;
+    EXPECT_DOUBLE_EQ(st.level, rose ? 40 : 22.5) << rose;
   }
+}
+
+// A refused probe's reading bounded to a quarter above the level is a reading, not a lag: the cut
+// goes no lower than half of it, not half the rate sent. A token bucket's refilled burst let the
+// probe climb to 35.8/s before it refused (12, 14, 16, 18 admitted a second, over a level of 12:
+// not far enough above their average, 15, to be read as a drained burst); the reading, 18, is
+// bounded to 15, which is within a quarter of the level: the mean, 13.5. Half the rate sent
+// (17.9) held it at 17 before, over the allowance, and a new level each time.
+TEST(AdaptiveRate, ABoundedReadingIsNotRaisedToHalfTheRateSent) {
+  AdaptiveState st;
+  Micros now = cut_after_lead(st, 12, 12);  // level 12, held at 11.4 for 0.5 s
+  const int admitted[] = {12, 14, 16, 18};
+  for (const int a : admitted) {
+    second_of(st, now, 60, a);
+    now += kSec;
+  }
+  const double sent = effective_rate(st, 50, now);
+  ASSERT_GT(sent, 35);  // 11.4 (1 + 0.05 x 3.5^3)
+  const ThrottleResult r = on_throttle(st, 50, now, 0, 0, 1);
+  ASSERT_TRUE(r.cut);
+  EXPECT_DOUBLE_EQ(st.level, 13.5);
+  EXPECT_DOUBLE_EQ(r.to, 0.95 * 13.5);
+  EXPECT_EQ(st.hold_us, 1'000'000);  // the same level, refused again
 }
 
 // A token bucket's probe is refused once the burst it refilled in the hold is spent, at two or
 // three times the allowance: the last whole second admitted 17 against an allowance of 12, and a
 // quarter above the level (15) would still be read high, held above the allowance and refused
 // again. A reading this far above the average since the last cut is that burst: the bucket was
-// empty at both refusals, so the average (45 in 3.8 s) is the allowance. It is a reading, not a
-// lag, so the cut goes below half the rate sent (31.9/s; 16 without this).
+// empty at both refusals, so the average (45 in 3.8 s) is the allowance, and replaces the bounded
+// reading (13.5 without this: 15, within a quarter of the level, averaged with it; still above
+// the allowance).
 TEST(AdaptiveRate, ATokenBucketsDrainedBurstIsNotReadAsTheAllowance) {
   AdaptiveState st;
   Micros now = cut_after_lead(st, 20, 12);
