@@ -5,7 +5,8 @@
 # shadow, a fleet of three on one Redis; then the supplier kinds: fixed one-second windows or a
 # token bucket, refusing with Retry-After, with RateLimit fields or with nothing, with 429 or 503,
 # in front of one gateway or three on Redis, while its allowance drops from 20 to 12/s and rises to
-# 30/s, 12 s each; and one caller's own 429s, which must change nothing) with TOLLGATE_ADAPTIVE_OUT
+# 30/s, 12 s each, and again with the rise just after a refusal, the latest a rise can be found (a
+# test the suite runs only here); and one caller's own 429s, which must change nothing) with TOLLGATE_ADAPTIVE_OUT
 # set, so that each run leaves its per-second series; then prints the per-phase figures of every
 # run and draws docs/adaptive.svg and docs/adaptive-<run>.svg for each supplier kind.
 #   bench/adaptive.sh                        # build/ must hold a build with tests (redis_tests)
@@ -20,6 +21,6 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 scripts/redis-server.sh start "$OUT/redis" "$PORT" >/dev/null
 trap 'scripts/redis-server.sh stop "$OUT/redis" >/dev/null 2>&1 || true' EXIT
 TOLLGATE_ADAPTIVE_OUT=$OUT TOLLGATE_TEST_REDIS_PORT=$PORT TOLLGATE_TEST_REDIS_DIR=$OUT/redis \
-  "$BUILD/tests/redis_tests" --gtest_filter='Adaptive*:Suppliers*:Topologies*' 2>&1 | tee "$OUT/tests.log" | grep -E '^\[|allowance' || true
+  "$BUILD/tests/redis_tests" --gtest_filter='Adaptive*:Suppliers*:Topologies*' --gtest_also_run_disabled_tests 2>&1 | tee "$OUT/tests.log" | grep -E '^\[|allowance' || true
 python3 bench/plot_adaptive.py "$OUT" docs/adaptive.svg | tee "$OUT/summary.txt"
 echo "series in $OUT; plots in docs/adaptive.svg and docs/adaptive-*.svg"

@@ -4,8 +4,9 @@
     python3 bench/plot_adaptive.py DIR SVG
 
 Reads each <DIR>/<run>.csv (second, allowance, received, throttled, gateway_429, effective_rate,
-supplier_tokens_end: the permits the supplier held at the end of the second, in its bucket or in
-its current one-second window) that tests/integration/adaptive_e2e_test.cpp wrote; prints, per
+supplier_tokens_end: the permits the supplier's bucket held at the end of the second, 0 for a
+fixed window, which holds nothing over; the seconds are calendar seconds, a fixed window's) that
+tests/integration/adaptive_e2e_test.cpp wrote; prints, per
 run and phase, what the supplier received and refused after the phase's first 4 s, and how many
 seconds after each change of allowance the gateways followed it (a drop: at most 3% refused from
 then on; a rise: 90% of it accepted in a second) (local-adaptive,
@@ -13,7 +14,8 @@ local-control, local-shadow, redis-fleet-adaptive first, then the others by name
 supplier's allowance, the adaptive gateway's effective rate, what the supplier accepted per
 second, and its 429s per second with and without adaptive; and, next to it, adaptive-<run>.svg
 for each supplier-kind run (<kind>-<signal>-<status>-<one|fleet>, as window-bare-429-fleet): the
-same lines and that run's refusals per second. Standard library only.
+same lines and that run's refusals per second. Runs named ...-late (the rise just after a
+refusal) are printed, not drawn. Standard library only.
 """
 import csv
 import os
@@ -23,7 +25,7 @@ import sys
 SETTLE = 4
 RULE, OFFERED = 50, 60  # the tests' rule (requests a second) and the traffic they offer
 FIRST = ("local-adaptive", "local-control", "local-shadow", "redis-fleet-adaptive")
-KIND = re.compile(r"^(window|bucket)-(retry_after|ratelimit|bare)-(\d{3})-(one|fleet)$")
+KIND = re.compile(r"^(window|bucket)-(retry_after|ratelimit|bare)-(\d{3})-(one|fleet)(-late)?$")
 KINDS = {"window": "fixed 1 s windows", "bucket": "token bucket"}
 SIGNALS = {"retry_after": "Retry-After", "ratelimit": "RateLimit fields", "bare": "none"}
 GATEWAYS = {"one": "one gateway", "fleet": "three gateways on Redis"}
@@ -99,7 +101,7 @@ def supplier_kind(name):
     if not m:
         return None
     return {"kind": KINDS[m.group(1)], "signal": SIGNALS[m.group(2)], "status": int(m.group(3)),
-            "gateways": GATEWAYS[m.group(4)]}
+            "gateways": GATEWAYS[m.group(4)], "late": bool(m.group(5))}
 
 
 def describe(name, rows):
@@ -107,7 +109,8 @@ def describe(name, rows):
     k = supplier_kind(name)
     refusal = f"bare {k['status']}" if k["signal"] == "none" else f"{k['status']} with {k['signal']}"
     allowances = " → ".join(f"{ph[0]['allowance']:.0f}" for ph in phases(rows))
-    return (f"{k['kind']}, {refusal}, {k['gateways']}; allowance {allowances}/s, {OFFERED}/s offered, "
+    late = ", the rise just after a refusal" if k["late"] else ""
+    return (f"{k['kind']}, {refusal}, {k['gateways']}; allowance {allowances}/s{late}, {OFFERED}/s offered, "
             f"{RULE}/s rule")
 
 
@@ -204,7 +207,7 @@ def main():
     if first:
         plot(first, svg)
     for name, rows in runs.items():
-        if supplier_kind(name) and rows:
+        if supplier_kind(name) and not supplier_kind(name)["late"] and rows:
             plot_kind(name, rows, os.path.join(os.path.dirname(svg), f"adaptive-{name}.svg"))
 
 

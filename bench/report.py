@@ -224,7 +224,8 @@ def adaptive(d, F):
     # The supplier kinds (window-bare-429-fleet, ...): the allowance drops from 20 to 12/s, then rises to 30/s.
     for p in sorted(glob.glob(os.path.join(d, "adaptive", "*.csv"))):
         run = os.path.basename(p)[: -len(".csv")]
-        if not plot_adaptive.supplier_kind(run):
+        kind = plot_adaptive.supplier_kind(run)
+        if not kind or kind["late"]:  # the rise just after a refusal: docs/adaptive-and-deadlines.md
             continue
         for ph in plot_adaptive.phase_figures(plot_adaptive.load(p)):
             a = int(ph["allowance"])
