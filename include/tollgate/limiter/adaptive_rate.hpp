@@ -1,39 +1,39 @@
-// Adaptive rate: a bucket's effective rate follows the upstream's throttling. Pure
-// arithmetic on a state struct, like token_bucket.hpp: no I/O, no clock reads, no locks; times are
-// whole microseconds on the caller's clock (Redis time in the Redis store, which runs the same
-// steps in Lua: src/store/lua/adaptive_lib.lua).
+// Adaptive rate: a bucket's effective rate follows the upstream's throttling. Pure arithmetic on a
+// state struct, like token_bucket.hpp: no I/O, no clock reads, no locks; times are whole
+// microseconds on the caller's clock (Redis time in the Redis store, which runs the same steps in
+// Lua: src/store/lua/adaptive_lib.lua).
 //
 // A supplier's allowance is a number it enforces, not a capacity to discover: what it let through
 // when it throttles is an estimate of it (its answers other than throttles, which the gateways
-// report), in the fullest calendar second of the last two (a fixed window's allowance exactly:
-// the window that refused is full; the seconds are the wall clock's, see AdaptiveState::phase).
-// While the gateway was sending above the level the last cut estimated, that reading (at most a
-// quarter more than the level unless over a second's worth went through above it since the last
-// cut; and, when the supplier was kept busy since that cut, a reading so bounded that is a fifth
-// above the average admitted since, over the time sent to, is a token bucket's burst, refilled in
-// the hold and drained by the probe: the average, which is the bucket's allowance between two
-// refusals, is taken instead; never less than the level unless that busy average is less too: a
-// fixed window's full window under the level says the level was read high). When it throttles at or under that level, the allowance dropped, and
-// what it admitted a second since that cut says to what (a pause counted for at most a second: a
-// bucket fills once), or the calendar second's reading if less, but no less than the window that
-// refused has admitted so far. A throttle backed by evidence that the interface, not one caller,
-// is over its allowance cuts the rate to `margin` (0.95) of the estimate, never more than halving
-// it at once (the estimate may lag; but after a refused probe that found no rise, the level, or
-// the busy average below it, is no lag, and the cut may go that far),
-// and holds it there for a while (0.5 s, doubled each time the same
-// level is refused again soon after, up to 3 s, or under 10/s up to 1 / (probe_cost x level) s
-// less one, at most 10 s: a refused probe costs about one request, so a steady level is refused
-// about probe_cost of what is sent, down to 4/s; a probe that reads the same level again, above
-// it, takes the mean of the two estimates; a throttle under the level refutes it, and its reading
-// stands). Then it probes upward on T (1 + probe x^3), x the seconds since probing began:
-// flat near the held rate for a second (a probe that finds the allowance unchanged costs a few
-// refusals), steep after (a risen allowance is reached within a few seconds). Reaching the
-// configured rate ends the adaptation. Never below the floor, never above the configured rate,
-// and while the interface is asked for less than the curve, the curve does not advance.
+// report), in the fullest calendar second of the last two (a fixed window's allowance exactly: the
+// window that refused is full; the seconds are the wall clock's, see AdaptiveState::phase). While
+// the gateway was sending above the level the last cut estimated, that reading (at most a quarter
+// more than the level unless over a second's worth went through above it since the last cut; and,
+// when the supplier was kept busy since that cut, a reading so bounded that is a fifth above the
+// average admitted since, over the time sent to, is a token bucket's burst, refilled in the hold
+// and drained by the probe: the average, which is the bucket's allowance between two refusals, is
+// taken instead; never less than the level unless that busy average is less too: a fixed window's
+// full window under the level says the level was read high). When it throttles at or under that
+// level, the allowance dropped, and what it admitted a second since that cut says to what (a pause
+// counted for at most a second: a bucket fills once), or the calendar second's reading if less, but
+// no less than the window that refused has admitted so far. A throttle backed by evidence that the
+// interface, not one caller, is over its allowance cuts the rate to `margin` (0.95) of the
+// estimate, never more than halving it at once (the estimate may lag; but after a refused probe
+// that found no rise, the level, or the busy average below it, is no lag, and the cut may go that
+// far), and holds it there for a while (0.5 s, doubled each time the same level is refused again
+// soon after, up to 3 s, or under 10/s up to 1 / (probe_cost x level) s less one, at most 10 s: a
+// refused probe costs about one request, so a steady level is refused about probe_cost of what is
+// sent, down to 4/s; a probe that reads the same level again, above it, takes the mean of the two
+// estimates; a throttle under the level refutes it, and its reading stands). Then it probes upward
+// on T (1 + probe x^3), x the seconds since probing began: flat near the held rate for a second (a
+// probe that finds the allowance unchanged costs a few refusals), steep after (a risen allowance is
+// reached within a few seconds). Reaching the configured rate ends the adaptation. Never below the
+// floor, never above the configured rate, and while the interface is asked for less than the curve,
+// the curve does not advance.
 //
-// Evidence: throttles for two different callers within `evidence_us`, or a throttled caller that
-// is the only one who asked in that time (there is nobody else to protect). One caller's own
-// throttles (its per-user quota, its bad credentials) among others' successes change nothing.
+// Evidence: throttles for two different callers within `evidence_us`, or a throttled caller that is
+// the only one who asked in that time (there is nobody else to protect). One caller's own throttles
+// (its per-user quota, its bad credentials) among others' successes change nothing.
 #pragma once
 
 #include <cstdint>
