@@ -5,10 +5,11 @@
 # shadow, a fleet of three on one Redis; then the supplier kinds: fixed one-second windows or a
 # token bucket, refusing with Retry-After, with RateLimit fields or with nothing, with 429 or 503,
 # in front of one gateway or three on Redis, while its allowance drops from 20 to 12/s and rises to
-# 30/s, 12 s each, and again with the rise just after a refusal, the latest a rise can be found (a
-# test the suite runs only here); and one caller's own 429s, which must change nothing) with TOLLGATE_ADAPTIVE_OUT
-# set, so that each run leaves its per-second series; then prints the per-phase figures of every
-# run and draws docs/adaptive.svg and docs/adaptive-<run>.svg for each supplier kind.
+# 30/s, 12 s each, and again with the rise just after a refusal, about the latest a rise is found
+# (a test the suite runs only here); and one caller's own 429s, which must change nothing) with
+# TOLLGATE_ADAPTIVE_OUT set, so that each run leaves its per-second series; then prints the
+# per-phase figures of every run and draws docs/adaptive.svg and docs/adaptive-<run>.svg for each
+# supplier kind.
 #   bench/adaptive.sh                        # build/ must hold a build with tests (redis_tests)
 #   BUILD=/path/to/build bench/adaptive.sh
 set -euo pipefail
