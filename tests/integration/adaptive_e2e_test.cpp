@@ -523,10 +523,10 @@ TEST_P(SupplierKinds, FollowsADropAndARise) { follows_the_kind(GetParam(), GetPa
 
 // The same, but the rise comes at the first whole second after a refusal (the 12/s phase runs on
 // until one, at most kWaitMost s): within a second after a refused probe, when the next probe is
-// about furthest off. Only bench/adaptive.sh runs it (--gtest_also_run_disabled_tests), for the seconds the rise
-// took to be used: at 12/s a steady level is probed about once in 4 s, within 3% refused, so the
-// rise cannot be found sooner than that (docs/adaptive-and-deadlines.md). Its guards are the
-// test's above.
+// about furthest off. Only bench/adaptive.sh runs it (--gtest_also_run_disabled_tests), for the
+// seconds the rise took to be used: at 12/s a steady level is probed once in 3 to 5 s, within 3%
+// refused, so the rise cannot be found sooner than that (docs/adaptive-and-deadlines.md). Its
+// guards are the test's above.
 TEST_P(SupplierKinds, DISABLED_FollowsARiseJustAfterARefusedProbe) {
   follows_the_kind(GetParam(), std::string(GetParam().name) + "-late", {{20, 12}, {12, 12}, {30, 12, true}});
 }
