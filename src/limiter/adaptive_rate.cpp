@@ -268,7 +268,7 @@ bool adaptive_rested(const AdaptiveState& st, Micros now, const AdaptiveParams& 
   // decides as keeping it would (the Redis hash keeps it 10 minutes).
   return !(st.target > 0) && st.pause_until <= now && demand(st, now) == 0 && admitted(st, now) == 0 &&
          !(now - st.asked.first_at < p.evidence_us) && !(now - st.throttled.first_at < p.evidence_us) &&
-         !(now - st.last_signal < p.recent_us);
+         !(now - st.last_signal < p.recent_us) && !advert_live(st.adv, now);
 }
 
 }  // namespace tollgate::limiter

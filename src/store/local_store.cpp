@@ -119,7 +119,12 @@ LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& re
   limiter::AdaptiveState st = found && found->adaptive ? *found->adaptive : new_adaptive();
   if (req.admitted > 0) limiter::note_admitted(st, now, req.admitted, req.admitted_before);
   if (!req.again) limiter::note_demand(st, now, req.permits, req.caller);
+  if (req.advert) limiter::note_advert(st.adv, now, *req.advert);
   out.effective_rate = limiter::effective_rate(st, req.bucket.params.rate, now);
+  // The supplier's advertised allowance paces the bucket, and closes it until a window with room.
+  const Micros from = found && found->state.next_free > now ? found->state.next_free : now;
+  const limiter::AdvertLimit al = limiter::advert_limit(st.adv, now, req.permits, from);
+  if (al.rate > 0 && al.rate < out.effective_rate) out.effective_rate = al.rate;
   BucketRef ref = req.bucket;
   if (req.adaptive == limiter::Adaptive::on) {
     ref.params = limiter::effective_params(req.bucket.params, out.effective_rate);
@@ -127,6 +132,10 @@ LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& re
     out.last_cut_us = st.last_signal > 0 ? st.last_signal : 0;
   }
   Entry& e = bucket_entry(shard, ref, false, now);
+  if (req.adaptive == limiter::Adaptive::on && al.closed_until > now) {
+    e.state.stored = 0;
+    if (e.state.next_free < al.closed_until) e.state.next_free = al.closed_until;
+  }
   if (!e.adaptive) e.adaptive = std::make_unique<limiter::AdaptiveState>();
   *e.adaptive = st;
   return e;
@@ -405,6 +414,10 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   }
   if (a) a->state = sa;
   if (b) b->state = sb;
+  if (a && a->adaptive && req.adaptive != limiter::Adaptive::off) {
+    limiter::advert_granted(a->adaptive->adv, req.permits, now + bd.wait_us);
+    out.grant_seq = a->adaptive->adv.granted;
+  }
   if (me) *me->meter = ms;
   for (std::size_t i = 0; i < windows.size(); ++i) {
     windows[i]->window = rolled[i];

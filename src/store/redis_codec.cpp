@@ -397,6 +397,15 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
     out.push_back(num(req.admitted));
     out.push_back(req.again ? "1" : "0");
     out.push_back(num(req.admitted_before));
+    if (const auto& adv = req.advert) {
+      out.push_back(num(adv->seq));
+      out.push_back(num(adv->left));
+      out.push_back(std::to_string(adv->reset_in));
+      out.push_back(num(adv->limit));
+      out.push_back(std::to_string(adv->window));
+    } else {
+      out.insert(out.end(), 5, std::string());
+    }
   }
   if (has_b) shape_args(out, req.parent->params);
   for (const QuotaRef& q : req.quotas) {
@@ -522,7 +531,7 @@ std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const 
 
 std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas,
                                                 bool adaptive, bool metered) {
-  if (items.size() != 13 + 5 * quotas + (adaptive ? 3 : 0) + (metered ? 3 : 0)) return std::nullopt;
+  if (items.size() != 13 + 5 * quotas + (adaptive ? 4 : 0) + (metered ? 3 : 0)) return std::nullopt;
   auto micros = [](const std::string& s) {
     const double v = std::stod(s);  // the script's "never" is 2^53
     return v >= 9007199254740992.0 ? limiter::kInfinite : static_cast<Micros>(v);
@@ -561,9 +570,10 @@ std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>&
       out.effective_rate = std::stod(items[13 + 5 * quotas]);
       out.paused_us = micros(items[14 + 5 * quotas]);
       out.last_cut_us = micros(items[15 + 5 * quotas]);
+      out.grant_seq = std::stod(items[16 + 5 * quotas]);
     }
     if (metered) {
-      const std::size_t m = 13 + 5 * quotas + (adaptive ? 3 : 0);
+      const std::size_t m = 13 + 5 * quotas + (adaptive ? 4 : 0);
       const int color = std::stoi(items[m]);
       if (color < 0 || color > 2) return std::nullopt;
       out.color = static_cast<limiter::Color>(color);

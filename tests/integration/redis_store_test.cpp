@@ -447,6 +447,119 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
   }
 }
 
+// The supplier's advertised allowance (limiter/advertised.hpp), drawn at random against both
+// stores: reports newer and older than what is known, the same window and new ones, malformed
+// ones, limits said and not, requests held across a reset, throttles between; decision for
+// decision the same doubles, the same pace and the same grant counts.
+TEST_F(RedisScript, ReplaysAdvertisedAllowancesTheSameAsTheLocalStore) {
+  begin(Route::general);
+  ManualClock clock(1'700'000'000'000'000);
+  LocalStore local(clock);
+  std::mt19937_64 rng(11);
+  BucketParams params;
+  params.rate = 50;
+  int granted = 0, rejected = 0, paced = 0;
+  double seq = 0;
+  for (int step = 0; step < 3000; ++step) {
+    clock.advance(static_cast<Micros>(rng() % 30'000));
+    AcquireRequest req{{"/ibe/search", params}, {}, "", 1.0 + static_cast<double>(rng() % 4 == 0),
+                       static_cast<Micros>(rng() % 3 == 0 ? rng() % 1'500'000 : 0)};
+    req.adaptive = rng() % 10 == 0 ? limiter::Adaptive::shadow : limiter::Adaptive::on;
+    req.caller = limiter::caller_id(rng() % 2 ? "10.0.0.1" : "10.0.0.2");
+    if (rng() % 12 == 0) {
+      limiter::AdvertReport a;
+      a.seq = rng() % 5 == 0 ? seq - static_cast<double>(rng() % 10) : seq + static_cast<double>(rng() % 3);
+      a.left = rng() % 50 == 0 ? -1 : static_cast<double>(rng() % 40);
+      a.reset_in = rng() % 50 == 0 ? -3 : static_cast<Micros>(rng() % 2'000'000);
+      a.limit = rng() % 3 == 0 ? 0 : 20;
+      a.window = a.limit > 0 && rng() % 4 != 0 ? (rng() % 2 ? 1'000'000 : 10'000'000) : 0;
+      req.advert = a;
+    }
+    SCOPED_TRACE("step " + std::to_string(step));
+    if (rng() % 40 == 0) {
+      ASSERT_NO_FATAL_FAILURE(adapt_both(local, req, static_cast<Micros>(rng() % 1'000'000), 0, clock.now_us()));
+      continue;
+    }
+    const StoreDecision l = local.decide(req);
+    const StoreDecision r = acquire(req, clock.now_us());
+    ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
+    ASSERT_EQ(l.effective_rate, r.effective_rate);
+    ASSERT_EQ(l.paused_us, r.paused_us);
+    if (l.decision.granted) {
+      ASSERT_EQ(l.grant_seq, r.grant_seq);
+      seq = l.grant_seq;
+    }
+    paced += l.effective_rate < params.rate;
+    (l.decision.granted ? granted : rejected)++;
+  }
+  std::printf("advertised replay: %d granted, %d refused, %d paced\n", granted, rejected, paced);
+  EXPECT_GT(granted, 100);  // most are paced hard: a limit of 20 over 10 s is 2/s
+  EXPECT_GT(rejected, 300);
+  EXPECT_GT(paced, 300);
+}
+
+// A supplier of fixed windows (1 s, starting 370 ms into the wall clock's second, 20 a window)
+// that advertises on every answer what is left and when its window ends, in whole seconds rounded
+// up as the IETF fields are sent: 60 requests a second offered to a 50/s rule, answered at once,
+// each answer's fields told with the next decision. Both stores, decision for decision the same;
+// past the first window, the supplier refuses nothing, and at least 90% of its allowance is used.
+TEST_F(RedisScript, ReplaysAnAdvertisingSupplierTheSameAsTheLocalStore) {
+  for (const Micros timeout : {Micros{0}, Micros{500'000}}) {
+    SCOPED_TRACE("wait " + std::to_string(timeout));
+    begin(Route::general);
+    ManualClock clock(1'700'000'000'000'000);
+    LocalStore local(clock);
+    BucketParams params;
+    params.rate = 50;
+    constexpr Micros kOffset = 370'000, kWindow = 1'000'000;
+    constexpr int kAllowance = 20, kSeconds = 20;
+    const std::int64_t first = (clock.now_us() - kOffset) / kWindow;
+    std::int64_t window = -1;
+    int used = 0, received = 0, refused = 0, accepted = 0;
+    std::optional<limiter::AdvertReport> told;
+    std::vector<std::pair<Micros, double>> held;  // when a held grant goes, and its count
+    auto answer = [&](Micros at, double seq) {
+      const std::int64_t w = (at - kOffset) / kWindow;
+      if (w != window) window = w, used = 0;
+      const bool ok = used < kAllowance;
+      used += ok;
+      const bool counted = w >= first + 2;  // past the first whole window
+      received += counted;
+      refused += counted && !ok;
+      accepted += counted && ok;
+      const Micros end = (w + 1) * kWindow + kOffset;
+      const Micros t = (end - at + 999'999) / 1'000'000 * 1'000'000;  // whole seconds, rounded up
+      told = limiter::AdvertReport{seq, static_cast<double>(kAllowance - used), t, kAllowance, kWindow};
+    };
+    for (int step = 0; step < kSeconds * 60; ++step) {
+      clock.advance(1'000'000 / 60);
+      const Micros now = clock.now_us();
+      std::sort(held.begin(), held.end());
+      while (!held.empty() && held.front().first <= now) {
+        answer(held.front().first, held.front().second);
+        held.erase(held.begin());
+      }
+      AcquireRequest req{{"/ibe/search", params}, {}, "", 1.0, timeout};
+      req.adaptive = limiter::Adaptive::on;
+      req.advert = told;
+      told.reset();
+      SCOPED_TRACE("step " + std::to_string(step));
+      const StoreDecision l = local.decide(req);
+      const StoreDecision r = acquire(req, now);
+      ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
+      ASSERT_EQ(l.effective_rate, r.effective_rate);
+      if (!l.decision.granted) continue;
+      ASSERT_EQ(l.grant_seq, r.grant_seq);
+      if (l.decision.wait_us > 0) held.push_back({now + l.decision.wait_us, l.grant_seq});
+      else answer(now, l.grant_seq);
+    }
+    std::printf("advertising supplier, wait %lld us: %d received, %d refused, %d of %d accepted\n",
+                static_cast<long long>(timeout), received, refused, accepted, kAllowance * (kSeconds - 2));
+    EXPECT_EQ(refused, 0) << "of " << received;
+    EXPECT_GE(accepted, 0.9 * kAllowance * (kSeconds - 3)) << "of " << kAllowance * (kSeconds - 3);
+  }
+}
+
 // The replay above draws its signals at random; this one plays a supplier against both stores,
 // so that every step of the estimate is taken: a fixed window's full window, a token bucket's
 // drained burst, drops and rises, with a pause (the supplier's reset: when it has room again)

@@ -40,6 +40,7 @@
 #include <limits>
 #include <string_view>
 
+#include "tollgate/limiter/advertised.hpp"
 #include "tollgate/limiter/token_bucket.hpp"
 
 namespace tollgate::limiter {
@@ -112,6 +113,7 @@ struct AdaptiveState {
   Micros hold_us = 0;          // the hold that cut began
   CallerPair asked;            // callers of arrivals
   CallerPair throttled;        // callers of throttles heard
+  Advertised adv;              // what the supplier's fields say is left (limiter/advertised.hpp)
 };
 
 // A caller id for an address (or any text): 53 bits of a hash, never 0 (0 is "no caller").

@@ -85,6 +85,9 @@ struct AcquireRequest {
   // Of `admitted`, those heard before the current second of the wall clock: counted in the store's
   // previous second (limiter::note_admitted's `before`).
   double admitted_before = 0;
+  // An adaptive request also carries the newest allowance its gateway read in the supplier's
+  // fields since its last report (limiter/advertised.hpp), taken in before it is decided.
+  std::optional<limiter::AdvertReport> advert{};
 };
 
 // Which check decided a combined outcome (the binding one: the rejection furthest from passing).
@@ -138,6 +141,9 @@ struct StoreDecision {
   // before it, and their holders ask again when they wake (a value, not an age: gateways compare
   // them exactly).
   Micros last_cut_us = 0;
+  // ...and the bucket's count of granted permits right after this grant (every gateway's, in a
+  // shared store): an answer's advertised fields are as of it (limiter/advertised.hpp).
+  double grant_seq = 0;
   // A metered request: its colour (green, or yellow: forwarded marked as excess; red is a
   // rejection) and the meter's counts after the decision (C; srTCM E or trTCM P).
   limiter::Color color = limiter::Color::green;

@@ -16,13 +16,16 @@
 -- wait for a green; ARGV[1] is its cost),
 -- then 7 numbers per present bucket: interval, max_permits, cool_down, warm (0/1), threshold, cold_interval, slope,
 -- and after the bucket's, when adaptive, its configured rate, burst ('' unset), the request's caller id,
--- the supplier's admissions this gateway reports, 1 when the request asks again (not a new arrival), and
+-- the supplier's admissions this gateway reports, 1 when the request asks again (not a new arrival),
 -- how many of those admissions it heard before the current second (they count in the previous one),
+-- and the supplier's advertised allowance it reports (limiter::AdvertReport: seq, left, reset_in_us,
+-- limit, window_us; all five '' for none),
 -- then 3 per quota: period_us, limit, algorithm (0 fixed, 1 sliding).
 -- Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound (0 bucket, 1 parent, 2 share, 3 quota),
 --          bound_quota (rejected) or the maxShare grant's release (granted), release1, cost1, spent1, release2, cost2, spent2,
 --          then per quota: admitted, used, remaining, retry_after_us, reset_us,
---          then when adaptive: effective rate, pause left (us), the last cut's time (us, 0: none),
+--          then when adaptive: effective rate, pause left (us), the last cut's time (us, 0: none), the
+--          bucket's count of granted permits (after this grant, if granted),
 --          then with a meter: its colour (0 green, 1 yellow, 2 red), C and E (srTCM) or P (trTCM) after it}
 --          (doubles as strings).
 --
@@ -32,7 +35,7 @@
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' , 1 250000 0 '' 1 0 0 0 0 1 0 0 0 100000 10 100000 0 0 0 0
 -- The same bucket adaptive (on), its configured rate 10 and no burst, with its adaptive hash:
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , \
---     1 250000 0 '' 1 0 0 0 1 1 0 0 0 100000 10 100000 0 0 0 0 10 '' 7 0 0 0
+--     1 250000 0 '' 1 0 0 0 1 1 0 0 0 100000 10 100000 0 0 0 0 10 '' 7 0 0 0 '' '' '' '' ''
 -- The same bucket with a fixed window quota of 100 a minute:
 --   redis-cli --eval /tmp/acquire.lua 'dbg:{/orders}' 'dbg:{/orders}q:7:' , \
 --     1 250000 0 '' 1 0 1 0 0 1 0 0 0 100000 10 100000 0 0 0 0 60000000 100 0
@@ -353,17 +356,30 @@ local ka, kb, sa, sb
 if has_a then ka, sa, ki, base = KEYS[ki], shape(base), ki + 1, base + 7 end
 -- Adaptive: the arrival counts as demand, and with `on` the bucket decides at the effective rate
 -- (its shape made here from that rate, as limiter::effective_params and shape_of make it).
-local A, ad, kad, eff, pause_left, last_cut = nil, nil, nil, 0, 0, 0
+local A, ad, kad, eff, pause_left, last_cut, closed = nil, nil, nil, 0, 0, 0, 0
 if has_a and adaptive > 0 then
   kad = KEYS[ki]
   local conf, burst, caller, oks = tonumber(ARGV[base]), ARGV[base + 1], tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
   local again, oks_before = ARGV[base + 4] == '1', tonumber(ARGV[base + 5]) or 0
-  ki, base = ki + 1, base + 6
+  local adv
+  if ARGV[base + 6] ~= '' then
+    adv = {seq = num(base + 6), left = num(base + 7), reset_in = num(base + 8), limit = num(base + 9),
+           window = num(base + 10)}
+  end
+  ki, base = ki + 1, base + 11
   A = adaptive_lib()
   ad = A.load(kad)
   if oks > 0 then A.ok(ad, now, oks, oks_before) end
   if not again then A.note(ad, now, permits, caller) end
+  if adv then A.adv_note(ad, now, adv) end
   eff = A.effective(ad, conf, now)
+  local pace, from = 0, now
+  if ad.xr ~= 0 then -- the bucket's first free slot: what is left is spread from there
+    local nf = tonumber(redis.call('HGET', ka, 'n'))
+    if nf and nf > now then from = nf end
+  end
+  pace, closed = A.adv_limit(ad, now, permits, from)
+  if pace > 0 and pace < eff then eff = pace end
   if adaptive == 1 then
     local mx = eff
     if burst ~= '' then mx = tonumber(burst) * eff / conf end
@@ -379,7 +395,16 @@ local a0, b0, a, b
 local bd = {granted = true, wait = 0, retry = 0, remaining = 0}
 local bound, bound_quota, mx = 0, 0, 0
 local r1, r2 = {0, 0, 0}, {0, 0, 0}
-if has_a then a0 = load(ka, sa); a = decide(a0, sa, permits, share_a * sa.max) end
+if has_a then
+  a0 = load(ka, sa)
+  if adaptive == 1 and closed > now then
+    -- The advertised window is used up: nothing before the one with room (kept even if rejected).
+    a0.stored = 0
+    if a0.next < closed then a0.next = closed end
+    a0.rescaled = true
+  end
+  a = decide(a0, sa, permits, share_a * sa.max)
+end
 if has_b then b0 = load(kb, sb); b = decide(b0, sb, permits_b, share_b * sb.max) end
 if a and b then
   if a.granted and b.granted then
@@ -533,6 +558,7 @@ if not all then
     table.insert(out, fmt(eff))
     table.insert(out, pause_left)
     table.insert(out, last_cut)
+    table.insert(out, fmt(ad.xg))
   end
   meter_tail(out)
   return out
@@ -557,10 +583,12 @@ end
 local out = {1, bd.wait, 0, fmt(bd.remaining), fmt(mx), bound, share_release, r1[1], r1[2], fmt(r1[3]), r2[1], r2[2], fmt(r2[3])}
 for _, v in ipairs(qout) do table.insert(out, v) end
 if ad then
+  A.adv_granted(ad, permits, now + bd.wait)
   A.save(kad, ad)
   table.insert(out, fmt(eff))
   table.insert(out, pause_left)
   table.insert(out, last_cut)
+  table.insert(out, fmt(ad.xg))
 end
 meter_tail(out)
 return out

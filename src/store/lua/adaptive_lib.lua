@@ -12,7 +12,9 @@
 -- pause_until, s the current second, c/q arrivals this second and the previous one, oc/op the
 -- supplier's admissions reported (answers other than throttles), so those since the last cut, v
 -- the level estimated at the last cut, h its hold; a1..a4 the callers of
--- arrivals (the most recent, when, the most recent other one, when), t1..t4 those of throttles.
+-- arrivals (the most recent, when, the most recent other one, when), t1..t4 those of throttles;
+-- xr, xl, xs, xq, xw, xg the supplier's advertised allowance (limiter::Advertised: reset, left,
+-- seq, limit, window, granted), xa the grants counted ahead of its reset.
 -- Caller ids are integers below 2^53, exact as Lua numbers. A missing hash is a rule that never
 -- adapted.
 --
@@ -24,24 +26,28 @@ local function adaptive_lib()
   local A_MARGIN, A_MAX_CUT, A_PROBE, A_GAIN, A_DEBOUNCE, A_EVIDENCE = 0.95, 0.5, 0.05, 1.25, 500000, 2000000
   local A_HOLD_MIN, A_HOLD_MAX, A_SAME, A_RECENT, A_DRAINED = 500000, 3000000, 0.25, 30000000, 1.2
   local A_MAX_PAUSE, A_FLOOR_SHARE, A_MIN_FLOOR, A_FORGET = 60000000, 0.02, 0.1, 600000000
-  local A_PROBE_COST, A_HOLD_MOST = 0.025, 10000000
+  local A_PROBE_COST, A_HOLD_MOST, A_ADV_FORGET = 0.025, 10000000, 600000000
   local NEVER = -9007199254740992
   local function a_load(key)
     local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q', 'oc', 'op', 'so', 'v', 'h',
-                         'a1', 'a2', 'a3', 'a4', 't1', 't2', 't3', 't4')
+                         'a1', 'a2', 'a3', 'a4', 't1', 't2', 't3', 't4', 'xr', 'xl', 'xs', 'xq', 'xw', 'xg', 'xa')
     return {target = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
             signal = tonumber(h[4]) or NEVER, pause = tonumber(h[5]) or 0, sec = tonumber(h[6]) or 0,
             dc = tonumber(h[7]) or 0, dp = tonumber(h[8]) or 0, oc = tonumber(h[9]) or 0, op = tonumber(h[10]) or 0,
             so = tonumber(h[11]) or 0, level = tonumber(h[12]) or 0, hold = tonumber(h[13]) or 0,
             a = {tonumber(h[14]) or 0, tonumber(h[15]) or NEVER, tonumber(h[16]) or 0, tonumber(h[17]) or NEVER},
-            t = {tonumber(h[18]) or 0, tonumber(h[19]) or NEVER, tonumber(h[20]) or 0, tonumber(h[21]) or NEVER}}
+            t = {tonumber(h[18]) or 0, tonumber(h[19]) or NEVER, tonumber(h[20]) or 0, tonumber(h[21]) or NEVER},
+            xr = tonumber(h[22]) or 0, xl = tonumber(h[23]) or 0, xs = tonumber(h[24]) or 0,
+            xq = tonumber(h[25]) or 0, xw = tonumber(h[26]) or 0, xg = tonumber(h[27]) or 0,
+            xa = tonumber(h[28]) or 0}
   end
   local function a_save(key, st)
     local f = function(x) return string.format('%.17g', x) end
     redis.call('HSET', key, 'w', f(st.target), 'e', st.epoch, 'l', st.last, 'g', st.signal, 'p', st.pause,
                's', st.sec, 'c', f(st.dc), 'q', f(st.dp), 'oc', f(st.oc), 'op', f(st.op), 'so', f(st.so),
                'v', f(st.level), 'h', st.hold, 'a1', f(st.a[1]), 'a2', st.a[2], 'a3', f(st.a[3]), 'a4', st.a[4],
-               't1', f(st.t[1]), 't2', st.t[2], 't3', f(st.t[3]), 't4', st.t[4])
+               't1', f(st.t[1]), 't2', st.t[2], 't3', f(st.t[3]), 't4', st.t[4],
+               'xr', st.xr, 'xl', f(st.xl), 'xs', f(st.xs), 'xq', f(st.xq), 'xw', st.xw, 'xg', f(st.xg), 'xa', f(st.xa))
     redis.call('PEXPIRE', key, A_FORGET / 1000)
   end
   local function a_pair(pair, caller, t)
@@ -124,7 +130,54 @@ local function adaptive_lib()
     if rate < fl then rate = fl end
     return rate
   end
+  -- The advertised allowance: src/limiter/advertised.cpp, the same steps in the same order.
+  local function a_adv_roll(st, t)
+    if st.xr == 0 or t < st.xr then return end
+    if not (st.xq > 0) or st.xw <= 0 or t - st.xr >= A_ADV_FORGET then
+      st.xr, st.xl, st.xs, st.xa = 0, 0, 0, 0
+      return
+    end
+    local k = math.floor((t - st.xr) / st.xw) + 1
+    if k == 1 then st.xs = st.xg - st.xa else st.xs = st.xg end
+    st.xa = 0
+    st.xl = st.xq
+    st.xr = st.xr + k * st.xw
+  end
+  local function a_adv_note(st, t, r)
+    if not (r.left >= 0) or r.reset_in < 0 then return end
+    a_adv_roll(st, t)
+    local seq = math.min(r.seq, st.xg)
+    local reset = t + r.reset_in
+    if st.xr ~= 0 then
+      if seq < st.xs then return end
+      local known = st.xl - (seq - st.xs)
+      if r.left <= known and reset > st.xr then
+        st.xl, st.xs = r.left, seq
+        if r.limit > 0 then st.xq = r.limit end
+        if r.window > 0 then st.xw = r.window end
+        return
+      end
+    end
+    if reset > st.xr then st.xa = 0 end
+    st.xr, st.xl, st.xs, st.xq, st.xw = reset, r.left, seq, r.limit, r.window
+  end
+  -- Returns the pace (0: none) and the time the bucket is closed until (0: open).
+  local function a_adv_limit(st, t, permits, from)
+    a_adv_roll(st, t)
+    if st.xr == 0 then return 0, 0 end
+    local left = st.xl - (st.xg - st.xs - st.xa)
+    if from < st.xr and left >= permits then return left / ((st.xr - from) / 1e6), 0 end
+    if not (st.xq > 0) or st.xw <= 0 then return 0, st.xr end
+    local rate = st.xq / (st.xw / 1e6)
+    if st.xa + permits <= st.xq then return rate, st.xr end
+    return rate, st.xr + st.xw
+  end
+  local function a_adv_granted(st, permits, slot)
+    st.xg = st.xg + permits
+    if st.xr ~= 0 and slot >= st.xr then st.xa = st.xa + permits end
+  end
   return {load = a_load, save = a_save, note = a_note, demand = a_demand, effective = a_effective,
+          adv_note = a_adv_note, adv_limit = a_adv_limit, adv_granted = a_adv_granted,
           ok = a_ok, per_window = a_per_window, pair = a_pair, floor = a_floor,
           MARGIN = A_MARGIN, MAX_CUT = A_MAX_CUT, GAIN = A_GAIN, DEBOUNCE = A_DEBOUNCE, EVIDENCE = A_EVIDENCE,
           HOLD_MIN = A_HOLD_MIN, HOLD_MAX = A_HOLD_MAX, SAME = A_SAME, RECENT = A_RECENT, MAX_PAUSE = A_MAX_PAUSE,

@@ -47,6 +47,56 @@ TEST(LocalStore, ChangedRateRescalesInsteadOfRefilling) {
   EXPECT_EQ(d.decision.wait_us, 100000);
 }
 
+// An adaptive bucket follows the allowance the supplier advertises: what is left is spread over the
+// time to the reset, never more is granted before it, and a used-up window refuses (or holds) until
+// it ends; then, nothing being said of the next window, the rule's own rate applies again.
+TEST(LocalStore, AnAdaptiveBucketFollowsTheAdvertisedAllowance) {
+  ManualClock clock;
+  clock.set(1'000'000'000);
+  LocalStore s(clock);
+  AcquireRequest req{{"/a", rate(100)}, {}, {}, 1, 0};
+  req.adaptive = limiter::Adaptive::on;
+  StoreDecision d = s.decide(req);
+  ASSERT_TRUE(d.decision.granted);
+  EXPECT_EQ(d.grant_seq, 1);
+  req.advert = limiter::AdvertReport{1, 4, 500'000, 0, 0};  // its answer: 4 left for 0.5 s
+  d = s.decide(req);
+  ASSERT_TRUE(d.decision.granted);
+  EXPECT_DOUBLE_EQ(d.effective_rate, 8);  // 4 over 0.5 s
+  EXPECT_EQ(d.grant_seq, 2);
+  req.advert.reset();
+  int granted = 1;
+  for (int i = 0; i < 20; ++i) {
+    clock.advance(10'000);
+    d = s.decide(req);
+    if (!d.decision.granted) break;
+    ++granted;
+  }
+  EXPECT_EQ(granted, 4);  // never more than advertised
+  EXPECT_FALSE(d.decision.granted);
+  EXPECT_GE(d.decision.retry_after_us, 500'000 - 30'000);  // not before the reset
+  AcquireRequest waits = req;
+  waits.timeout_us = 1'000'000;
+  d = s.decide(waits);
+  ASSERT_TRUE(d.decision.granted);
+  EXPECT_GE(d.decision.wait_us, 500'000 - 30'000);  // held for the reset
+  clock.advance(500'000);
+  d = s.decide(req);
+  EXPECT_EQ(d.effective_rate, 100);  // lapsed: the rule's own rate
+}
+
+// Shadow follows the advertisement but decides at the configured rate.
+TEST(LocalStore, AShadowBucketOnlyReportsTheAdvertisedPace) {
+  ManualClock clock;
+  clock.set(1'000'000'000);
+  LocalStore s(clock);
+  AcquireRequest req{{"/a", rate(100)}, {}, {}, 1, 0};
+  req.adaptive = limiter::Adaptive::shadow;
+  s.decide(req);
+  req.advert = limiter::AdvertReport{1, 0, 500'000, 0, 0};  // nothing left
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(s.decide(req).decision.granted);
+}
+
 // An adaptive bucket decides at its adapted rate; a pause empties it until it ends, and
 // callers who leave cannot bring a slot back inside the pause.
 TEST(LocalStore, AnAdaptiveBucketPausesAndARefundNeverReopensThePause) {

@@ -128,7 +128,7 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   req.adaptive = limiter::Adaptive::shadow;
   req.caller = 4503599627370497;  // 2^52 + 1: sent whole
   Args a = acquire_call(req, "p:", "");
-  ASSERT_EQ(a.size(), 1u + 2 + 13 + 7 + 6);
+  ASSERT_EQ(a.size(), 1u + 2 + 13 + 7 + 11);
   EXPECT_EQ(a[0], "2");
   EXPECT_EQ(a[1], "p:{/a}");
   EXPECT_EQ(a[2], "p:{/a}r:/a");
@@ -139,6 +139,7 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   EXPECT_EQ(as_double(a[26]), 0);         // no admissions to report
   EXPECT_EQ(a[27], "0");                  // a new arrival
   EXPECT_EQ(as_double(a[28]), 0);         // none heard in an earlier second
+  for (int i = 29; i < 34; ++i) EXPECT_EQ(a[i], "") << i;  // no advertised allowance to report
   req.adaptive = limiter::Adaptive::on;
   req.bucket.params.burst = 6;
   req.admitted = 3;
@@ -151,14 +152,24 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   EXPECT_EQ(as_double(a[28]), 1);
   EXPECT_EQ(as_double(a[24]), 6);
   EXPECT_FALSE(lean_request(req));  // adaptive buckets take the general script
+  req.advert = limiter::AdvertReport{41, 7.5, 930'000, 20, 1'000'000};
+  a = acquire_call(req, "p:", "");
+  ASSERT_EQ(a.size(), 1u + 2 + 13 + 7 + 11);
+  EXPECT_EQ(as_double(a[29]), 41);   // the grant count the answer is as of
+  EXPECT_EQ(as_double(a[30]), 7.5);  // left
+  EXPECT_EQ(a[31], "930000");        // reset in
+  EXPECT_EQ(as_double(a[32]), 20);   // limit
+  EXPECT_EQ(a[33], "1000000");       // window
 
-  std::vector<std::string> reply{"1", "0", "0", "3", "4", "0", "0", "5", "0", "1", "0", "0", "0", "2.5", "120000", "700000"};
+  std::vector<std::string> reply{"1", "0", "0", "3", "4", "0", "0", "5", "0", "1", "0", "0", "0", "2.5", "120000", "700000",
+                                 "42"};
   const auto d = parse_acquire_reply(reply, 0, true);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->effective_rate, 2.5);
   EXPECT_EQ(d->paused_us, 120'000);
   EXPECT_EQ(d->last_cut_us, 700'000);
-  EXPECT_FALSE(parse_acquire_reply(reply, 0, false).has_value());  // three items too many
+  EXPECT_EQ(d->grant_seq, 42);
+  EXPECT_FALSE(parse_acquire_reply(reply, 0, false).has_value());  // four items too many
 }
 
 TEST(RedisCodec, AdaptCallAndReply) {
