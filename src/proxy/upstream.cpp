@@ -679,7 +679,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
         const auto now = std::chrono::steady_clock::now();
         if (attempt_by == kNoDeadline)
           attempt_by = req.budget ? std::min(now + route.response_timeout, req.deadline) : now + route.response_timeout;
-        const Deadline connect_by = std::min(now + route.connect_timeout, attempt_by);  // the caller's deadline first
+        const Deadline connect_by = std::min(now + route.connect_timeout, attempt_by);  // attempt_by: the caller's deadline too
         // (https) The profile is held for the handshake: a reload meanwhile may replace the pool's.
         const std::shared_ptr<const TlsClientProfile> profile = tls ? pool.tls : nullptr;
         last_tls.reset();
