@@ -39,7 +39,7 @@ const std::vector<ObjectFields>& schema() {
       {"admin", {"listen", "token_env", "token_name", "max_connections", "allowed_hosts"}},
       {"upstreams.<name>",
        {"url", "urls", "tls", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms", "dns_refresh_ms", "eject",
-        "min_idle_conns", "auth"}},
+        "min_idle_conns", "auth", "max_attempts"}},
       {"upstreams.<name>.eject", {"consecutive_failures", "base_ms", "max_percent"}},
       {"upstreams.<name>.auth",
        {"type", "name", "value_env", "value_file", "token_url", "client_id_env", "client_secret_env", "scope",
@@ -50,7 +50,8 @@ const std::vector<ObjectFields>& schema() {
        {"max_header_bytes", "max_body_bytes", "header_timeout_ms", "idle_timeout_ms", "body_timeout_ms",
         "connect_timeout_ms", "response_timeout_ms", "max_idle_upstream_conns", "upstream_idle_timeout_ms",
         "drain_timeout_ms", "max_connections", "max_connections_per_client", "max_held", "max_held_per_bucket",
-        "trusted_proxies", "allow_trace", "deadline_headers", "default_upstream_latency_ms"}},
+        "trusted_proxies", "allow_trace", "deadline_headers", "default_upstream_latency_ms", "via_pseudonym",
+        "underscores_in_headers"}},
       {"limits", {"source", "store", "switch", "rules", "mysql", "redis", "missing_key", "max_client_keys", "match"}},
       {"limits.match", {"case"}},
       {"limits.mysql",
@@ -314,6 +315,17 @@ void check_field_value(const std::string& v, const std::string& field) {
 
 bool is_token_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+// The host name (gethostname), the Via pseudonym when proxy.via_pseudonym is not given; one outside
+// the token characters (not a host name) gives "tollgate".
+std::string default_via_pseudonym() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "tollgate";
+  const std::string s(name);
+  for (const char ch : s)
+    if (!is_token_char(ch)) return "tollgate";
+  return s;
 }
 
 bool loopback_host(const UpstreamTarget& t) {
@@ -608,6 +620,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
           fail(path + ".tls.server_name", "is required when the https URLs name different hosts (the certificate is checked for one name)");
     u.dns_refresh_ms = static_cast<std::uint32_t>(get_uint(it.value(), path, "dns_refresh_ms", u.dns_refresh_ms, 1000, 86'400'000));
     u.min_idle_conns = static_cast<std::uint32_t>(get_uint(it.value(), path, "min_idle_conns", 0, 0, 1000));
+    u.max_attempts = static_cast<std::uint32_t>(get_uint(it.value(), path, "max_attempts", u.max_attempts, 1, 16));
     if (it.value().contains("eject")) {
       const std::string ep = path + ".eject";
       const json& e = it.value()["eject"];
@@ -698,6 +711,16 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     l.deadline_headers = get_bool(p, path, "deadline_headers", l.deadline_headers);
     l.default_upstream_latency_ms = static_cast<std::uint32_t>(
         get_uint(p, path, "default_upstream_latency_ms", l.default_upstream_latency_ms, 0, 600'000));
+    l.underscores_in_headers = get_enum(p, path, "underscores_in_headers", l.underscores_in_headers,
+                                        {{"drop", UnderscoreHeaders::drop}, {"reject", UnderscoreHeaders::reject},
+                                         {"allow", UnderscoreHeaders::allow}});
+    l.via_pseudonym = get_string(p, path, "via_pseudonym", "");
+    if (p.contains("via_pseudonym")) {
+      if (l.via_pseudonym.empty() || l.via_pseudonym.size() > 255) fail("proxy.via_pseudonym", "must be 1 to 255 characters");
+      for (const char ch : l.via_pseudonym)
+        if (!is_token_char(ch))
+          fail("proxy.via_pseudonym", "must be a token (letters, digits and !#$%&'*+-.^_`|~): '" + l.via_pseudonym + "'");
+    }
     if (p.contains("trusted_proxies")) {
       const json& t = p["trusted_proxies"];
       if (!t.is_array()) fail("proxy.trusted_proxies", "must be an array of addresses or networks (CIDR)");
@@ -707,6 +730,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
       }
     }
   }
+  if (c.proxy.via_pseudonym.empty()) c.proxy.via_pseudonym = default_via_pseudonym();
   for (const auto& u : c.upstreams)  // warm connections beyond the idle pool's size would be closed at once
     if (u.min_idle_conns > c.proxy.max_idle_upstream_conns)
       fail("upstreams." + u.name + ".min_idle_conns",

@@ -1,6 +1,9 @@
 #include "endpoints.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 
 #include "tollgate/log_line.hpp"
 
@@ -77,10 +80,41 @@ void note_success(UpstreamEndpoint& e, const EjectPolicy& p) {
     e.ejections.store(0, std::memory_order_relaxed);
 }
 
+OwnListener::OwnListener(tcp::endpoint bound) : bound_(bound) {
+  if (!bound_.address().is_unspecified()) return;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return;  // loopback addresses are still known to be its own
+  for (const ifaddrs* i = list; i; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (i->ifa_addr->sa_family == AF_INET) {
+      net::ip::address_v4::bytes_type b;
+      std::memcpy(b.data(), &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, 4);
+      local_.emplace_back(net::ip::address_v4(b));
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      net::ip::address_v6::bytes_type b;
+      std::memcpy(b.data(), &sin6->sin6_addr, 16);
+      local_.emplace_back(net::ip::address_v6(b, sin6->sin6_scope_id));
+    }
+  }
+  ::freeifaddrs(list);
+}
+
+bool OwnListener::owns(const tcp::endpoint& e) const {
+  if (e.port() != bound_.port()) return false;
+  net::ip::address a = e.address();
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) a = net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6());
+  if (a == bound_.address()) return true;
+  if (!bound_.address().is_unspecified()) return false;
+  // 0.0.0.0 takes IPv4 connections only; :: takes both (Linux's default, bindv6only 0).
+  if (bound_.address().is_v4() && !a.is_v4()) return false;
+  return a.is_loopback() || a.is_unspecified() || std::find(local_.begin(), local_.end(), a) != local_.end();
+}
+
 UpstreamEndpoints::UpstreamEndpoints(const config::UpstreamConfig& conf, std::size_t workers, Metrics& metrics,
-                                     UpstreamMetrics& um)
+                                     UpstreamMetrics& um, std::shared_ptr<const OwnListener> own)
     : conf_(conf), workers_(workers), metrics_(metrics), um_(um), by_target_(conf.targets.size()),
-      set_(std::make_shared<EndpointSet>()) {
+      set_(std::make_shared<EndpointSet>()), own_(std::move(own)), own_left_out_(conf.targets.size()) {
   policy_.consecutive_failures = conf.eject.consecutive_failures;
   policy_.base_us = static_cast<std::int64_t>(conf.eject.base_ms) * 1000;
   policy_.max_percent = conf.eject.max_percent;
@@ -101,6 +135,7 @@ std::shared_ptr<const EndpointSet> UpstreamEndpoints::current(std::uint64_t& ver
 bool UpstreamEndpoints::set_addresses(std::size_t target, std::vector<tcp::endpoint> addresses) {
   std::lock_guard lock(mu_);
   std::vector<EndpointPtr>& old = by_target_[target];
+  if (own_) leave_out_own(target, addresses);
   std::vector<EndpointPtr> now;
   for (const tcp::endpoint& a : addresses) {
     if (std::any_of(now.begin(), now.end(), [&](const EndpointPtr& e) { return e->address == a; })) continue;
@@ -136,6 +171,27 @@ bool UpstreamEndpoints::set_addresses(std::size_t target, std::vector<tcp::endpo
   resolved_.store(resolved, std::memory_order_release);
   um_.unresolved->Set(resolved ? 0 : 1);
   return true;
+}
+
+void UpstreamEndpoints::leave_out_own(std::size_t target, std::vector<tcp::endpoint>& addresses) {
+  std::vector<tcp::endpoint> own;
+  std::erase_if(addresses, [&](const tcp::endpoint& a) {
+    if (!own_->owns(a)) return false;
+    own.push_back(a);
+    return true;
+  });
+  // Said once, when an answer first has it (a name answers the same at every refresh).
+  std::vector<tcp::endpoint>& known = own_left_out_[target];
+  for (const tcp::endpoint& a : own) {
+    if (std::find(known.begin(), known.end(), a) != known.end()) continue;
+    um_.self_refused->Increment();
+    const std::string ip = a.address().to_string();
+    log_line("tollgate: warn: upstream '", conf_.name, "': ", conf_.targets[target].url, " gives ",
+             a.address().is_v6() ? "[" + ip + "]" : ip, ":", a.port(),
+             ", the gateway's own listener: left out (a request sent there would come back to the gateway)",
+             addresses.empty() ? "; no other address is left" : "");
+  }
+  known = std::move(own);
 }
 
 void UpstreamEndpoints::mark_ejected(UpstreamEndpoint& e) {

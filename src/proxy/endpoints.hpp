@@ -61,16 +61,34 @@ std::size_t pick_endpoint(const EndpointSet& set, std::uint32_t& rr, std::int64_
 bool note_failure(const EndpointSet& set, UpstreamEndpoint& e, const EjectPolicy& p, std::int64_t now_us);
 void note_success(UpstreamEndpoint& e, const EjectPolicy& p);
 
+// The proxy listener's own addresses, once it is bound: an endpoint equal to one is never used (a
+// request sent there comes back to the gateway, which would send it there again). A wildcard
+// listener (0.0.0.0, ::) owns its port on every address of the host: loopback ones, and those
+// its interfaces had when it was bound.
+class OwnListener {
+ public:
+  explicit OwnListener(tcp::endpoint bound);
+  bool owns(const tcp::endpoint& e) const;
+  const tcp::endpoint& bound() const { return bound_; }
+
+ private:
+  tcp::endpoint bound_;
+  std::vector<net::ip::address> local_;  // the host's addresses (a wildcard listener only)
+};
+
 // The shared endpoints of one upstream: the targets' current addresses and the published set.
 class UpstreamEndpoints {
  public:
-  UpstreamEndpoints(const config::UpstreamConfig& conf, std::size_t workers, Metrics& metrics, UpstreamMetrics& um);
+  // `own` (null: none known) keeps the proxy listener's addresses out of the set.
+  UpstreamEndpoints(const config::UpstreamConfig& conf, std::size_t workers, Metrics& metrics, UpstreamMetrics& um,
+                    std::shared_ptr<const OwnListener> own = nullptr);
   ~UpstreamEndpoints();
   // The set and its version; a worker calls it only when version() moved.
   std::shared_ptr<const EndpointSet> current(std::uint64_t& version) const;
   std::uint64_t version() const { return version_.load(std::memory_order_acquire); }
   // A target's addresses as resolved now (resolver thread, or at start for IP literals).
-  // Endpoints still in the answer are kept (health, pools); new ones join; gone ones leave.
+  // Endpoints still in the answer are kept (health, pools); new ones join; gone ones leave. An
+  // address of the proxy listener's is left out (logged and counted when an answer first has it).
   // Returns whether the set changed.
   bool set_addresses(std::size_t target, std::vector<tcp::endpoint> addresses);
   bool resolved() const { return resolved_.load(std::memory_order_acquire); }
@@ -83,6 +101,8 @@ class UpstreamEndpoints {
   UpstreamMetrics& metrics() const { return um_; }
 
  private:
+  // Takes the listener's own addresses out of a target's answer (under mu_).
+  void leave_out_own(std::size_t target, std::vector<tcp::endpoint>& addresses);
   config::UpstreamConfig conf_;
   EjectPolicy policy_;
   std::size_t workers_;
@@ -91,6 +111,8 @@ class UpstreamEndpoints {
   mutable std::mutex mu_;
   std::vector<std::vector<EndpointPtr>> by_target_;  // under mu_
   std::shared_ptr<const EndpointSet> set_;           // under mu_
+  std::shared_ptr<const OwnListener> own_;
+  std::vector<std::vector<tcp::endpoint>> own_left_out_;  // by target: the listener's addresses its answer had; under mu_
   std::atomic<std::uint64_t> version_{1};
   std::atomic<bool> resolved_{false};
 };

@@ -1,5 +1,6 @@
 #include "tollgate/proxy/http1.hpp"
 
+#include <bit>
 #include <cstring>
 
 namespace tollgate::proxy::http1 {
@@ -96,6 +97,19 @@ inline const char* scan_target(const char* p, const char* end) {
   }
   while (kTarget[static_cast<uchar>(*p)]) ++p;
   return p;
+}
+
+// Whether the field name of n bytes at s holds '_', a word per step. `end` (past the head) is at
+// least 4 bytes past the name (":" and two CRLFs): a word read past the name's end has those bytes
+// masked off, and only near `end` is the name read a byte at a time.
+inline bool has_underscore(const char* s, std::size_t n, const char* end) {
+  for (; n >= 8; s += 8, n -= 8)
+    if (has_byte(load8(s), '_')) return true;
+  if (n == 0) return false;
+  if (end - s < 8) return std::memchr(s, '_', n) != nullptr;
+  const unsigned past = static_cast<unsigned>(8 * (8 - n));  // bits of the word beyond the name
+  const std::uint64_t mask = std::endian::native == std::endian::little ? ~std::uint64_t{0} >> past : ~std::uint64_t{0} << past;
+  return has_byte(load8(s) & mask, '_');
 }
 
 inline const char* skip_ows(const char* p) {
@@ -280,6 +294,7 @@ void reset(Head& h) {
   h.expect_other = false;
   h.host_count = 0;
   h.present = 0;
+  h.underscore_names = false;
 }
 
 // Where the head ends: at the first empty line after the start line (an empty start line is
@@ -347,6 +362,8 @@ Error parse_fields(const char* p, const char* end, Head& h, bool is_request) {
     f.name = std::string_view(name, name_len);
     f.value = value;
     f.id = id;
+    // Only an unrecognised name can hold '_' (proxy.underscores_in_headers).
+    if (id == Name::other && has_underscore(name, name_len, end)) h.underscore_names = true;
 
     switch (id) {
       case Name::host:

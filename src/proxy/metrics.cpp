@@ -258,7 +258,11 @@ Metrics::Metrics()
       access_log_dropped(counters(registry, "tollgate_access_log_dropped_total",
                                   "Access-log lines dropped because the writer's queue was full (a slow disk or "
                                   "a full stdout pipe).")
-                             .Add({})) {
+                             .Add({})),
+      loops_detected(counters(registry, "tollgate_loops_detected_total",
+                              "Requests answered 508 loop_detected: their Via already named this gateway "
+                              "(proxy.via_pseudonym), so they came round a forwarding loop.")
+                         .Add({})) {
   auto& requests = counters(registry, "tollgate_requests_total", "Requests by throttling outcome.");
   for (std::size_t i = 0; i < kOutcomes; ++i)
     outcomes_[i] = &requests.Add({{"outcome", outcome_name(static_cast<Outcome>(i))}});
@@ -315,6 +319,10 @@ UpstreamMetrics& Metrics::upstream(std::string_view name) {
     u->warm_opened = &counters(registry, "tollgate_upstream_warm_connections_opened_total",
                                "Connections opened (and handshaken) ahead of requests to keep min_idle_conns per worker.")
                           .Add({{"upstream", n}});
+    u->self_refused = &counters(registry, "tollgate_upstream_self_endpoints_refused_total",
+                                "Resolved addresses of an upstream left out of its endpoints because they are the "
+                                "gateway's own proxy listener (a request sent there would come back to it).")
+                           .Add({{"upstream", n}});
     u->unresolved = &gauges(registry, "tollgate_upstream_unresolved",
                             "1 while the upstream has no address (its names do not resolve yet): its requests get 503.")
                          .Add({{"upstream", n}});

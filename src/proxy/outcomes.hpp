@@ -19,6 +19,11 @@ class OutcomeCounter {
     metrics_.bad_requests.Increment();
     rec_.status = status;
   }
+  // A request whose Via already named this gateway: 508 loop_detected.
+  void loop_detected() {
+    metrics_.loops_detected.Increment();
+    rec_.status = 508;
+  }
   // A plan that needs no store (bypass, unmatched, forward).
   void planned(const Plan& plan);
   // The store's answer and its verdict.

@@ -70,6 +70,8 @@ struct ProxyContext {
     settings.missing_key = d.config.limits.missing_key;
     settings.deadlines = limits.deadline_headers;
     settings.default_latency_us = static_cast<std::int64_t>(limits.default_upstream_latency_ms) * 1000;
+    via_received[0] = "1.0 " + limits.via_pseudonym;
+    via_received[1] = "1.1 " + limits.via_pseudonym;
   }
   ProxyDeps deps;
   const config::ProxyLimits& limits;
@@ -82,6 +84,8 @@ struct ProxyContext {
   mutable std::mutex routes_mu;
   TrustedProxies trusted;
   PolicySettings settings;
+  // This hop's Via element for a request received over HTTP/1.0 and HTTP/1.1 (proxy.via_pseudonym).
+  std::string via_received[2];
 };
 
 }  // namespace tollgate::proxy

@@ -86,6 +86,7 @@ struct ProxyServer::Impl {
   PeerSlots peer_slots{px.limits.max_connections_per_client};  // before the sessions that hold them
   std::vector<Worker> workers;
   std::uint16_t bound_port = 0;
+  std::shared_ptr<const OwnListener> own;  // the listener as bound: never an upstream endpoint
   bool tls_listener = false;
   std::mutex replace_mu;  // one replacement at a time; the running_* below under it
   std::vector<config::UpstreamConfig> running_upstreams;
@@ -113,7 +114,7 @@ struct ProxyServer::Impl {
     for (std::size_t i = 0; i < cfg.upstreams.size(); ++i)
       if (cfg.upstreams[i].https && (i >= tls.size() || !tls[i]))
         throw std::runtime_error("upstream '" + cfg.upstreams[i].name + "' is https but the proxy has no TLS profiles");
-    auto table = std::make_shared<RouteTable>(cfg, px.limits, tls, px.deps.metrics, workers.size(), previous);
+    auto table = std::make_shared<RouteTable>(cfg, px.limits, tls, px.deps.metrics, workers.size(), previous, own);
     table->start(std::chrono::milliseconds(2000));
     if (px.deps.tls) px.deps.tls->adopt(std::move(tls));
     running_upstreams = cfg.upstreams;
@@ -165,23 +166,28 @@ struct ProxyServer::Impl {
   }
 
   void start() {
-    auto table = make_table(px.deps.config, nullptr);
-    {
-      std::lock_guard routes_lock(px.routes_mu);
-      px.routes_ = table;
-    }
+    // Bound first, so that the table knows the listener's port (port 0 included) and leaves it out
+    // of every upstream's endpoints; connections wait in the backlog until the threads run.
     tls_listener = px.deps.tls && px.deps.tls->listener();
     tcp::endpoint ep = make_endpoint(px.deps.config.listen);
     for (std::size_t i = 0; i < workers.size(); ++i) {
       auto& w = workers[i];
       w.index = i;
-      adopt(w, table);  // (before the threads run: on this thread)
       w.acceptor = std::make_unique<tcp::acceptor>(*w.ctx);
       open_acceptor(*w.acceptor, ep, workers.size() > 1);
       if (i == 0) {
         bound_port = w.acceptor->local_endpoint().port();
         ep.port(bound_port);  // port 0: the others join the port the first one got
       }
+    }
+    own = std::make_shared<const OwnListener>(ep);
+    auto table = make_table(px.deps.config, nullptr);
+    {
+      std::lock_guard routes_lock(px.routes_mu);
+      px.routes_ = table;
+    }
+    for (auto& w : workers) {
+      adopt(w, table);  // (before the threads run: on this thread)
       net::co_spawn(*w.ctx, accept_loop(w), net::detached);
       net::co_spawn(*w.ctx, w.timeouts.run(), net::detached);
     }

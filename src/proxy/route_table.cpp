@@ -6,7 +6,7 @@ namespace tollgate::proxy {
 
 RouteTable::RouteTable(const config::GatewayConfig& config, const config::ProxyLimits& limits,
                        std::vector<std::shared_ptr<UpstreamTls>> tls, Metrics& metrics, std::size_t workers,
-                       const RouteTable* previous) {
+                       const RouteTable* previous, std::shared_ptr<const OwnListener> own) {
   std::vector<UpstreamEndpoints*> all;
   for (std::size_t i = 0; i < config.upstreams.size(); ++i) {
     const config::UpstreamConfig& u = config.upstreams[i];
@@ -24,7 +24,7 @@ RouteTable::RouteTable(const config::GatewayConfig& config, const config::ProxyL
           up.endpoints = was.endpoints;
           up.auth = was.auth;
         }
-    if (!up.endpoints) up.endpoints = std::make_shared<UpstreamEndpoints>(u, workers, metrics, *up.metrics);
+    if (!up.endpoints) up.endpoints = std::make_shared<UpstreamEndpoints>(u, workers, metrics, *up.metrics, own);
     if (!up.auth && u.auth.type != config::AuthType::none) up.auth = std::make_shared<UpstreamAuth>(u, metrics);
     all.push_back(up.endpoints.get());
     upstreams_.push_back(std::move(up));

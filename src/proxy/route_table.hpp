@@ -47,10 +47,11 @@ class RouteTable {
   // resolver, which start() begins) and orders the routes longest prefix first. `tls` is
   // TlsProfiles::prepare(config.upstreams) (null entries: plain http). An upstream whose
   // configuration equals one of `previous` (the table this one replaces; null at start) shares
-  // its endpoints. `limits` are the running proxy limits (read only at start).
+  // its endpoints. `limits` are the running proxy limits (read only at start). `own` (null: not
+  // known) is the proxy listener: its addresses are never endpoints.
   RouteTable(const config::GatewayConfig& config, const config::ProxyLimits& limits,
              std::vector<std::shared_ptr<UpstreamTls>> tls, Metrics& metrics, std::size_t workers,
-             const RouteTable* previous);
+             const RouteTable* previous, std::shared_ptr<const OwnListener> own = nullptr);
   RouteTable(const RouteTable&) = delete;
   RouteTable& operator=(const RouteTable&) = delete;
   // Resolves the names, waiting up to `first` for their first answers; never fails on DNS (throws

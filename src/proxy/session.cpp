@@ -93,7 +93,28 @@ net::awaitable<void> nothing() { co_return; }
 net::awaitable<void> shed_cached_frame() { co_await nothing(); }
 
 // Why a request is answered before any rule (Session::check_early).
-enum class Early : std::uint8_t { none, transfer_encoding, target, host, method, budget };
+enum class Early : std::uint8_t { none, transfer_encoding, target, host, method, budget, loop, underscore };
+
+// Whether a Via value names `pseudonym` as a hop that received the message (RFC 9110 7.6.3:
+// "1.1 name", "HTTP/1.1 name (comment)", comma-separated), host names being case-insensitive.
+bool via_names(std::string_view value, std::string_view pseudonym) {
+  for (std::size_t at = 0; at < value.size();) {
+    std::size_t end = value.find(',', at);
+    if (end == std::string_view::npos) end = value.size();
+    std::string_view element = value.substr(at, end - at);
+    at = end + 1;
+    // received-protocol RWS received-by [RWS comment]
+    const std::size_t proto_end = element.find_first_of(" \t", element.find_first_not_of(" \t"));
+    if (proto_end == std::string_view::npos) continue;
+    element.remove_prefix(proto_end);
+    const std::size_t by = element.find_first_not_of(" \t");
+    if (by == std::string_view::npos) continue;
+    element.remove_prefix(by);
+    const std::string_view received_by = element.substr(0, element.find_first_of(" \t"));
+    if (beast::iequals(received_by, pseudonym)) return true;
+  }
+  return false;
+}
 
 class Session {
  public:
@@ -648,6 +669,11 @@ Early Session::check_early(const http1::RequestHead& h, const RequestTarget& tar
   if (const auto hosts = h.host_count; hosts > 1 || (hosts == 0 && version >= 11)) return Early::host;
   if (h.method == http1::Method::connect || (h.method == http1::Method::trace && !limits_.allow_trace))
     return Early::method;
+  if (h.has(http1::Name::via))
+    for (const http1::Field& f : h.all())
+      if (f.id == http1::Name::via && via_names(f.value, limits_.via_pseudonym)) return Early::loop;
+  if (h.underscore_names && limits_.underscores_in_headers == config::UnderscoreHeaders::reject)
+    return Early::underscore;
   return bad_budget ? Early::budget : Early::none;
 }
 
@@ -693,6 +719,20 @@ net::awaitable<bool> Session::answer_early(Early e, const RequestTarget& target,
                                          : "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
       close_after = false;
       break;
+    case Early::loop:
+      // It went out of this gateway before (its Via says so) and came back: forwarding it again
+      // would go round the loop until something else gave out. The answer goes back the way it came.
+      answer = error_answer(508, "loop_detected",
+                            "the request has been through this gateway already (its Via names " +
+                                limits_.via_pseudonym + "): a forwarding loop",
+                            request_id_.view());
+      close_after = false;
+      break;
+    case Early::underscore:
+      answer = error_answer(400, "underscore_in_header_name",
+                            "header field names with '_' are refused (proxy.underscores_in_headers)", request_id_.view());
+      close_after = false;
+      break;
     case Early::budget: {
       Budget ignored;
       bool has = false;
@@ -702,7 +742,8 @@ net::awaitable<bool> Session::answer_early(Early e, const RequestTarget& target,
       break;
     }
   }
-  count.bad_request(answer.status);
+  if (e == Early::loop) count.loop_detected();
+  else count.bad_request(answer.status);
   linger_ = close_after;
   co_return co_await send_answer(*stream_, version, keep && !close_after, answer, write_timeout());
 }

@@ -45,6 +45,30 @@ bool quiet(TimedSocket& s) {
 // A close with close_notify (eof) or without it (a TLS truncation) end a stream alike here.
 bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec == net::ssl::error::stream_truncated; }
 
+// Whether two field names are one to a CGI, PHP-FPM or WSGI server, which reads both as the
+// variable HTTP_<NAME> with '-' made '_': ASCII case-insensitive, '_' and '-' alike.
+bool same_field_name(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const auto fold = [](char c) { return c == '_' ? '-' : c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+    if (fold(a[i]) != fold(b[i])) return false;
+  }
+  return true;
+}
+
+// A field whose name holds '_' in a request that has one (http1 marks it: RequestHead::
+// underscore_names), by proxy.underscores_in_headers: dropped (drop; reject answered 400 before
+// this), or with `allow` dropped only when it reads as a field the gateway sets, removes or reads
+// itself ("X_Forwarded_For", "Request_Timeout"): those a caller never sets under another spelling.
+[[gnu::cold, gnu::noinline]] bool underscore_dropped(std::string_view name, config::UnderscoreHeaders mode) {
+  if (name.find('_') == std::string_view::npos) return false;
+  if (mode != config::UnderscoreHeaders::allow) return true;
+  char folded[64];
+  if (name.size() > sizeof folded) return false;  // longer than any name the gateway knows
+  for (std::size_t i = 0; i < name.size(); ++i) folded[i] = name[i] == '_' ? '-' : name[i];
+  return http1::name_of(std::string_view(folded, name.size())) != Name::other;
+}
+
 // The request head for the upstream hop: the client's fields in their order without the
 // hop-by-hop ones (and those its Connection names), the framing ones (the body goes with a
 // Content-Length of what was read, never the client's framing), Expect (the body is here already)
@@ -53,27 +77,34 @@ bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec ==
 // client sent), X-Real-IP (the client's address as proxy.trusted_proxies find it), Forwarded (the
 // client's elements only from a trusted proxy, then this hop's), Host, Content-Length, X-Request-Id
 // (the request's id, one field: the client's when it was kept), X-Tollgate-Shadow and
-// X-Tollgate-Color (a meter's yellow: only the gateway says that). Any other
-// field (traceparent, tracestate, ...) goes as it came. With a supplier credential
-// (upstreams.<name>.auth) the caller's field of its name is dropped and `auth_field` (the whole
-// line) goes instead: a caller never chooses the credential.
+// X-Tollgate-Color (a meter's yellow: only the gateway says that), and Via (the client's elements,
+// then this hop's: RFC 9110 7.6.3). Any other field (traceparent, tracestate, ...) goes as it came,
+// except a name with '_' (proxy.underscores_in_headers: underscore_dropped). With a supplier
+// credential (upstreams.<name>.auth) the caller's field of its name is dropped, however it is
+// spelled (same_field_name), and `auth_field` (the whole line) goes instead: a caller never
+// chooses the credential.
 // Flattened (every call in it inlined): once it stopped being inlined into forward(), its appends
 // became calls, ~470 instructions per request (bench/instructions.sh, T0).
-[[gnu::flatten]] std::string request_head(const UpstreamRequest& r, std::string_view host_header,
+[[gnu::flatten]] std::string request_head(const ProxyContext& px, const UpstreamRequest& r, std::string_view host_header,
                                          std::string_view auth_name = {}, std::string_view auth_field = {}) {
   const http1::RequestHead& h = r.head;
   std::string out;
   const std::string_view original_host = h.value(Name::host);
-  out.reserve(h.head_bytes + 176 + r.client_ip.size() + r.hop_fields.size() + original_host.size() +
-              r.request_id.size() + r.shadow.size() + r.color.size() + auth_field.size());
+  const std::string_view own_via = px.via_received[h.version_minor == 0 ? 0 : 1];
+  out.reserve(h.head_bytes + 184 + r.client_ip.size() + r.hop_fields.size() + original_host.size() +
+              r.request_id.size() + r.shadow.size() + r.color.size() + auth_field.size() + own_via.size());
   out.append(h.method_text).push_back(' ');
   out.append(r.target).append(" HTTP/1.1\r\n", 11);
-  std::string xff;
+  std::string xff, via;
   for (const http1::Field& f : h.all()) {
     switch (f.id) {
       case Name::x_forwarded_for:
         if (!xff.empty()) xff.append(", ", 2);
         xff.append(f.value);
+        continue;
+      case Name::via:
+        if (!via.empty()) via.append(", ", 2);
+        via.append(f.value);
         continue;
       case Name::host: case Name::content_length: case Name::transfer_encoding: case Name::expect:
       case Name::x_forwarded_proto: case Name::x_forwarded_host: case Name::x_real_ip: case Name::forwarded:
@@ -87,15 +118,19 @@ bool closed(const beast::error_code& ec) { return ec == net::error::eof || ec ==
         break;
       default:
         if (http1::is_hop_by_hop(f.id)) continue;
+        if (h.underscore_names && f.id == Name::other && underscore_dropped(f.name, px.limits.underscores_in_headers))
+          continue;
         break;
     }
     if (h.connection_names_other && http1::connection_names(h, f.name)) continue;
-    if (!auth_name.empty() && beast::iequals(f.name, auth_name)) continue;
+    if (!auth_name.empty() && same_field_name(f.name, auth_name)) continue;
     append_field(out, f.name, f.value);
   }
   out.append(auth_field);
   if (xff.empty()) append_field(out, "X-Forwarded-For", r.client_ip);
   else append_field(out, "X-Forwarded-For", xff.append(", ", 2).append(r.client_ip));
+  if (via.empty()) append_field(out, "Via", own_via);
+  else append_field(out, "Via", via.append(", ", 2).append(own_via));
   append_field(out, "X-Forwarded-Proto", r.client_tls ? "https" : "http");
   if (!original_host.empty()) append_field(out, "X-Forwarded-Host", original_host);
   out.append(r.hop_fields);  // X-Real-IP, Forwarded
@@ -198,7 +233,8 @@ void upstream_error(ProxyContext& px, Upstream& up, UpstreamError e) {
   up.metrics->count(e);
 }
 
-// A request tries at most this many endpoints (each once) before its answer is the last failure.
+// A request tries at most this many endpoints (each once) before its answer is the last failure
+// (forward: upstreams.<name>.max_attempts, at most this).
 constexpr std::size_t kMaxTried = 16;
 
 // The request counted as outstanding on the endpoint it is on, for least-outstanding balancing.
@@ -611,7 +647,12 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
   const auto by_deadline = [&](const beast::error_code& e, Deadline by) {
     return e == beast::error::timeout && cut && (by == req.deadline || cut->fired());
   };
-  for (bool auth_retried = false;; auth_retried = true) {
+  // Every connection opened for the request, each failover's and the wait for the response head
+  // end by the route's response timeout after the first connect (or the caller's deadline, if
+  // sooner): endpoints that drop SYNs cost a caller no more than that, however many a name gives.
+  // kNoDeadline until a connection is opened (a reused one's request is bounded as it always was).
+  Deadline attempt_by = kNoDeadline;
+  for (bool auth_retried = false;; auth_retried = true, attempt_by = kNoDeadline) {
     for (int attempt = 0;;) {
       beast::error_code ec;
       const EndpointSet& set = *pool.set;
@@ -635,8 +676,10 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
         conn = std::make_unique<PooledConn>(w.ctx->get_executor(), w.timeouts);
         conn->endpoint = ep;
         if (cut) cut->watch(&conn->stream);
-        auto connect_by = deadline_after(route.connect_timeout);
-        if (req.budget && req.deadline < connect_by) connect_by = req.deadline;  // the caller's deadline first
+        const auto now = std::chrono::steady_clock::now();
+        if (attempt_by == kNoDeadline)
+          attempt_by = req.budget ? std::min(now + route.response_timeout, req.deadline) : now + route.response_timeout;
+        const Deadline connect_by = std::min(now + route.connect_timeout, attempt_by);  // attempt_by: the caller's deadline too
         // (https) The profile is held for the handshake: a reload meanwhile may replace the pool's.
         const std::shared_ptr<const TlsClientProfile> profile = tls ? pool.tls : nullptr;
         last_tls.reset();
@@ -652,8 +695,10 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
           last_connect = ec;
           if (tried_count < kMaxTried) tried[tried_count++] = conn->endpoint.get();
           outstanding.on(nullptr);
-          const bool time_left = !req.budget || std::chrono::steady_clock::now() < req.deadline;
-          if (time_left && tried_count < kMaxTried && tried_count < pool.set->endpoints.size()) {
+          // Another endpoint while the request has attempts (upstreams.<name>.max_attempts) and
+          // time left; otherwise this failure is the answer (504 when the time ran out).
+          if (tried_count < up.conf.max_attempts && tried_count < pool.set->endpoints.size() &&
+              std::chrono::steady_clock::now() < attempt_by) {
             up.metrics->failovers->Increment();
             continue;
           }
@@ -663,13 +708,13 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
         }
       }
       if (head.empty() || head_for != conn->endpoint->host_header) {
-        head = request_head(req, conn->endpoint->host_header, auth_name, auth_field);
+        head = request_head(px, req, conn->endpoint->host_header, auth_name, auth_field);
         head_for = conn->endpoint->host_header;
       }
       const net::const_buffer head_buf = net::buffer(head), body_buf = net::buffer(req.body.data(), req.body.size());
       sent_at = std::chrono::steady_clock::now();
       // The response head is awaited up to the route's timeout, or the caller's deadline if sooner.
-      auto head_by = sent_at + route.response_timeout;
+      auto head_by = std::min(sent_at + route.response_timeout, attempt_by);
       if (req.budget && req.deadline < head_by) head_by = req.deadline;
       conn->stream.start(head_by);
       const std::size_t written = co_await write_both(conn->stream, head_buf, body_buf, ec);

@@ -99,6 +99,9 @@ struct UpstreamConfig {
   std::uint32_t idle_timeout_ms = 0;      // 0: proxy default (upstream_idle_timeout_ms)
   std::uint32_t dns_refresh_ms = 5'000;   // names are resolved again this often (or at the record's TTL, >= 1 s)
   std::uint32_t min_idle_conns = 0;       // per worker: connections kept open (and handshaken) ahead of requests
+  // Endpoints a request tries at most (each once): the first and the failovers after connect or
+  // TLS handshake failures. All of them together also stay within the response timeout.
+  std::uint32_t max_attempts = 3;
   EjectConfig eject;
   UpstreamAuthConfig auth;
   // Set on the internal upstream that carries an oauth2 upstream's token requests: that
@@ -121,6 +124,10 @@ struct DnsConfig {
   std::vector<Endpoint> servers;  // empty: the system's (/etc/resolv.conf)
   friend bool operator==(const DnsConfig&, const DnsConfig&) = default;
 };
+
+// proxy.underscores_in_headers: what becomes of a request field whose name holds '_' (CGI, PHP-FPM
+// and WSGI servers read "X_Api_Key" and "X-Api-Key" as one variable).
+enum class UnderscoreHeaders : std::uint8_t { drop, reject, allow };  // "drop", "reject" (400), "allow"
 
 struct ProxyLimits {
   std::uint32_t max_header_bytes = 16 * 1024;
@@ -149,6 +156,11 @@ struct ProxyLimits {
   std::uint32_t default_upstream_latency_ms = 100;  // the estimate before an interface has data
   // Peers whose X-Forwarded-For is believed (CIDRs); empty: the client is always the socket peer.
   std::vector<std::string> trusted_proxies;
+  // The name this gateway gives itself in Via (RFC 9110 7.6.3): appended to every forwarded
+  // request's Via, and a request whose Via already holds it came round a loop (508). The parser
+  // sets the host name when the file gives none.
+  std::string via_pseudonym;
+  UnderscoreHeaders underscores_in_headers = UnderscoreHeaders::drop;
 };
 
 struct AdminConfig {

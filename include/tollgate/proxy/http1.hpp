@@ -142,6 +142,7 @@ struct Head {
   bool expect_other = false;             // an Expect with another value (417)
   std::size_t host_count = 0;
   std::uint32_t present = 0;             // bit (1 << Name) for each Name seen, Name::other included
+  bool underscore_names = false;         // a field name holds '_' (none of the Names does)
 
   bool has(Name n) const noexcept { return (present >> static_cast<unsigned>(n)) & 1u; }
   // First field with that name, or nullptr.

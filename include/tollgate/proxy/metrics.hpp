@@ -210,6 +210,7 @@ struct UpstreamMetrics {
   prometheus::Counter* failovers = nullptr;     // requests sent to another endpoint after a connect failure
   prometheus::Gauge* unresolved = nullptr;      // 1 while the upstream has no address at all
   prometheus::Counter* warm_opened = nullptr;   // connections opened ahead of requests (min_idle_conns)
+  prometheus::Counter* self_refused = nullptr;  // resolved addresses left out: the gateway's own listener
 };
 
 // An upstream's OAuth2 token refreshes (proxy/upstream_auth), by result, and its token's time to live.
@@ -251,6 +252,7 @@ class Metrics {
   prometheus::Counter& upstream_retries;     // requests sent again after a reused connection failed
   prometheus::Counter& permits_returned;     // granted requests no endpoint could take: permits given back
   prometheus::Counter& access_log_dropped;   // access-log lines dropped: the writer's queue was full
+  prometheus::Counter& loops_detected;       // requests whose Via named this gateway already: 508
 
   // Per-bucket, per-policy and per-upstream series, made on first use and kept (names come from
   // the rules and the config). A lookup takes a lock: callers keep the reference (RuleViews,

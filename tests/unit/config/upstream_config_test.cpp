@@ -122,5 +122,29 @@ TEST(UpstreamConfig, BadEjectDnsAndRouteFieldsAreRefused) {
             "routes[0].connect_timeout_ms: must be within [1, 600000]");
 }
 
+// upstreams.<name>.max_attempts, proxy.via_pseudonym and proxy.underscores_in_headers: their
+// defaults, and each error naming its field.
+TEST(UpstreamConfig, AttemptsViaAndUnderscoreFields) {
+  const GatewayConfig d = parse_gateway_config(with(R"({"url":"http://a.example"})"));
+  EXPECT_EQ(d.upstreams.at(0).max_attempts, 3u);
+  EXPECT_EQ(d.proxy.underscores_in_headers, UnderscoreHeaders::drop);
+  EXPECT_FALSE(d.proxy.via_pseudonym.empty());  // the host name (or "tollgate")
+  const GatewayConfig c = parse_gateway_config(with(R"({"url":"http://a.example","max_attempts":16})", "",
+                                                    R"("proxy":{"via_pseudonym":"edge-7.b","underscores_in_headers":"reject"},)"));
+  EXPECT_EQ(c.upstreams.at(0).max_attempts, 16u);
+  EXPECT_EQ(c.proxy.via_pseudonym, "edge-7.b");
+  EXPECT_EQ(c.proxy.underscores_in_headers, UnderscoreHeaders::reject);
+  EXPECT_EQ(error_of(with(R"({"url":"http://a.example","max_attempts":0})")),
+            "upstreams.s.max_attempts: must be within [1, 16]");
+  EXPECT_EQ(error_of(with(R"({"url":"http://a.example","max_attempts":17})")),
+            "upstreams.s.max_attempts: must be within [1, 16]");
+  EXPECT_EQ(error_of(with(R"({"url":"http://a.example"})", "", R"("proxy":{"underscores_in_headers":"keep"},)")),
+            R"(proxy.underscores_in_headers: must be "drop", "reject" or "allow" (got "keep"))");
+  EXPECT_EQ(error_of(with(R"({"url":"http://a.example"})", "", R"("proxy":{"via_pseudonym":""},)")),
+            "proxy.via_pseudonym: must be 1 to 255 characters");
+  EXPECT_EQ(error_of(with(R"({"url":"http://a.example"})", "", R"("proxy":{"via_pseudonym":"edge 7"},)")),
+            "proxy.via_pseudonym: must be a token (letters, digits and !#$%&'*+-.^_`|~): 'edge 7'");
+}
+
 }  // namespace
 }  // namespace tollgate::config

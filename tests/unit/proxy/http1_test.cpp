@@ -90,6 +90,31 @@ TEST(Http1Request, ParsesARequest) {
   EXPECT_EQ(h->target.data(), buf.data() + 4);
 }
 
+// RequestHead::underscore_names (proxy.underscores_in_headers): names of every length up to and
+// past a word, '_' at each place, the last field just before the head's end (where a word read
+// would pass it), a '_' only in a value or past the name.
+TEST(Http1Request, UnderscoreNamesAreFoundWhereverTheyAre) {
+  auto h = make<RequestHead>();
+  const auto marked = [&](const std::string& fields) {
+    EXPECT_EQ(req("GET / HTTP/1.1\r\nHost: a\r\n" + fields + "\r\n", *h), Error::none) << fields;
+    return h->underscore_names;
+  };
+  for (std::size_t len = 1; len <= 19; ++len) {
+    for (std::size_t at = 0; at < len; ++at) {
+      std::string name(len, 'x');
+      name[at] = '_';
+      EXPECT_TRUE(marked(name + ": v\r\n")) << name;                    // the last field
+      EXPECT_TRUE(marked(name + ":\r\n")) << name;                      // an empty value: the end is nearest
+      EXPECT_TRUE(marked(name + ": v\r\nAccept: */*\r\n")) << name;  // not the last
+    }
+    EXPECT_FALSE(marked(std::string(len, 'x') + ":\r\n")) << len;
+    EXPECT_FALSE(marked(std::string(len, 'x') + ": a_b\r\nX-Y: _\r\n")) << len;  // in values only
+  }
+  EXPECT_FALSE(marked("X-Api-Key: k\r\nUser-Agent: t\r\n"));
+  EXPECT_TRUE(marked("X-Api-Key: k\r\nX_Api_Key: k\r\nUser-Agent: t\r\n"));
+  EXPECT_FALSE(marked("Accept: */*\r\n"));  // a parse after one that had it starts afresh
+}
+
 TEST(Http1Request, MethodsAreRecognisedCaseSensitively) {
   const std::pair<const char*, Method> cases[] = {
       {"GET", Method::get},         {"HEAD", Method::head},       {"POST", Method::post},
