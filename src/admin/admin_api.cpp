@@ -268,6 +268,14 @@ SimpleResponse AdminApi::handle(const SimpleRequest& req) {
     return post_tls_reload();
   }
   if (path == "/admin/rules") return get ? get_rules() : error(405, "method_not_allowed", "use GET");
+  constexpr std::string_view rules_prefix = "/admin/rules", reset_suffix = "/adaptive/reset";
+  if (path.starts_with("/admin/rules/") && path.ends_with(reset_suffix)) {
+    if (req.method != "POST") return error(405, "method_not_allowed", "use POST");
+    if (auto denied = authorize(req)) return *denied;
+    // The bucket keeps its leading '/': names are URLs.
+    return post_adaptive_reset(path.substr(rules_prefix.size(), path.size() - rules_prefix.size() - reset_suffix.size()),
+                               req);
+  }
   if (path == "/admin/switch") {
     if (get) return get_switch();
     if (req.method == "PUT") {
@@ -322,6 +330,9 @@ json adaptive_state_json(proxy::BucketMetrics& bm) {
   const proxy::AdaptiveEvent e = bm.last_event();
   if (!e.cause.empty())
     out["last_cut"] = {{"cause", e.cause}, {"from", e.from}, {"to", e.to}, {"at_ms", e.at_ms}, {"pause_ms", e.pause_ms}};
+  out["supplier"] = nullptr;  // what its rate-limit fields advertise, once an answer carried them
+  if (const proxy::SupplierSeries* s = bm.supplier_seen())
+    out["supplier"] = {{"remaining", s->remaining.Value()}, {"limit", s->limit.Value()}, {"ignored", s->ignored.Value()}};
   return out;
 }
 }  // namespace
@@ -580,6 +591,25 @@ SimpleResponse AdminApi::get_bucket(std::string_view name) const {
                   {"stored_permits", view->stored},
                   {"debt_s", debt_s},
                   {"tracked", view->tracked}});
+}
+
+// An operator's reset of what an adaptive bucket learned: the store forgets its cuts, pause and
+// the supplier's advertised allowance (for the fleet, in a shared store), and this gateway what it
+// had not told the store yet. Other gateways' unsent reports still arrive with their next decision.
+SimpleResponse AdminApi::post_adaptive_reset(std::string_view name, const SimpleRequest& req) {
+  auto snap = deps_.snapshots.get();
+  const config::Rule* rule = snap ? snap->find_bucket(name) : nullptr;
+  if (rule == nullptr) return error(404, "unknown_bucket", "no rule has the bucket " + std::string(name));
+  if (rule->adaptive == limiter::Adaptive::off)
+    return error(409, "not_adaptive", "the rule of " + rule->bucket + " is not adaptive: it has learned nothing");
+  const config::Rule* channel = rule->channel ? rule : snap->channel_of(*rule);
+  if (!deps_.store.reset_adaptive({rule->bucket, rule->params},
+                                  channel ? std::string_view(channel->channel_type) : std::string_view(rule->bucket)))
+    return error(503, "store_unavailable", "the bucket store did not answer");
+  deps_.metrics.bucket(rule->bucket).forget_adaptive();
+  log_line("tollgate: adaptive: ", rule->bucket, ": what it learned was reset by ",
+           deps_.token_name.empty() ? req.peer : deps_.token_name);
+  return ok_json({{"bucket", rule->bucket}, {"store", deps_.store.name()}, {"reset", true}});
 }
 
 namespace {

@@ -1,5 +1,7 @@
 #include "tollgate/proxy/metrics.hpp"
 
+#include "tollgate/limiter/clock.hpp"
+
 #include <algorithm>
 #include <chrono>
 
@@ -115,6 +117,53 @@ AdaptiveSeries& BucketMetrics::adaptive() {
     adaptive_.store(adaptive_owned_.get(), std::memory_order_release);
   });
   return *adaptive_.load(std::memory_order_acquire);
+}
+
+SupplierSeries& BucketMetrics::supplier() {
+  std::call_once(supplier_once_, [this] {
+    const prometheus::Labels l{{"bucket", name_}};
+    supplier_owned_.reset(new SupplierSeries{
+        gauges(registry_, "tollgate_supplier_remaining",
+               "Adaptive buckets: what the supplier's rate-limit fields last said is left of its window.")
+            .Add(l),
+        gauges(registry_, "tollgate_supplier_limit",
+               "Adaptive buckets: the supplier's advertised allowance per window (0: it did not say).")
+            .Add(l),
+        counters(registry_, "tollgate_supplier_fields_ignored_total",
+                 "Adaptive buckets: answers whose rate-limit fields were malformed or absurd, and ignored.")
+            .Add(l)});
+    supplier_.store(supplier_owned_.get(), std::memory_order_release);
+  });
+  return *supplier_.load(std::memory_order_acquire);
+}
+
+void BucketMetrics::note_advert(double seq, double left, std::int64_t reset_at_us, double limit,
+                                std::int64_t window_us) {
+  std::lock_guard lock(advert_mu_);
+  if (advert_ && (seq < advert_->seq || (seq == advert_->seq && left >= advert_->left))) return;
+  advert_ = PendingAdvert{seq, left, limit, reset_at_us, window_us};
+  advert_pending_.store(true, std::memory_order_release);
+}
+
+void BucketMetrics::forget_adaptive() {
+  {
+    std::lock_guard lock(advert_mu_);
+    advert_.reset();
+    advert_pending_.store(false, std::memory_order_relaxed);
+  }
+  pause_until_us.store(0, std::memory_order_relaxed);
+  last_cut_us.store(0, std::memory_order_relaxed);
+}
+
+std::optional<limiter::AdvertReport> BucketMetrics::take_advert() {
+  if (!advert_pending_.load(std::memory_order_acquire)) return std::nullopt;
+  const std::int64_t now_us = limiter::steady_now_us();
+  std::lock_guard lock(advert_mu_);
+  advert_pending_.store(false, std::memory_order_relaxed);
+  if (!advert_) return std::nullopt;
+  const PendingAdvert a = *advert_;
+  advert_.reset();
+  return limiter::AdvertReport{a.seq, a.left, std::max<std::int64_t>(0, a.reset_at_us - now_us), a.limit, a.window_us};
 }
 
 namespace {

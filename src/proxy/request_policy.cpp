@@ -198,6 +198,7 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
     const BucketMetrics::Admitted heard = rules->metrics_of(rule).take_admitted();
     req.admitted = heard.total;
     req.admitted_before = heard.before;
+    req.advert = rules->metrics_of(rule).take_advert();
     // Who asked: a throttle cuts the shared rate only when it is not one caller's alone.
     if (settings.trusted && !settings.trusted->empty())
       req.caller = limiter::caller_id(client_address(facts.peer, facts.headers.joined("X-Forwarded-For"), *settings.trusted));

@@ -783,6 +783,7 @@ net::awaitable<void> Session::ask_again(Plan& plan, const RuleViews& rules, stor
   const BucketMetrics::Admitted heard = rules.metrics_of(*plan.rule).take_admitted();
   plan.request.admitted = heard.total;
   plan.request.admitted_before = heard.before;
+  plan.request.advert = rules.metrics_of(*plan.rule).take_advert();
   sd = co_await px_.deps.store.try_acquire(plan.request);
   plan.request.again = false;
   note_adaptive(plan, rules, sd);

@@ -113,6 +113,11 @@ boost::asio::awaitable<RefundResult> FailurePolicyStore::return_unused(AcquireRe
   co_return co_await shared_->return_unused(std::move(req));
 }
 
+bool FailurePolicyStore::reset_adaptive(const BucketRef& bucket, std::string_view hash_tag) {
+  if (fallback_) fallback_->reset_adaptive(bucket, hash_tag);
+  return shared_->reset_adaptive(bucket, hash_tag);
+}
+
 std::optional<BucketSnapshot> FailurePolicyStore::inspect(const BucketRef& bucket, std::string_view hash_tag) {
   return shared_->inspect(bucket, hash_tag);
 }

@@ -572,6 +572,17 @@ boost::asio::awaitable<RefundResult> LocalStore::refund_slots(AcquireRequest req
   co_return give_back_slots(req, r);
 }
 
+bool LocalStore::reset_adaptive(const BucketRef& ref, std::string_view) {
+  Shard& shard = shards_[shard_index(ref.name)];
+  std::lock_guard lock(shard.mu);
+  Entry* e = find(shard, ref.name, false);
+  if (e != nullptr && e->adaptive) {
+    e->adaptive.reset();
+    e->pause_floor = 0;
+  }
+  return true;
+}
+
 std::optional<BucketSnapshot> LocalStore::inspect(const BucketRef& ref, std::string_view) {
   const std::string_view bucket = ref.name;
   const BucketParams& params = ref.params;

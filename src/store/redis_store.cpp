@@ -366,6 +366,14 @@ std::optional<Reply> call_from_outside(const std::shared_ptr<RedisStore::Link>& 
 }
 }  // namespace
 
+bool RedisStore::reset_adaptive(const BucketRef& ref, std::string_view hash_tag) {
+  if (links_.empty()) return false;
+  std::string key = adaptive_key(options_.key_prefix, hash_tag.empty() ? ref.name : hash_tag, ref.name);
+  Pick pick = [key](Link& l) { return l.route(key); };
+  return call_from_outside(links_.front(), std::move(pick), {"DEL", key}, milliseconds(options_.connect_timeout_ms))
+      .has_value();
+}
+
 std::optional<BucketSnapshot> RedisStore::inspect(const BucketRef& ref, std::string_view hash_tag) {
   return inspect_many({{ref, hash_tag}}).front();
 }

@@ -121,6 +121,7 @@ class AdminApi {
   SimpleResponse post_reload();
   SimpleResponse post_tls_reload();
   SimpleResponse get_bucket(std::string_view name) const;
+  SimpleResponse post_adaptive_reset(std::string_view name, const SimpleRequest& req);
   SimpleResponse readyz() const;
   // The console's reads (docs/operations.md, "Operator console").
   SimpleResponse get_overview(std::string_view query) const;

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "tollgate/limiter/advertised.hpp"
 #include "tollgate/limiter/three_color.hpp"
 #include "tollgate/proxy/deadline.hpp"
 
@@ -76,6 +78,14 @@ struct AdaptiveSeries {
   prometheus::Counter& pauses;            // ... and those that paused it (Retry-After, RateLimit t)
   prometheus::Counter& paused_rejections; // held requests whose slot a cut voided: 429 when they woke
   prometheus::Counter& unconfirmed;       // throttles that cut nothing: one caller's among others' successes
+};
+
+// What an adaptive bucket's supplier advertises in its rate-limit fields (limiter/advertised.hpp),
+// as this gateway last read it: made on the first answer that carried such fields.
+struct SupplierSeries {
+  prometheus::Gauge& remaining;  // tollgate_supplier_remaining: left in its window, as last advertised
+  prometheus::Gauge& limit;      // tollgate_supplier_limit: its allowance per window (0: not said)
+  prometheus::Counter& ignored;  // tollgate_supplier_fields_ignored_total: fields malformed or absurd
 };
 
 // One priority class of a bucket (docs/priority.md): its requests by outcome, as
@@ -156,6 +166,20 @@ class BucketMetrics {
   void give_back_admitted_at(Admitted a, std::uint64_t sec);
   void note_event(AdaptiveEvent e);
   AdaptiveEvent last_event() const;
+  // Adaptive buckets: the newest allowance the supplier advertised in an answer this gateway read,
+  // told with the next decision for the bucket. `seq` is the store's grant count the answered
+  // request was given (StoreDecision::grant_seq), `reset_at_us` the window's end on the steady
+  // clock; a report of a later grant replaces one of an earlier (of the same, the smaller left).
+  void note_advert(double seq, double left, std::int64_t reset_at_us, double limit, std::int64_t window_us);
+  // The report to send with a decision now, if any came since the last; taken. (The steady clock
+  // is read only when there is one.)
+  std::optional<limiter::AdvertReport> take_advert();
+  // An operator reset what the bucket learned (POST /admin/rules/<bucket>/adaptive/reset): the
+  // report not yet told, the pause and the last cut heard of are forgotten.
+  void forget_adaptive();
+  // The supplier's series: made on the first call. `supplier_seen` says whether that happened.
+  SupplierSeries& supplier();
+  const SupplierSeries* supplier_seen() const { return supplier_.load(std::memory_order_acquire); }
   // A meter's colours (tollgate_meter_requests_total{bucket,color}), made on the first of each.
   void count_color(limiter::Color c) {
     prometheus::Counter* x = colors_[static_cast<std::size_t>(c)].load(std::memory_order_acquire);
@@ -190,6 +214,16 @@ class BucketMetrics {
   std::unique_ptr<AdaptiveSeries> adaptive_owned_;
   mutable std::mutex event_mu_;
   AdaptiveEvent event_;
+  struct PendingAdvert {
+    double seq = 0, left = 0, limit = 0;
+    std::int64_t reset_at_us = 0, window_us = 0;
+  };
+  std::atomic<bool> advert_pending_{false};  // a lock-free look before the lock
+  std::mutex advert_mu_;
+  std::optional<PendingAdvert> advert_;
+  std::once_flag supplier_once_;
+  std::unique_ptr<SupplierSeries> supplier_owned_;
+  std::atomic<SupplierSeries*> supplier_{nullptr};
   mutable std::mutex class_mu_;
   std::map<std::string, std::unique_ptr<ClassSeries>, std::less<>> classes_;
 };

@@ -106,6 +106,14 @@ class BucketStore {
     (void)req;
     co_return 0;
   }
+  // Forgets what an adaptive bucket learned (its cuts, pause and the supplier's advertised
+  // allowance): an operator's reset after a supplier restored its allowance early. Blocking, for
+  // the admin API's thread, bounded like inspect(). Returns whether the store did it (false: it
+  // cannot now, or keeps no adaptive state).
+  virtual bool reset_adaptive(const BucketRef& bucket, std::string_view hash_tag) {
+    (void)bucket, (void)hash_tag;
+    return false;
+  }
   // Read-only view of one bucket for the admin API (nullopt: the store cannot answer now).
   virtual std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) = 0;
   // Several buckets at once (one /metrics scrape's debt gauges), one answer per probe in order. A

@@ -43,6 +43,8 @@ class FailurePolicyStore final : public BucketStore {
   boost::asio::awaitable<RefundResult> return_unused(AcquireRequest req) override;
   boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
+  // The shared store's, and the local fallback's too (it may have adapted while the store was down).
+  bool reset_adaptive(const BucketRef& bucket, std::string_view hash_tag) override;
   std::vector<std::optional<BucketSnapshot>> inspect_many(const std::vector<BucketProbe>& probes) override {
     return shared_->inspect_many(probes);
   }

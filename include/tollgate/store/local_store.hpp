@@ -31,6 +31,7 @@ class LocalStore final : public BucketStore {
   boost::asio::awaitable<RefundResult> return_unused(AcquireRequest req) override;
   boost::asio::awaitable<AdaptOutcome> throttled(AcquireRequest req, Micros pause_us, Micros jitter_us) override;
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
+  bool reset_adaptive(const BucketRef& bucket, std::string_view hash_tag) override;
   std::string name() const override { return "local"; }
   void publish_metrics(prometheus::Registry& registry) const override;
 

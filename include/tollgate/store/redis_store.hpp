@@ -83,6 +83,7 @@ class RedisStore final : public BucketStore {
   // connect_timeout_ms; inspect_many reads every probe with one script call. For a thread that runs
   // no store connection (the admin thread): from a request thread they answer nullopt.
   std::optional<BucketSnapshot> inspect(const BucketRef& bucket, std::string_view hash_tag) override;
+  bool reset_adaptive(const BucketRef& bucket, std::string_view hash_tag) override;
   std::vector<std::optional<BucketSnapshot>> inspect_many(const std::vector<BucketProbe>& probes) override;
   std::string name() const override { return "redis"; }
   StoreHealth health() const override;
