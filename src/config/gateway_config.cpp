@@ -39,7 +39,10 @@ const std::vector<ObjectFields>& schema() {
       {"admin", {"listen", "token_env", "token_name", "max_connections", "allowed_hosts"}},
       {"upstreams.<name>",
        {"url", "urls", "tls", "connect_timeout_ms", "response_timeout_ms", "idle_timeout_ms", "dns_refresh_ms", "eject",
-        "min_idle_conns", "auth", "max_attempts"}},
+        "min_idle_conns", "auth", "max_attempts", "rate_fields"}},
+      {"upstreams.<name>.rate_fields",
+       {"style", "reset", "limit", "remaining", "reset_field", "usage", "policy", "window_s"}},
+      {"upstreams.<name>.rate_fields.usage", {"field", "key"}},
       {"upstreams.<name>.eject", {"consecutive_failures", "base_ms", "max_percent"}},
       {"upstreams.<name>.auth",
        {"type", "name", "value_env", "value_file", "token_url", "client_id_env", "client_secret_env", "scope",
@@ -419,6 +422,71 @@ std::optional<UpstreamConfig> parse_upstream_auth(const json& obj, UpstreamConfi
   return t;
 }
 
+// A field name the gateway reads: an HTTP token (compared in any case when read).
+std::string get_field_name(const json& obj, const std::string& path, const char* key) {
+  const std::string v = get_string(obj, path, key, "");
+  if (obj.contains(key) && v.empty()) fail(join(path, key), "must name a field");
+  for (const char ch : v)
+    if (!is_token_char(ch)) fail(join(path, key), "is not a field name: '" + v + "'");
+  return v;
+}
+
+// upstreams.<name>.rate_fields.usage: a count in one field of the supplier's own.
+void parse_rate_usage(const json& r, RateFieldsConfig& c, const std::string& rp) {
+  const std::string up = rp + ".usage";
+  const json& u = r["usage"];
+  check_keys(u, up, "upstreams.<name>.rate_fields.usage");
+  if (!u.contains("field")) fail(up + ".field", "is required (e.g. \"Sforce-Limit-Info\")");
+  c.usage_field = get_field_name(u, up, "field");
+  c.usage_key = get_string(u, up, "key", "");
+  for (const char ch : c.usage_key)
+    if (!is_token_char(ch)) fail(up + ".key", "is not a token: '" + c.usage_key + "' (e.g. \"api-usage\")");
+}
+
+// upstreams.<name>.rate_fields. A setting the chosen style would not read is refused rather than
+// silently ignored.
+void parse_rate_fields(const json& obj, UpstreamConfig& u, const std::string& path) {
+  if (!obj.contains("rate_fields")) return;
+  using Style = RateFieldsConfig::Style;
+  using Unit = RateFieldsConfig::ResetUnit;
+  const std::string rp = path + ".rate_fields";
+  const json& r = obj["rate_fields"];
+  check_keys(r, rp, "upstreams.<name>.rate_fields");
+  RateFieldsConfig& c = u.rate_fields;
+  c.style = get_enum(r, rp, "style", Style::automatic,
+                     {{"auto", Style::automatic}, {"ietf", Style::ietf}, {"legacy", Style::legacy}, {"x", Style::x},
+                      {"custom", Style::custom}, {"none", Style::none}});
+  c.reset_unit = get_enum(r, rp, "reset", Unit::automatic,
+                          {{"auto", Unit::automatic}, {"seconds", Unit::seconds}, {"unix", Unit::unix},
+                           {"unix_ms", Unit::unix_ms}, {"http_date", Unit::http_date}});
+  c.limit_field = get_field_name(r, rp, "limit");
+  c.remaining_field = get_field_name(r, rp, "remaining");
+  c.reset_field = get_field_name(r, rp, "reset_field");
+  if (r.contains("usage")) parse_rate_usage(r, c, rp);
+  c.policy = get_string(r, rp, "policy", "");
+  for (const char ch : c.policy)  // an sf-string's characters
+    if (ch < 0x20 || ch > 0x7e) fail(rp + ".policy", "holds a character outside visible ASCII");
+  c.window_s = static_cast<std::uint32_t>(get_uint(r, rp, "window_s", 0, 0, 86'400));
+
+  const bool custom = c.style == Style::custom;
+  if (c.style == Style::none)
+    for (const char* k : {"reset", "limit", "remaining", "reset_field", "usage", "policy", "window_s"})
+      if (r.contains(k)) fail(rp + "." + k, "does not apply to style \"none\" (nothing is read)");
+  for (const char* k : {"limit", "remaining", "reset_field", "usage"})
+    if (r.contains(k) && !custom) fail(rp + "." + k, "applies only to style \"custom\"");
+  if (r.contains("policy") && c.style != Style::automatic && c.style != Style::ietf)
+    fail(rp + ".policy", "applies only to style \"auto\" or \"ietf\" (the RateLimit field's policies)");
+  if (r.contains("reset") && c.style == Style::ietf)
+    fail(rp + ".reset", "does not apply to style \"ietf\" (its t is always seconds from now)");
+  if (custom) {
+    const bool remaining = r.contains("remaining"), usage = r.contains("usage");
+    if (remaining == usage)
+      fail(rp + ".remaining", remaining ? "and .usage are both given: use one" : "(or .usage) is required with style \"custom\"");
+    if (usage && r.contains("limit")) fail(rp + ".limit", "does not apply with .usage (its field carries the limit)");
+    if (r.contains("reset") && c.reset_field.empty()) fail(rp + ".reset", "needs .reset_field (the field it reads)");
+  }
+}
+
 template <typename T>
 std::optional<T> row_number(const json& row, const char* key, RawRow& out) {
   if (!row.contains(key) || row.at(key).is_null()) return std::nullopt;
@@ -634,6 +702,7 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     u.response_timeout_ms =
         static_cast<std::uint32_t>(get_uint(it.value(), path, "response_timeout_ms", 0, 1, 3'600'000));
     u.idle_timeout_ms = static_cast<std::uint32_t>(get_uint(it.value(), path, "idle_timeout_ms", 0, 1, 3'600'000));
+    parse_rate_fields(it.value(), u, path);
     std::optional<UpstreamConfig> token = parse_upstream_auth(it.value(), u, path);
     c.upstreams.push_back(std::move(u));
     if (token) c.upstreams.push_back(std::move(*token));

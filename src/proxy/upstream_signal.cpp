@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <tuple>
 
 #include "tollgate/proxy/rate_headers.hpp"
@@ -206,33 +207,34 @@ bool parse_number(Cursor& c, double& out) {
     whole = whole * 10 + (c.s[c.i++] - '0');
   }
   if (n == 0) return false;
-  double frac = 0, scale = 0.1;
+  // The fraction as an integer over a power of ten: one rounding, so "0.75" is 0.75 exactly.
+  std::int64_t frac = 0, scale = 1;
   if (c.peek() == '.') {
     ++c.i;
     int f = 0;
     while (is_digit(c.peek())) {
       if (++f > 9) return false;
-      frac += (c.s[c.i++] - '0') * scale;
-      scale /= 10;
+      frac = frac * 10 + (c.s[c.i++] - '0');
+      scale *= 10;
     }
     if (f == 0) return false;
   }
-  out = (static_cast<double>(whole) + frac) * (negative ? -1 : 1);
+  out = (static_cast<double>(whole) + static_cast<double>(frac) / static_cast<double>(scale)) * (negative ? -1 : 1);
   return true;
 }
 
 enum class Bare { number, other };
 
-// Any bare item (integer, decimal, string, token, byte sequence, boolean); numbers are kept.
-bool parse_bare_item(Cursor& c, Bare& kind, double& number) {
+// Any bare item (integer, decimal, string, token, byte sequence, boolean); numbers are kept, and
+// strings and tokens in `text`.
+bool parse_bare_item(Cursor& c, Bare& kind, double& number, std::string& text) {
   kind = Bare::other;
   const char ch = c.peek();
-  std::string scratch;
   if (ch == '-' || is_digit(ch)) {
     kind = Bare::number;
     return parse_number(c, number);
   }
-  if (ch == '"') return parse_sf_string(c, scratch);
+  if (ch == '"') return parse_sf_string(c, text);
   if (ch == '?') {
     ++c.i;
     if (c.peek() != '0' && c.peek() != '1') return false;
@@ -249,11 +251,16 @@ bool parse_bare_item(Cursor& c, Bare& kind, double& number) {
     ++c.i;
     return true;
   }
-  return parse_token(c, scratch);
+  return parse_token(c, text);
 }
 
-// One member: a name and its parameters; r or t that is not a non-negative number makes it malformed.
-bool parse_item(Cursor& c, RateLimitItem& item) {
+// Which field a list comes from, so which parameters are read: RateLimit's r and t, or
+// RateLimit-Policy's q, w and qu.
+enum class ListKind { ratelimit, policy };
+
+// One member: a name and its parameters; a read number (r, t, q, w) that is not a non-negative
+// number makes it malformed, and so does a qu that is not a string or a token.
+bool parse_item(Cursor& c, RateLimitItem& item, ListKind list) {
   if (c.peek() == '"') {
     if (!parse_sf_string(c, item.name)) return false;
   } else if (!parse_token(c, item.name)) {
@@ -269,13 +276,21 @@ bool parse_item(Cursor& c, RateLimitItem& item) {
       key.push_back(c.s[c.i++]);
     Bare kind = Bare::other;  // a key without a value is boolean true
     double number = 0;
+    std::string text;
     if (c.peek() == '=') {
       ++c.i;
-      if (!parse_bare_item(c, kind, number)) return false;
+      if (!parse_bare_item(c, kind, number, text)) return false;
     }
-    if (key == "r" || key == "t") {
+    // A repeated key: the last counts (RFC 8941).
+    std::optional<double>* slot = nullptr;
+    if (list == ListKind::ratelimit && (key == "r" || key == "t")) slot = key == "r" ? &item.r : &item.t;
+    if (list == ListKind::policy && (key == "q" || key == "w")) slot = key == "q" ? &item.q : &item.w;
+    if (slot) {
       if (kind != Bare::number || number < 0) return false;
-      (key == "r" ? item.r : item.t) = number;  // a repeated key: the last counts (RFC 8941)
+      *slot = number;
+    } else if (list == ListKind::policy && key == "qu") {
+      if (text.empty()) return false;
+      item.qu = std::move(text);
     }
   }
   return true;
@@ -299,6 +314,31 @@ void skip_member(Cursor& c, std::size_t from) {
       return;
     }
   }
+}
+
+// The items of an RFC 8941 list; a malformed member is skipped (and counted), the others kept.
+std::vector<RateLimitItem> parse_list(std::string_view value, ListKind list, int* skipped) {
+  std::vector<RateLimitItem> items;
+  Cursor c{value};
+  c.skip_ows();
+  while (!c.done()) {
+    const std::size_t from = c.i;
+    RateLimitItem item;
+    bool ok = parse_item(c, item, list);
+    if (ok) {
+      c.skip_ows();
+      ok = c.done() || c.peek() == ',';
+    }
+    if (ok) {
+      items.push_back(std::move(item));
+    } else {
+      skip_member(c, from);
+      if (skipped) ++*skipped;
+    }
+    if (!c.done()) ++c.i;  // the comma
+    c.skip_ows();
+  }
+  return items;
 }
 
 std::int64_t seconds_to_us(double s) {
@@ -341,26 +381,12 @@ std::optional<std::int64_t> retry_after_us(std::string_view value, std::optional
   return std::clamp<std::int64_t>(*at - *now, 0, kMaxPauseS) * 1'000'000;
 }
 
-std::vector<RateLimitItem> parse_ratelimit(std::string_view value) {
-  std::vector<RateLimitItem> items;
-  Cursor c{value};
-  c.skip_ows();
-  while (!c.done()) {
-    const std::size_t from = c.i;
-    RateLimitItem item;
-    bool ok = parse_item(c, item);
-    if (ok) {
-      c.skip_ows();
-      ok = c.done() || c.peek() == ',';
-    }
-    if (ok)
-      items.push_back(std::move(item));
-    else
-      skip_member(c, from);
-    if (!c.done()) ++c.i;  // the comma
-    c.skip_ows();
-  }
-  return items;
+std::vector<RateLimitItem> parse_ratelimit(std::string_view value, int* skipped) {
+  return parse_list(value, ListKind::ratelimit, skipped);
+}
+
+std::vector<RateLimitItem> parse_ratelimit_policy(std::string_view value, int* skipped) {
+  return parse_list(value, ListKind::policy, skipped);
 }
 
 ThrottleSignal classify_response(int status, std::optional<std::string_view> retry_after,
@@ -410,6 +436,303 @@ std::string restrict_ratelimit(std::string_view ours, std::string_view upstream)
     if (t) out += ";t=" + sf_integer(std::ceil(*t));
   }
   return out;
+}
+
+}  // namespace tollgate::proxy
+
+// What an upstream advertises it has left: read_advert and its helpers.
+namespace tollgate::proxy {
+
+namespace {
+
+using RateFields = config::RateFieldsConfig;
+
+constexpr double kMaxCount = 1e12;  // a remaining or a limit above this is absurd, not a quota
+
+char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (lower(a[i]) != lower(b[i])) return false;
+  return true;
+}
+
+// The values of the fields called `name` (any case), joined with ", " as a list field's lines
+// are; nullopt when there is none.
+std::optional<std::string> joined(const std::vector<HeaderView>& fields, std::string_view name) {
+  std::optional<std::string> out;
+  for (const HeaderView& f : fields) {
+    if (!iequals(f.name, name)) continue;
+    if (out)
+      out->append(", ");
+    else
+      out.emplace();
+    out->append(trim_ows(f.value));
+  }
+  return out;
+}
+
+// A field of one value: absent (none), its value (ok), or lines that disagree (malformed).
+AdvertRead single(const std::vector<HeaderView>& fields, std::string_view name, std::string_view& value) {
+  AdvertRead got = AdvertRead::none;
+  for (const HeaderView& f : fields) {
+    if (name.empty() || !iequals(f.name, name)) continue;
+    const std::string_view v = trim_ows(f.value);
+    if (got == AdvertRead::ok && v != value) return AdvertRead::malformed;
+    value = v;
+    got = AdvertRead::ok;
+  }
+  return got;
+}
+
+// A count or a time as these fields write it: a non-negative integer or decimal (up to 15 integer
+// and 9 fraction digits, as in RateLimit), nothing around it.
+std::optional<double> plain_number(std::string_view v) {
+  Cursor c{v};
+  double n = 0;
+  if (c.peek() == '-' || !parse_number(c, n) || !c.done()) return std::nullopt;
+  return n;
+}
+
+// Seconds from the answer to the reset a value names, in `unit`. A point in time is read against
+// `ref_s` (the answer's Date, else the gateway's clock) and one already past is 0. nullopt when
+// malformed, or more than a day away (absurd: never a pause of a day on a supplier's word).
+std::optional<double> reset_seconds(std::string_view v, RateFields::ResetUnit unit, std::int64_t ref_s) {
+  using Unit = RateFields::ResetUnit;
+  double s = 0;
+  const auto n = plain_number(v);
+  if (unit == Unit::http_date || (unit == Unit::automatic && !n)) {
+    const auto at = parse_http_date(v, ref_s);
+    if (!at) return std::nullopt;
+    s = static_cast<double>(*at - ref_s);
+  } else {
+    if (!n) return std::nullopt;
+    if (unit == Unit::automatic) unit = *n > 1e12 ? Unit::unix_ms : *n > 1e9 ? Unit::unix : Unit::seconds;
+    const double ref = static_cast<double>(ref_s);
+    s = unit == Unit::seconds ? *n : unit == Unit::unix ? *n - ref : *n / 1000 - ref;
+  }
+  if (s > static_cast<double>(kMaxPauseS)) return std::nullopt;
+  return std::max(s, 0.0);
+}
+
+// The reset field, when named and sent: a value that cannot be read is left out and counted (the
+// reset is then not said).
+void read_reset(const std::vector<HeaderView>& fields, std::string_view name, RateFields::ResetUnit unit,
+                std::int64_t ref_s, Advert& a) {
+  std::string_view v;
+  const AdvertRead got = single(fields, name, v);
+  if (got == AdvertRead::none) return;
+  const auto s = got == AdvertRead::ok ? reset_seconds(v, unit, ref_s) : std::nullopt;
+  if (s)
+    a.reset_us = seconds_to_us(*s);
+  else
+    ++a.ignored;
+}
+
+// A limit field: the limit, and in the early drafts' form quota policies after it
+// ("100, 100;w=60"): the w of the first one whose quota is the limit is the window.
+bool read_limit(std::string_view v, Advert& a) {
+  const std::size_t comma = v.find(',');
+  const auto limit = plain_number(trim_ows(v.substr(0, comma)));
+  if (!limit || *limit > kMaxCount) return false;
+  a.limit = *limit;
+  for (std::size_t at = comma; at != std::string_view::npos;) {
+    const std::size_t next = v.find(',', at + 1);
+    const std::string_view member = trim_ows(v.substr(at + 1, next == std::string_view::npos ? next : next - at - 1));
+    at = next;
+    const std::size_t w = member.find(";w=");
+    if (w == std::string_view::npos || plain_number(member.substr(0, member.find(';'))) != limit) continue;
+    const std::string_view ws = member.substr(w + 3);
+    const auto window = plain_number(ws.substr(0, ws.find(';')));
+    if (window && *window > 0 && *window <= static_cast<double>(kMaxPauseS)) a.window_us = seconds_to_us(*window);
+    break;
+  }
+  return true;
+}
+
+struct FieldNames {
+  std::string_view limit, remaining, reset;
+};
+
+// RateLimit-Limit/-Remaining/-Reset, X-RateLimit-*, or the custom names: the remaining is what
+// counts; a limit or a reset that cannot be read is left out and counted.
+AdvertRead read_named(const std::vector<HeaderView>& fields, const FieldNames& names, RateFields::ResetUnit unit,
+                      std::int64_t ref_s, Advert& a) {
+  std::string_view v;
+  const AdvertRead got = single(fields, names.remaining, v);
+  const auto remaining = got == AdvertRead::ok ? plain_number(v) : std::nullopt;
+  if (got == AdvertRead::none) return got;
+  if (!remaining || *remaining > kMaxCount) {
+    ++a.ignored;
+    return AdvertRead::malformed;
+  }
+  a.remaining = *remaining;
+  const AdvertRead has_limit = single(fields, names.limit, v);
+  if (has_limit != AdvertRead::none && (has_limit != AdvertRead::ok || !read_limit(v, a))) {
+    ++a.ignored;
+    a.limit = 0;
+  }
+  if (a.limit > 0 && a.remaining > a.limit) {  // contradictory: neither is believed
+    ++a.ignored;
+    return AdvertRead::malformed;
+  }
+  read_reset(fields, names.reset, unit, ref_s, a);
+  return AdvertRead::ok;
+}
+
+// The RateLimit-Policy item of a policy, when usable: a quota in requests (no qu, or
+// "requests"), q at most kMaxCount, w at most a day. `counts` is false for a quota in another
+// unit (bytes, concurrent requests): not ours to follow, and not malformed either.
+const RateLimitItem* policy_of(const std::vector<RateLimitItem>& policies, std::string_view name, bool& counts,
+                               int& ignored) {
+  counts = true;
+  for (const RateLimitItem& p : policies) {
+    if (p.name != name) continue;
+    if (!p.qu.empty() && p.qu != "requests") {
+      counts = false;
+      return nullptr;
+    }
+    if (!p.q || *p.q > kMaxCount || (p.w && *p.w > static_cast<double>(kMaxPauseS))) {
+      ++ignored;
+      return nullptr;
+    }
+    return &p;
+  }
+  return nullptr;
+}
+
+// How fast an item lets requests go until its reset: r/t. Nothing left is 0 whenever the reset
+// is; a reset now or not said (and no window to stand for it) bounds nothing.
+double pace(double r, double t) {
+  if (r <= 0) return 0;
+  if (t <= 0) return std::numeric_limits<double>::infinity();
+  return r / t;
+}
+
+struct Candidate {
+  const RateLimitItem* item = nullptr;
+  const RateLimitItem* policy = nullptr;
+  double t = 0;  // its t, or its policy's w when it has none
+};
+
+// The more restrictive of two: the slower pace, then the fewer left, then the later reset.
+bool more_restrictive(const Candidate& a, const Candidate& b) {
+  const double pa = pace(*a.item->r, a.t), pb = pace(*b.item->r, b.t);
+  if (pa != pb) return pa < pb;
+  if (*a.item->r != *b.item->r) return *a.item->r < *b.item->r;
+  return a.t > b.t;
+}
+
+// The IETF RateLimit field, each item's q and w from the RateLimit-Policy item of its name: the
+// item of `cfg.policy`, else the most restrictive. An item is usable with an r, at most
+// kMaxCount and not above its q, and a t of at most a day.
+AdvertRead read_ietf(const RateFields& cfg, const std::vector<HeaderView>& fields, Advert& a) {
+  const auto value = joined(fields, "RateLimit");
+  if (!value || value->empty()) return AdvertRead::none;
+  const int ignored_before = a.ignored;
+  int skipped = 0;
+  const std::vector<RateLimitItem> items = parse_ratelimit(*value, &skipped);
+  std::vector<RateLimitItem> policies;
+  if (const auto p = joined(fields, "RateLimit-Policy")) policies = parse_ratelimit_policy(*p, &skipped);
+  a.ignored += skipped;
+  Candidate best;
+  bool named = cfg.policy.empty();  // the policy to follow is among the items
+  for (const RateLimitItem& item : items) {
+    if (!cfg.policy.empty() && item.name != cfg.policy) continue;
+    named = true;
+    bool counts = true;
+    Candidate c{&item, policy_of(policies, item.name, counts, a.ignored), 0};
+    if (!counts) continue;
+    if (!item.r || *item.r > kMaxCount || (c.policy && *item.r > *c.policy->q) ||
+        (item.t && *item.t > static_cast<double>(kMaxPauseS))) {
+      ++a.ignored;
+      continue;
+    }
+    c.t = item.t ? *item.t : c.policy && c.policy->w ? *c.policy->w : 0;
+    if (!best.item || more_restrictive(c, best)) best = c;
+  }
+  if (!best.item) {
+    if (!named) ++a.ignored;  // not malformed itself, but nothing to follow: counted, so that it shows
+    // Only quotas in another unit (bytes) is nothing for us, not a fault.
+    return a.ignored > ignored_before ? AdvertRead::malformed : AdvertRead::none;
+  }
+  a.remaining = *best.item->r;
+  a.limit = best.policy ? *best.policy->q : 0;
+  a.reset_us = best.item->t ? seconds_to_us(*best.item->t) : 0;
+  if (best.policy && best.policy->w && *best.policy->w > 0) a.window_us = seconds_to_us(*best.policy->w);
+  return AdvertRead::ok;
+}
+
+// A count in one field of the supplier's own ("api-usage=10018/100000": used/limit): the member
+// named usage_key of a list (',' or ';' between members), or the whole value when the key is "".
+// What follows the limit in parentheses is a note ("17/250(appName=x)").
+AdvertRead read_usage(const RateFields& cfg, const std::vector<HeaderView>& fields, std::int64_t ref_s, Advert& a) {
+  std::string_view v;
+  const AdvertRead got = single(fields, cfg.usage_field, v);
+  if (got == AdvertRead::none) return got;
+  std::optional<std::string_view> count;
+  if (got == AdvertRead::ok && cfg.usage_key.empty()) count = v;
+  for (std::size_t at = 0; got == AdvertRead::ok && !count && at < v.size();) {
+    const std::size_t end = std::min(v.find(',', at), v.find(';', at));
+    const std::string_view member = trim_ows(v.substr(at, end == std::string_view::npos ? end : end - at));
+    at = end == std::string_view::npos ? v.size() : end + 1;
+    const std::size_t eq = member.find('=');
+    if (eq != std::string_view::npos && iequals(trim_ows(member.substr(0, eq)), cfg.usage_key))
+      count = trim_ows(member.substr(eq + 1));
+  }
+  const std::size_t slash = count ? count->find('/') : std::string_view::npos;
+  const auto used = count && slash != std::string_view::npos ? plain_number(trim_ows(count->substr(0, slash))) : std::nullopt;
+  const auto limit = used ? plain_number(trim_ows(count->substr(slash + 1, count->find('(') - slash - 1))) : std::nullopt;
+  if (!used || !limit || *used > kMaxCount || *limit > kMaxCount) {
+    ++a.ignored;
+    return AdvertRead::malformed;
+  }
+  a.limit = *limit;
+  a.remaining = std::max(*limit - *used, 0.0);
+  read_reset(fields, cfg.reset_field, cfg.reset_unit, ref_s, a);
+  return AdvertRead::ok;
+}
+
+}  // namespace
+
+AdvertRead read_advert(const config::RateFieldsConfig& cfg, const std::vector<HeaderView>& fields,
+                       std::optional<std::string_view> date, std::int64_t now_unix_s, Advert& out) {
+  using Style = RateFields::Style;
+  // Points in time are read against the supplier's clock when it gives it: its Date.
+  std::int64_t ref_s = now_unix_s;
+  if (date)
+    if (const auto d = parse_http_date(trim_ows(*date), now_unix_s)) ref_s = *d;
+  const auto attempt = [&](Style style, int& ignored) {
+    Advert a;
+    a.window_us = static_cast<std::int64_t>(cfg.window_s) * 1'000'000;
+    AdvertRead got = AdvertRead::none;
+    if (style == Style::ietf) got = read_ietf(cfg, fields, a);
+    if (style == Style::legacy)
+      got = read_named(fields, {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}, cfg.reset_unit, ref_s, a);
+    if (style == Style::x)
+      got = read_named(fields, {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}, cfg.reset_unit,
+                       ref_s, a);
+    if (style == Style::custom)
+      got = !cfg.usage_field.empty()
+                ? read_usage(cfg, fields, ref_s, a)
+                : read_named(fields, {cfg.limit_field, cfg.remaining_field, cfg.reset_field}, cfg.reset_unit, ref_s, a);
+    ignored += a.ignored;
+    if (got == AdvertRead::ok) {
+      a.ignored = ignored;
+      out = a;
+    }
+    return got;
+  };
+  int ignored = 0;
+  if (cfg.style != Style::automatic) return cfg.style == Style::none ? AdvertRead::none : attempt(cfg.style, ignored);
+  bool malformed = false;
+  for (const Style style : {Style::ietf, Style::legacy, Style::x}) {
+    const AdvertRead got = attempt(style, ignored);
+    if (got == AdvertRead::ok) return got;
+    malformed = malformed || got == AdvertRead::malformed;
+  }
+  return malformed ? AdvertRead::malformed : AdvertRead::none;
 }
 
 }  // namespace tollgate::proxy

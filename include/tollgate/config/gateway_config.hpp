@@ -85,6 +85,20 @@ struct UpstreamAuthConfig {
   friend bool operator==(const UpstreamAuthConfig&, const UpstreamAuthConfig&) = default;
 };
 
+// upstreams.<name>.rate_fields: which rate-limit fields the supplier sends and how it spells them
+// (read by proxy/upstream_signal's read_advert on every answer of an adaptive rule).
+struct RateFieldsConfig {
+  enum class Style : std::uint8_t { automatic, ietf, legacy, x, custom, none };  // JSON: "auto","ietf","legacy","x","custom","none"
+  enum class ResetUnit : std::uint8_t { automatic, seconds, unix, unix_ms, http_date };  // JSON: "auto","seconds","unix","unix_ms","http_date"
+  Style style = Style::automatic;
+  ResetUnit reset_unit = ResetUnit::automatic;
+  std::string limit_field, remaining_field, reset_field;  // custom names (style "custom")
+  std::string usage_field, usage_key;  // a count in one field: "Sforce-Limit-Info: api-usage=10018/100000" (used/limit)
+  std::string policy;                  // IETF: the policy to follow by name ("": the most restrictive item)
+  std::uint32_t window_s = 0;          // the window's length when the supplier does not say (0: unknown)
+  friend bool operator==(const RateFieldsConfig&, const RateFieldsConfig&) = default;
+};
+
 struct UpstreamConfig {
   std::string name;
   std::string url;             // the first URL as written, for messages
@@ -104,6 +118,7 @@ struct UpstreamConfig {
   std::uint32_t max_attempts = 3;
   EjectConfig eject;
   UpstreamAuthConfig auth;
+  RateFieldsConfig rate_fields;
   // Set on the internal upstream that carries an oauth2 upstream's token requests: that
   // upstream's name. It has no route; its base_path is the token URL's path.
   std::string token_endpoint_of;

@@ -5,7 +5,10 @@
 //                 response's own Date field (the upstream's clock), never against ours
 //   RateLimit:    draft-ietf-httpapi-ratelimit-headers, a structured-field list (RFC 8941) of
 //                 items "<policy>";r=<units left>;t=<seconds until reset>
-// Pure functions, std only: unit-testable and fuzzable.
+// And what an upstream advertises it has left (read_advert): the IETF RateLimit and
+// RateLimit-Policy fields, the older RateLimit-Limit/-Remaining/-Reset, X-RateLimit-*, or fields
+// of its own (upstreams.<name>.rate_fields).
+// Pure functions, std only (and the config's plain structs): unit-testable and fuzzable.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tollgate/config/gateway_config.hpp"
 
 namespace tollgate::proxy {
 
@@ -36,12 +41,21 @@ struct RateLimitItem {
   std::string name;        // the policy: an sf-string or a token
   std::optional<double> r;  // units left
   std::optional<double> t;  // seconds until the quota resets
+  // RateLimit-Policy's parameters (parse_ratelimit_policy only):
+  std::optional<double> q;  // the quota: units per window
+  std::optional<double> w;  // the window, in seconds
+  std::string qu;           // the quota's unit ("": requests, the default)
 };
 
 // The items of RateLimit field values (several field lines joined with ", "). r and t are
 // non-negative numbers (integers, or decimals with up to 9 fraction digits), at most 15 integer
-// digits; other parameters are ignored. A malformed item is skipped, the others are kept.
-std::vector<RateLimitItem> parse_ratelimit(std::string_view value);
+// digits; other parameters are ignored. A malformed item is skipped, the others are kept;
+// `skipped`, when given, is increased by the number skipped.
+std::vector<RateLimitItem> parse_ratelimit(std::string_view value, int* skipped = nullptr);
+
+// The same for RateLimit-Policy values: q and w are the numbers, qu a string or a token; r and t
+// are not read.
+std::vector<RateLimitItem> parse_ratelimit_policy(std::string_view value, int* skipped = nullptr);
 
 struct ThrottleSignal {
   bool throttled = false;
@@ -61,5 +75,30 @@ ThrottleSignal classify_response(int status, std::optional<std::string_view> ret
 // t = max(its t, our largest t), whole numbers: r rounded down, t up). Upstream items that do not
 // parse are dropped, never passed on unclamped; their unknown parameters are not kept.
 std::string restrict_ratelimit(std::string_view ours, std::string_view upstream);
+
+// What an upstream advertises it has left, so that the gateway can pace on the supplier's allowance.
+struct Advert {
+  double remaining = 0;        // units left in the supplier's current window
+  double limit = 0;            // its quota per window (0: not said)
+  std::int64_t reset_us = 0;   // from the answer to the window's end (>= 0, capped at kMaxPauseUs; 0: not said or now)
+  std::int64_t window_us = 0;  // the window's length (0: not said; rate_fields.window_s when set)
+  int ignored = 0;             // fields or items present but unusable and left out (count them, as malformed)
+};
+enum class AdvertRead : std::uint8_t { none, ok, malformed };  // none: no such fields; malformed: present but unusable (count it)
+struct HeaderView {
+  std::string_view name, value;
+};
+
+// Reads the rate-limit fields of one answer as `cfg` says, into `out` (written only on ok).
+// `fields`: the answer's fields (names in any case, a name may repeat); `date`: the answer's Date
+// value if any; `now_unix_s`: the gateway's wall clock (only for a Unix-time reset without a
+// usable Date). Style "auto" takes the first usable of: the IETF RateLimit (+ RateLimit-Policy),
+// RateLimit-Limit/-Remaining/-Reset, X-RateLimit-Limit/-Remaining/-Reset. The IETF rules hold:
+// a malformed, contradictory (remaining over the limit) or absurd (a reset over a day, a count
+// over 1e12) field or item is ignored; malformed when nothing usable remains. Never throws.
+// The caller, not this function: Retry-After takes precedence over these fields, and an answer
+// carrying an `Age` field (served from a cache) must not be believed: its fields are stale.
+AdvertRead read_advert(const config::RateFieldsConfig& cfg, const std::vector<HeaderView>& fields,
+                       std::optional<std::string_view> date, std::int64_t now_unix_s, Advert& out);
 
 }  // namespace tollgate::proxy
