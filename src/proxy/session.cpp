@@ -204,6 +204,7 @@ class Session {
                                Plan& plan);
   // An adaptive bucket's decision: its effective rate and pause, published.
   static void note_adaptive(const Plan& plan, const RuleViews& rules, const store::StoreDecision& sd);
+  static void note_supplier_fields(BucketMetrics& bm, double grant_seq, const ThrottleSignal& signal);
   // A held request keeps its read buffer for the whole wait: the buffer comes down to the bytes
   // it holds, and the views into them (head, body, target) are made again.
   void compact_for_hold(std::string_view& body, RequestTarget& target);
@@ -568,6 +569,8 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     co_return co_await answer_too_late(plan, budget, target.path, version, keep, access);
   }
   ThrottleSignal signal;  // what the upstream's answer says about its own limit
+  signal.want_advert = plan.step == Step::decide && plan.request.adaptive != limiter::Adaptive::off;
+  double grant_seq = 0;   // the store's count of the bucket's grants, this one's included
   Verdict verdict;  // a plan without a decision forwards with no fields of the limiter's
   const store::AcquireRequest* permit = nullptr;  // granted: given back if no upstream could take it
   if (plan.step != Step::decide) {
@@ -624,6 +627,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     if (verdict.action == Action::reject || verdict.action == Action::unavailable)
       co_return co_await answer_refused(plan, verdict, target.path, version, keep, access);
     if (sd.decision.granted) permit = &plan.request;
+    grant_seq = sd.grant_seq;
     // Admitted: now its body is invited. A client that does not send it gives its slot back.
     if (body_deferred_ && !co_await read_deferred_body(body)) co_return co_await client_left(plan, sd.reservation, count);
   }
@@ -641,6 +645,7 @@ net::awaitable<bool> Session::handle(std::string_view body) {
     co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
   else if (access.rec.upstream_status != 0 && plan.step == Step::decide && plan.request.adaptive != limiter::Adaptive::off)
     rules->metrics_of(*plan.rule).note_admitted();  // the supplier admitted it: told with the next decision
+  if (signal.advert_read != AdvertRead::none) note_supplier_fields(rules->metrics_of(*plan.rule), grant_seq, signal);
   co_return open;
 }
 
@@ -800,6 +805,17 @@ bool Session::voided_meanwhile(std::int64_t cut, std::int64_t known_cut, std::in
   // At most three times; the fourth asks only for a permit now.
   plan.request.timeout_us = round < 3 ? std::max<std::int64_t>(0, window_end - now) : 0;
   return true;
+}
+
+// What the supplier's fields advertised: told with the bucket's next decision, and shown.
+void Session::note_supplier_fields(BucketMetrics& bm, double grant_seq, const ThrottleSignal& signal) {
+  SupplierSeries& series = bm.supplier();
+  if (signal.advert_read == AdvertRead::malformed || signal.advert.ignored > 0) series.ignored.Increment();
+  if (signal.advert_read != AdvertRead::ok) return;
+  const Advert& a = signal.advert;
+  bm.note_advert(grant_seq, a.remaining, signal.read_at_us + a.reset_us, a.limit, a.window_us);
+  series.remaining.Set(a.remaining);
+  series.limit.Set(a.limit);
 }
 
 void Session::note_adaptive(const Plan& plan, const RuleViews& rules, const store::StoreDecision& sd) {

@@ -4,6 +4,7 @@
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/string.hpp>
 #include <cstdio>
+#include <ctime>
 #include <optional>
 #include <sys/socket.h>
 
@@ -22,6 +23,39 @@ namespace tollgate::proxy {
 namespace {
 
 using http1::Name;
+
+// What the upstream's answer says about its limit (the session reports it to the store after
+// answering): a throttle; else, for an adaptive rule, the allowance its fields advertise. A
+// RateLimit field with r=0 on an answer that is no refusal is a throttle only for a rule that does
+// not read the advertised allowance (for one that does, it says the window is used up).
+void read_signal(const config::RateFieldsConfig& fields, const http1::ResponseHead& res, ThrottleSignal& sig) {
+  const int status = res.status;
+  const bool want = sig.want_advert;
+  const http1::Field* date = res.find(Name::date);
+  if (status == 429 || status == 503 || (!want && res.has(Name::ratelimit))) {
+    std::string limits;
+    for (const http1::Field& f : res.all()) {
+      if (f.id != Name::ratelimit) continue;
+      if (!limits.empty()) limits.append(", ", 2);
+      limits.append(f.value);
+    }
+    const http1::Field* retry = res.find(Name::retry_after);
+    sig = classify_response(status, retry ? std::optional(retry->value) : std::nullopt,
+                            date ? std::optional(date->value) : std::nullopt, limits);
+    sig.want_advert = want;
+  }
+  if (!want || sig.throttled) return;
+  // Fields on an answer a cache kept (Age) say what was left then, not now: not believed.
+  thread_local std::vector<HeaderView> views;
+  views.clear();
+  for (const http1::Field& f : res.all()) {
+    if (beast::iequals(f.name, "Age")) return;
+    views.push_back({f.name, f.value});
+  }
+  sig.read_at_us = limiter::steady_now_us();
+  sig.advert_read = read_advert(fields, views, date ? std::optional(date->value) : std::nullopt,
+                                static_cast<std::int64_t>(std::time(nullptr)), sig.advert);
+}
 
 constexpr std::uint64_t kBufferedBodyMax = 1024 * 1024;  // larger or unknown-length bodies stream
 constexpr std::size_t kMaxResponseHead = 64 * 1024;
@@ -786,19 +820,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
   // A 5xx is the endpoint's failure, except a 503 (suppliers throttle with it).
   if (status >= 500 && status != 503) endpoint_failed(up, *conn->endpoint);
   else note_success(*conn->endpoint, up.endpoints->policy());
-  if (req.signal && (status == 429 || status == 503 || res.has(Name::ratelimit))) {
-    // A throttle signal? (the session reports it to the store after answering)
-    std::string limits;
-    for (const http1::Field& f : res.all()) {
-      if (f.id != Name::ratelimit) continue;
-      if (!limits.empty()) limits.append(", ", 2);
-      limits.append(f.value);
-    }
-    const http1::Field* retry = res.find(Name::retry_after);
-    const http1::Field* date = res.find(Name::date);
-    *req.signal = classify_response(status, retry ? std::optional(retry->value) : std::nullopt,
-                                    date ? std::optional(date->value) : std::nullopt, limits);
-  }
+  if (req.signal) read_signal(up.conf.rate_fields, res, *req.signal);
   const http1::BodyFraming framing = http1::response_body(res, head_request);
   if (framing.kind == http1::BodyKind::unsupported) {
     const beast::error_code bad(net::error::invalid_argument);

@@ -57,18 +57,7 @@ std::vector<RateLimitItem> parse_ratelimit(std::string_view value, int* skipped 
 // are not read.
 std::vector<RateLimitItem> parse_ratelimit_policy(std::string_view value, int* skipped = nullptr);
 
-struct ThrottleSignal {
-  bool throttled = false;
-  std::int64_t pause_us = 0;  // how long the upstream asks to be left alone (0: it did not say)
-  std::string_view cause;     // "429", "503" or "ratelimit_r0" (static strings); empty when not throttled
-};
 
-// Whether a response is the upstream throttling: a 429; a 503 with a Retry-After or RateLimit
-// field (without either it is an outage, not a throttle); any response with a RateLimit item
-// without a whole unit left (r < 1). The pause is the longer of the Retry-After delay and the t of
-// those items. `ratelimit` is the joined RateLimit values ("" for none).
-ThrottleSignal classify_response(int status, std::optional<std::string_view> retry_after,
-                                 std::optional<std::string_view> date, std::string_view ratelimit);
 
 // The RateLimit value a client gets when both the gateway (`ours`) and the upstream sent one: ours,
 // then each upstream item made at least as restrictive as ours (r = min(its r, our smallest r),
@@ -100,5 +89,26 @@ struct HeaderView {
 // carrying an `Age` field (served from a cache) must not be believed: its fields are stale.
 AdvertRead read_advert(const config::RateFieldsConfig& cfg, const std::vector<HeaderView>& fields,
                        std::optional<std::string_view> date, std::int64_t now_unix_s, Advert& out);
+
+// What an upstream's answer says about its limit: whether it throttles (classify_response below),
+// and, for an adaptive rule that asks (want_advert), the allowance its rate-limit fields advertise
+// (read_advert) and when they were read on the steady clock. Only an answer that is no throttle is
+// read for its allowance: a refusal's Retry-After and RateLimit take precedence.
+struct ThrottleSignal {
+  bool throttled = false;
+  std::int64_t pause_us = 0;  // how long the upstream asks to be left alone (0: it did not say)
+  std::string_view cause;     // "429", "503" or "ratelimit_r0" (static strings); empty when not throttled
+  bool want_advert = false;   // set by the caller: read the advertised allowance
+  AdvertRead advert_read = AdvertRead::none;
+  Advert advert;
+  std::int64_t read_at_us = 0;
+};
+
+// Whether a response is the upstream throttling: a 429; a 503 with a Retry-After or RateLimit
+// field (without either it is an outage, not a throttle); any response with a RateLimit item
+// without a whole unit left (r < 1). The pause is the longer of the Retry-After delay and the t of
+// those items. `ratelimit` is the joined RateLimit values ("" for none).
+ThrottleSignal classify_response(int status, std::optional<std::string_view> retry_after,
+                                 std::optional<std::string_view> date, std::string_view ratelimit);
 
 }  // namespace tollgate::proxy

@@ -56,6 +56,46 @@ TEST(AdminApi, MutationsNeedTheBearerToken) {
   EXPECT_EQ(j["changed_by"], "admin@10.0.0.1");
 }
 
+// POST /admin/rules/<bucket>/adaptive/reset: with the token, an adaptive bucket forgets the
+// allowance its supplier advertised (and its cuts); unknown buckets and rules that do not adapt
+// are explained.
+TEST(AdminApi, AnAdaptiveBucketsLearningIsResetWithTheToken) {
+  Fixture f;
+  config::RawRow r;
+  r.config_id = 1;
+  r.interface_url = "/shopping/search";
+  r.rate_limit = 50;
+  r.status = 1;
+  r.adaptive = "on";
+  config::RawRow plain = r;
+  plain.config_id = 2;
+  plain.interface_url = "/booking";
+  plain.adaptive.reset();
+  f.snaps.set(config::make_snapshot(config::validate_rows({r, plain}), 4, "test"));
+  auto api = f.api("t");
+  store::AcquireRequest req{{"/shopping/search", {}}, {}, "/shopping/search", 1, 0};
+  req.bucket.params.rate = 50;
+  req.adaptive = limiter::Adaptive::on;
+  req.advert = limiter::AdvertReport{0, 2, 1'000'000, 0, 0};  // 2 left for a second: paced at 2/s
+  EXPECT_EQ(f.store.decide(req).effective_rate, 2);
+  req.advert.reset();
+  const SimpleRequest reset{"POST", "/admin/rules/shopping/search/adaptive/reset", "", "", "10.0.0.1"};
+  EXPECT_EQ(api.handle(reset).status, 401);
+  EXPECT_LT(f.store.decide(req).effective_rate, 50);  // still learned
+  SimpleRequest with_token = reset;
+  with_token.authorization = "Bearer t";
+  const auto ok = api.handle(with_token);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body)["bucket"], "/shopping/search");
+  EXPECT_EQ(f.store.decide(req).effective_rate, 50);  // forgotten: the rule's own rate
+  with_token.target = "/admin/rules/booking/adaptive/reset";
+  EXPECT_EQ(api.handle(with_token).status, 409);
+  with_token.target = "/admin/rules/nothing/adaptive/reset";
+  EXPECT_EQ(api.handle(with_token).status, 404);
+  with_token.method = "GET";
+  EXPECT_EQ(api.handle(with_token).status, 405);
+}
+
 TEST(AdminApi, NoTokenConfiguredMeansReadOnly) {
   Fixture f;
   auto api = f.api("");
