@@ -31,6 +31,7 @@ using http1::Name;
 void read_signal(const config::RateFieldsConfig& fields, const http1::ResponseHead& res, ThrottleSignal& sig) {
   const int status = res.status;
   const bool want = sig.want_advert;
+  if (!want && status != 429 && status != 503 && !res.has(Name::ratelimit)) return;  // the common case
   const http1::Field* date = res.find(Name::date);
   if (status == 429 || status == 503 || (!want && res.has(Name::ratelimit))) {
     std::string limits;
