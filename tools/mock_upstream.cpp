@@ -48,6 +48,20 @@
 //          "caller_refused_us" too. Any other caller is decided by the limit as usual. A rate of 0
 //          drops the limit with its callers; a limit that should only refuse callers takes a rate
 //          it never reaches.
+//   "window_ms": a fixed window's length (1000 by default; 10000 for "100 per 10 s"), "offset_ms":
+//          where its windows start within the wall clock (windows are [k*W + offset, (k+1)*W +
+//          offset)), "per_window": its allowance per window (default floor(rate x W / 1000), at
+//          least 1), "clock_offset_ms": the supplier's clock ahead (or, negative, behind) the wall
+//          clock, which moves its windows and the Date and Unix times it sends.
+//   "advertise": the rate-limit fields it sends on EVERY answer of the limit, successes included
+//          (default "none": fields only on refusals, as "signal" says): "ietf" (RateLimit-Policy
+//          "supplier";q=<per window>;w=<window s> and RateLimit "supplier";r=<left>;t=<seconds to
+//          the window's end, rounded up>), "ietf_ms" (t with 3 decimals), "legacy"
+//          (RateLimit-Limit, -Remaining, -Reset in seconds, rounded up), "x" (X-RateLimit-Limit,
+//          -Remaining, -Reset as a Unix time in seconds, rounded up, by the supplier's clock, with a
+//          Date field of that clock) or "x_delta" (X-RateLimit-Reset in seconds). A token bucket
+//          advertises its whole tokens left and the seconds until it is full. "advertise_lie": N
+//          makes it claim N left whatever is true (it still refuses by its real count).
 // A limit kept at the same rate and kind keeps its bucket or window; a new or changed one starts
 // full; its other options change at once. A wrong option is a 400 naming it. GET /__limits shows
 // every option of each limit, in the form PUT takes. /__stats also counts each path's "accepted"
@@ -118,6 +132,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -126,6 +141,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -164,11 +180,16 @@ std::int64_t wall_us() {
 }
 
 enum class Kind { token_bucket, fixed_window };
+// Which rate-limit fields it sends on every answer (see "advertise" above).
+enum class Advertise { none, ietf, ietf_ms, legacy, x, x_delta };
 // Which fields a refusal carries: real suppliers send all, one, or none of them.
 enum class Signal { full, retry_after, ratelimit, bare };
 
 constexpr std::pair<Kind, const char*> kKinds[] = {{Kind::token_bucket, "token_bucket"},
                                                    {Kind::fixed_window, "fixed_window"}};
+constexpr std::pair<Advertise, const char*> kAdvertise[] = {
+    {Advertise::none, "none"}, {Advertise::ietf, "ietf"}, {Advertise::ietf_ms, "ietf_ms"},
+    {Advertise::legacy, "legacy"}, {Advertise::x, "x"}, {Advertise::x_delta, "x_delta"}};
 constexpr std::pair<Signal, const char*> kSignals[] = {
     {Signal::full, "full"}, {Signal::retry_after, "retry_after"}, {Signal::ratelimit, "ratelimit"}, {Signal::bare, "bare"}};
 
@@ -192,17 +213,32 @@ struct Limit {
   double tokens = 0;
   std::int64_t last_us = 0;
   // fixed_window
-  std::int64_t window_s = 0;  // the wall-clock second `used` counts
+  std::int64_t window_s = 0;  // the index of the window `used` counts
   std::int64_t used = 0;
+  std::int64_t window_ms = 1000, offset_ms = 0, clock_offset_ms = 0;
+  std::int64_t per_window_set = 0;  // 0: from the rate
+  Advertise advertise = Advertise::none;
+  std::int64_t lie = -1;  // >= 0: the remaining it claims
 
   // A fixed window's allowance: a fraction of a request cannot pass, and a rate under 1/s still
   // lets one through, as the bucket does.
-  std::int64_t per_window() const { return std::max<std::int64_t>(1, static_cast<std::int64_t>(rate)); }
+  std::int64_t per_window() const {
+    if (per_window_set > 0) return per_window_set;
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(rate * static_cast<double>(window_ms) / 1000.0));
+  }
+  // The supplier's clock, and the window it is in (windows start at `offset_ms` past multiples of W).
+  std::int64_t clock_us() const { return wall_us() + clock_offset_ms * 1000; }
+  std::int64_t window_of(std::int64_t clock) const {
+    const std::int64_t w = window_ms * 1000;
+    const std::int64_t t = clock - offset_ms * 1000;
+    return t >= 0 ? t / w : (t - w + 1) / w;
+  }
+  std::int64_t window_end(std::int64_t index) const { return (index + 1) * window_ms * 1000 + offset_ms * 1000; }
   // Full: as a new or changed limit starts.
   void fill() {
     tokens = std::max(rate, 1.0);
     last_us = now_us();
-    window_s = wall_us() / 1'000'000;
+    window_s = window_of(clock_us());
     used = 0;
   }
 };
@@ -232,19 +268,96 @@ std::int64_t take_token(Limit& l, std::int64_t now) {
   return static_cast<std::int64_t>((1 - l.tokens) / l.rate * 1e6) + 1;
 }
 
-// Counts a request in a fixed window at wall-clock time `wall`, or returns the microseconds until
-// the window ends (at most a second).
-std::int64_t take_in_window(Limit& l, std::int64_t wall) {
-  const std::int64_t second = wall / 1'000'000;  // the clock is past 1970: no negative times
-  if (second != l.window_s) {
-    l.window_s = second;
+// Counts a request in a fixed window at the supplier's time `clock`, or returns the microseconds
+// until the window ends.
+std::int64_t take_in_window(Limit& l, std::int64_t clock) {
+  const std::int64_t index = l.window_of(clock);
+  if (index != l.window_s) {
+    l.window_s = index;
     l.used = 0;
   }
   if (l.used < l.per_window()) {
     ++l.used;
     return 0;
   }
-  return (second + 1) * 1'000'000 - wall;
+  return l.window_end(index) - clock;
+}
+
+// What is left of the limit now and the microseconds until it is whole again (a window's end, a
+// bucket full), the allowance per window and the window's length in seconds: what it advertises.
+struct Left {
+  std::int64_t remaining = 0, reset_us = 0, limit = 0;
+  double window_s = 1;
+};
+Left left_of(const Limit& l) {
+  Left out;
+  if (l.kind == Kind::fixed_window) {
+    const std::int64_t clock = l.clock_us();
+    const std::int64_t index = l.window_of(clock);
+    out.remaining = std::max<std::int64_t>(0, l.per_window() - (index == l.window_s ? l.used : 0));
+    out.reset_us = l.window_end(index) - clock;
+    out.limit = l.per_window();
+    out.window_s = static_cast<double>(l.window_ms) / 1000.0;
+  } else {
+    const double cap = std::max(l.rate, 1.0);
+    const double tokens = std::min(cap, l.tokens + static_cast<double>(now_us() - l.last_us) / 1e6 * l.rate);
+    out.remaining = static_cast<std::int64_t>(tokens);
+    out.reset_us = static_cast<std::int64_t>((cap - tokens) / l.rate * 1e6);
+    out.limit = static_cast<std::int64_t>(cap);
+  }
+  if (l.lie >= 0) out.remaining = l.lie;
+  return out;
+}
+
+// The supplier's clock as an HTTP-date (the Date field of a supplier whose clock is off).
+std::string http_date_of(std::int64_t clock_us) {
+  const std::time_t t = static_cast<std::time_t>(clock_us / 1'000'000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return buf;
+}
+
+// The fields of "advertise" on an answer, as (name, value) pairs.
+std::vector<std::pair<std::string, std::string>> advertised_fields(const Limit& l) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (l.advertise == Advertise::none) return out;
+  const Left x = left_of(l);
+  const long long up_s = (x.reset_us + 999'999) / 1'000'000;
+  const std::string limit = std::to_string(x.limit), remaining = std::to_string(x.remaining);
+  char w[32];
+  std::snprintf(w, sizeof w, "%g", x.window_s);
+  switch (l.advertise) {
+    case Advertise::ietf:
+    case Advertise::ietf_ms: {
+      char t[32];
+      if (l.advertise == Advertise::ietf) std::snprintf(t, sizeof t, "%lld", up_s);
+      else std::snprintf(t, sizeof t, "%.3f", static_cast<double>(x.reset_us) / 1e6);
+      out.push_back({"RateLimit-Policy", "\"supplier\";q=" + limit + ";w=" + w});
+      out.push_back({"RateLimit", "\"supplier\";r=" + remaining + ";t=" + t});
+      break;
+    }
+    case Advertise::legacy:
+      out.push_back({"RateLimit-Limit", limit});
+      out.push_back({"RateLimit-Remaining", remaining});
+      out.push_back({"RateLimit-Reset", std::to_string(up_s)});
+      break;
+    case Advertise::x:
+    case Advertise::x_delta: {
+      const std::int64_t clock = l.clock_us();
+      out.push_back({"X-RateLimit-Limit", limit});
+      out.push_back({"X-RateLimit-Remaining", remaining});
+      out.push_back({"X-RateLimit-Reset", l.advertise == Advertise::x_delta
+                                              ? std::to_string(up_s)
+                                              : std::to_string((clock + x.reset_us + 999'999) / 1'000'000)});
+      out.push_back({"Date", http_date_of(clock)});
+      break;
+    }
+    case Advertise::none:
+      break;
+  }
+  return out;
 }
 
 // What a request under a limit gets.
@@ -261,9 +374,9 @@ Decision decide(const std::string& path, std::string_view real_ip) {
   if (!l) return {};
   if (!real_ip.empty() && std::find(l->refuse_callers.begin(), l->refuse_callers.end(), real_ip) != l->refuse_callers.end())
     return {Decision::caller, l, 0};
-  const std::int64_t wait = l->kind == Kind::fixed_window ? take_in_window(*l, wall_us()) : take_token(*l, now_us());
+  const std::int64_t wait = l->kind == Kind::fixed_window ? take_in_window(*l, l->clock_us()) : take_token(*l, now_us());
   if (wait > 0) return {Decision::limited, l, wait};
-  return {};
+  return {Decision::pass, l, 0};
 }
 
 // Reads the object form's optional fields into `l`; returns why they are wrong, or "".
@@ -291,6 +404,25 @@ std::string read_options(const std::string& suffix, const json& v, Limit& l) {
       return where + "status must be 429 or 503";
     l.status = f.get<int>();
   }
+  if (std::string why = pick("advertise", l.advertise, kAdvertise,
+                              R"("none", "ietf", "ietf_ms", "legacy", "x" or "x_delta")");
+      !why.empty())
+    return why;
+  auto whole = [&](const char* field, std::int64_t& out, std::int64_t lo, std::int64_t hi) -> std::string {
+    if (!v.contains(field)) return {};
+    const json& f = v[field];
+    if (!f.is_number_integer() || f.get<std::int64_t>() < lo || f.get<std::int64_t>() > hi)
+      return where + field + " must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+    out = f.get<std::int64_t>();
+    return {};
+  };
+  for (const auto& [field, out, lo, hi] :
+       {std::tuple<const char*, std::int64_t*, std::int64_t, std::int64_t>{"window_ms", &l.window_ms, 1, 86'400'000},
+        {"per_window", &l.per_window_set, 1, 1'000'000'000},
+        {"clock_offset_ms", &l.clock_offset_ms, -3'600'000, 3'600'000},
+        {"advertise_lie", &l.lie, 0, 1'000'000'000}})
+    if (std::string why = whole(field, *out, lo, hi); !why.empty()) return why;
+  if (std::string why = whole("offset_ms", l.offset_ms, 0, l.window_ms - 1); !why.empty()) return why;
   if (v.contains("refuse_callers")) {
     const json& f = v["refuse_callers"];
     const std::string why = where + "refuse_callers must be an array of addresses (non-empty strings)";
@@ -330,7 +462,9 @@ std::string set_limits(const std::string& body) {
     // A limit kept at the same rate and kind keeps its bucket or window; a new or changed one
     // starts full. Its other options take effect at once.
     auto old = g_limits.find(it.key());
-    if (old != g_limits.end() && old->second.rate == l.rate && old->second.kind == l.kind) {
+    if (old != g_limits.end() && old->second.rate == l.rate && old->second.kind == l.kind &&
+        old->second.window_ms == l.window_ms && old->second.offset_ms == l.offset_ms &&
+        old->second.clock_offset_ms == l.clock_offset_ms && old->second.per_window_set == l.per_window_set) {
       l.tokens = old->second.tokens;
       l.last_us = old->second.last_us;
       l.window_s = old->second.window_s;
@@ -351,7 +485,6 @@ std::string set_limits(const std::string& body) {
 json limits_json() {
   json out = json::object();
   const std::int64_t now = now_us();
-  const std::int64_t second = wall_us() / 1'000'000;
   for (const auto& [suffix, l] : g_limits) {
     json e = {{"rate", l.rate},
               {"retry_after_s", l.retry_after_s},
@@ -359,10 +492,15 @@ json limits_json() {
               {"signal", name_of(l.signal, kSignals)},
               {"status", l.status},
               {"refuse_callers", l.refuse_callers}};
+    e["advertise"] = name_of(l.advertise, kAdvertise);
+    if (l.lie >= 0) e["advertise_lie"] = l.lie;
     if (l.kind == Kind::fixed_window) {
-      const std::int64_t used = l.window_s == second ? l.used : 0;
+      const std::int64_t used = l.window_s == l.window_of(l.clock_us()) ? l.used : 0;
       e["tokens"] = static_cast<double>(std::max<std::int64_t>(0, l.per_window() - used));
       e["per_window"] = l.per_window();
+      e["window_ms"] = l.window_ms;
+      e["offset_ms"] = l.offset_ms;
+      e["clock_offset_ms"] = l.clock_offset_ms;
     } else {
       e["tokens"] = std::min(std::max(l.rate, 1.0), l.tokens + static_cast<double>(now - l.last_us) / 1e6 * l.rate);
     }
@@ -882,6 +1020,7 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
       const long long t = l.retry_after_s > 0 ? l.retry_after_s : (d.wait_us + 999'999) / 1'000'000;
       const long long q = l.kind == Kind::fixed_window ? l.per_window() : static_cast<long long>(l.rate);
       res.result(static_cast<http::status>(l.status));
+      for (auto& [name, value] : advertised_fields(l)) res.set(name, value);
       json body = {{"error", "supplier_rate_limited"}};
       if (l.signal == Signal::full || l.signal == Signal::retry_after) {
         res.set(http::field::retry_after, std::to_string(t));
@@ -904,12 +1043,15 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
         ++s.accepted;
         s.accepted_us.push_back(s.arrivals_us.back());
       }
+      // What is left as of its arrival (a PUT /__limits during a delay replaces the limit).
+      const auto advertised = d.limit ? advertised_fields(*d.limit) : std::vector<std::pair<std::string, std::string>>{};
       const int delay = int_param(target, "delay_ms", g_latency_ms);
       if (delay > 0) {
         net::steady_timer t(stream.get_executor(), std::chrono::milliseconds(delay));
         co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
       }
       res.result(static_cast<http::status>(status));
+      for (const auto& [name, value] : advertised) res.set(name, value);
       json body = airline_body(path);
       if (!query_param(target, "echo").empty()) {
         json headers = json::object();
