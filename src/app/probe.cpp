@@ -84,7 +84,7 @@ int drive(SSL* ssl, int fd, int timeout_ms, F call) {
 std::string subject_of(X509* cert) {
   char buf[512] = {};
   X509_NAME_oneline(X509_get_subject_name(cert), buf, sizeof buf);
-  return buf;
+  return proxy::escape_cert_text(buf);  // a supplier's certificate may hold terminal escapes
 }
 
 std::string date_of(std::int64_t unix_s) {

@@ -1,5 +1,7 @@
 #include "tollgate/proxy/tls_context.hpp"
 
+#include <cstdio>
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -121,6 +123,22 @@ std::string joined(const std::vector<std::string>& names) {
 
 }  // namespace
 
+std::string escape_cert_text(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c <= 0x7E && c != '\\') {
+      out += ch;
+      continue;
+    }
+    char hex[5];
+    std::snprintf(hex, sizeof hex, "\\x%02X", c);
+    out += hex;
+  }
+  return out;
+}
+
 std::vector<std::string> certificate_names(X509* cert) {
   std::vector<std::string> out;
   if (cert == nullptr) return out;
@@ -130,7 +148,8 @@ std::vector<std::string> certificate_names(X509* cert) {
       const GENERAL_NAME* n = sk_GENERAL_NAME_value(sans, i);
       if (n->type == GEN_DNS) {
         const ASN1_STRING* s = n->d.dNSName;
-        out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)), static_cast<std::size_t>(ASN1_STRING_length(s)));
+        out.push_back(escape_cert_text({reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                                        static_cast<std::size_t>(ASN1_STRING_length(s))}));
       } else if (n->type == GEN_IPADD) {
         const ASN1_OCTET_STRING* s = n->d.iPAddress;
         char text[INET6_ADDRSTRLEN] = {};
@@ -142,8 +161,15 @@ std::vector<std::string> certificate_names(X509* cert) {
     GENERAL_NAMES_free(sans);
   }
   if (out.empty()) {
-    char cn[256] = {};
-    if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn) > 0) out.emplace_back(cn);
+    const X509_NAME* subject = X509_get_subject_name(cert);
+    const int at = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
+    if (at >= 0) {
+      const ASN1_STRING* cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, at));
+      out.push_back("CN=" +
+                    escape_cert_text({reinterpret_cast<const char*>(ASN1_STRING_get0_data(cn)),
+                                      static_cast<std::size_t>(ASN1_STRING_length(cn))}) +
+                    " (no subjectAltName: not accepted)");
+    }
   }
   return out;
 }
@@ -258,7 +284,9 @@ SSL* TlsClientProfile::new_connection(int fd, SSL_SESSION* resume, TlsSessionCac
     if (name_is_ip_) {
       X509_VERIFY_PARAM_set1_ip_asc(param, server_name_.c_str());
     } else {
-      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+      // The subjectAltNames only, as browsers and Go check them: never the CN of a certificate
+      // without a DNS name (OpenSSL's default falls back to it).
+      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS | X509_CHECK_FLAG_NEVER_CHECK_SUBJECT);
       SSL_set1_host(ssl, server_name_.c_str());
     }
   }

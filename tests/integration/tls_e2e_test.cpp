@@ -117,6 +117,9 @@ TEST_F(TlsE2E, EachFailureIsA502NamingItsCauseAndNeverReachesTheUpstream) {
       {"expired", pki.expired_cert, pki.expired_key, ca_only(), "TLSv1.2 TLSv1.3", "expired", "certificate has expired"},
       {"wrong name", pki.wrongname_cert, pki.wrongname_key, ca_only(), "TLSv1.2 TLSv1.3", "hostname_mismatch",
        "hostname mismatch: certificate is for evil.example"},
+      // The right name in the CN only: not a name (OpenSSL alone would accept it; browsers and Go do not).
+      {"name in the CN only", pki.cnonly_cert, pki.cnonly_key, ca_only(), "TLSv1.2 TLSv1.3", "hostname_mismatch",
+       "hostname mismatch: certificate is for CN=localhost (no subjectAltName: not accepted)"},
       {"unknown CA", pki.unknownca_cert, pki.unknownca_key, ca_only(), "TLSv1.2 TLSv1.3", "unknown_ca",
        "unknown certificate authority"},
       {"protocol version", pki.server_cert, pki.server_key, {{"ca_file", pki.ca}, {"min_version", "1.3"}}, "TLSv1.2",

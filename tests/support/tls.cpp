@@ -53,6 +53,8 @@ struct PkiHolder {
     pki.server_key = at("server.key");
     pki.wrongname_cert = at("wrongname.pem");
     pki.wrongname_key = at("wrongname.key");
+    pki.cnonly_cert = at("cnonly.pem");
+    pki.cnonly_key = at("cnonly.key");
     pki.expired_cert = at("expired.pem");
     pki.expired_key = at("expired.key");
     pki.other_ca = at("other-ca.pem");

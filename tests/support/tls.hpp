@@ -24,6 +24,7 @@ struct TestPki {
   std::string other_ca, other_ca_key;              // a CA nobody trusts
   std::string unknownca_cert, unknownca_key;       // localhost, 127.0.0.1, signed by other_ca
   std::string client_cert, client_key;             // CN=tollgate-client, clientAuth, signed by ca
+  std::string cnonly_cert, cnonly_key;             // CN=localhost, no subjectAltName, signed by ca
 };
 
 // Made once per test process, in a temporary directory removed at exit; throws (with the

@@ -9,6 +9,8 @@
 #   other-ca.pem/other-ca.key     a second CA that nobody trusts
 #   unknownca.pem/unknownca.key   signed by other-ca: localhost, 127.0.0.1
 #   client.pem/client.key         signed by ca: CN=tollgate-client (clientAuth)
+#   cnonly.pem/cnonly.key         signed by ca: CN=localhost and no subjectAltName (refused: names
+#                                 are checked against subjectAltNames only)
 # All keys are EC P-256 (fast to make), every .key is mode 600. Silent on success; on failure the
 # failing openssl command's output goes to stderr.
 set -euo pipefail
@@ -69,6 +71,13 @@ extendedKeyUsage = serverAuth
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 subjectAltName = DNS:localhost, IP:127.0.0.1
+
+[cnonly_ext]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
 
 [client_ext]
 basicConstraints = critical, CA:FALSE
@@ -131,6 +140,9 @@ sign unknownca other-ca localhost_ext
 
 make_csr client tollgate-client
 sign client ca client_ext
+
+make_csr cnonly localhost
+sign cnonly ca cnonly_ext
 
 make_csr expired localhost
 run openssl ca "${cnf[@]}" -batch -notext -cert "$out/ca.pem" -keyfile "$out/ca.key" \

@@ -43,8 +43,14 @@ TlsFailure describe_verify_error(long verify_error, const std::vector<std::strin
 // OpenSSL error `err` (ERR_get_error) of the failure, else a closed connection.
 TlsFailure describe_tls_failure(ssl_st* ssl, unsigned long err);
 
-// The certificate's DNS and IP subjectAltNames, or its CN when it has none.
+// The certificate's DNS and IP subjectAltNames, each as escape_cert_text writes it; with none, its
+// CN, said to be no name (host names are checked against subjectAltNames only, as browsers and Go
+// do): "CN=host (no subjectAltName: not accepted)".
 std::vector<std::string> certificate_names(x509_st* cert);
+// Text from a certificate made safe to print and log: a byte outside printable ASCII (a NUL, an
+// escape sequence, a line break, anything over 0x7E) and a backslash written as \xHH, so that a
+// name with a NUL in it reads as such, not as the text before the NUL.
+std::string escape_cert_text(std::string_view text);
 // notAfter as Unix seconds (0 if unreadable).
 std::int64_t certificate_not_after(x509_st* cert);
 

@@ -33,6 +33,15 @@ TEST(TlsFailure, VerifyErrorsInWords) {
   EXPECT_EQ(other.words, "certificate verify failed: certificate revoked");
 }
 
+// A certificate's text is printed as it is only when it is printable ASCII: a NUL, an escape
+// sequence or a line break in a name reads as such (a name cut at its NUL would read as another).
+TEST(TlsFailure, CertificateTextIsEscapedWhereItIsNotPrintable) {
+  EXPECT_EQ(escape_cert_text("api.example"), "api.example");
+  EXPECT_EQ(escape_cert_text(std::string_view("localhost\0.evil.example", 23)), "localhost\\x00.evil.example");
+  EXPECT_EQ(escape_cert_text("\x1b]0;owned\x07x"), "\\x1B]0;owned\\x07x");
+  EXPECT_EQ(escape_cert_text("a\r\nb\\c\xc3\xa9"), "a\\x0D\\x0Ab\\x5Cc\\xC3\\xA9");
+}
+
 TEST(TlsFailure, NoErrorAtAllIsAClosedConnection) {
   EXPECT_EQ(describe_tls_failure(nullptr, 0).words, "handshake failure: connection closed by peer");
 }
