@@ -38,6 +38,30 @@ namespace tollgate::app {
 namespace net = boost::asio;
 using Guard = net::executor_work_guard<net::io_context::executor_type>;
 
+namespace {
+// Priority classes a caller can pick for itself (docs/priority.md): the method is every caller's to
+// choose, so any caller can take the high class; a class header is believed only from
+// proxy.trusted_proxies, so without any it names no class. Said at start and by --check.
+void warn_choosable_classes(const config::Snapshot* snap, bool has_trusted_proxies) {
+  if (snap == nullptr) return;
+  for (const config::Rule& r : snap->rules) {
+    if (!r.enabled || !r.priority) continue;
+    if (r.priority->by == config::Priority::By::method)
+      std::cerr << "tollgate: warn: rule " << r.config_id << " (" << r.bucket
+                << "): priority.by \"method\" lets every caller choose its class (any caller can send "
+                << r.priority->classes.front()
+                << "'s method); use \"header:<Name>\" set by a proxy in proxy.trusted_proxies (docs/priority.md)"
+                << std::endl;
+    else if (!has_trusted_proxies)
+      std::cerr << "tollgate: warn: rule " << r.config_id << " (" << r.bucket << "): priority.by \"header:"
+                << r.priority->header
+                << "\" is believed only from proxy.trusted_proxies, and none is set: every request gets the "
+                   "default class (docs/priority.md)"
+                << std::endl;
+  }
+}
+}  // namespace
+
 struct Gateway::Impl {
   config::GatewayConfig cfg;
   limiter::SteadyClock clock;
@@ -116,6 +140,7 @@ struct Gateway::Impl {
           std::make_shared<config::FileSource>(cfg.path), snapshots, switch_state, std::chrono::milliseconds(1000));
       config_manager->install(std::move(from_file.rules), "file:" + cfg.path, false);
     }
+    warn_choosable_classes(snapshots.get().get(), !cfg.proxy.trusted_proxies.empty());
   }
 
   std::unique_ptr<store::BucketStore> make_store(const std::vector<net::io_context*>& ctxs) {

@@ -624,6 +624,30 @@ TEST(PromisesCheck, CheckExitsZeroForAGoodFileAndOneWithTheFieldPathForABadOne) 
       << out_of_range.output();
 }
 
+// Priority classes any caller can choose are flagged by --check (and the start-up log, the same
+// code): by the method; by a header while no proxy is trusted to set it. Still valid (exit 0):
+// a warning, not an error.
+TEST(PromisesCheck, ClassesEveryCallerCanChooseAreWarnedAbout) {
+  const std::string dir = temp_dir();
+  auto check = [&](const json& c, const std::string& name) {
+    write_file(dir + "/" + name + ".json", c.dump(2));
+    Process p({TOLLGATE_BIN, "--config", dir + "/" + name + ".json", "--check"});
+    EXPECT_EQ(p.wait_exit(15s), 0) << p.output();
+    return p.output();
+  };
+  json c = base_config(unused_port());
+  c["limits"]["rules"][0]["priority"] = {{"by", "method"}, {"classes", {"POST", "GET"}}, {"default", "GET"}};
+  std::string out = check(c, "method");
+  EXPECT_NE(out.find("priority.by \"method\" lets every caller choose its class"), std::string::npos) << out;
+  c["limits"]["rules"][0]["priority"] = {{"by", "header:X-Tollgate-Priority"}, {"classes", {"booking", "shopping"}},
+                                         {"default", "shopping"}};
+  out = check(c, "header-untrusted");
+  EXPECT_NE(out.find("is believed only from proxy.trusted_proxies, and none is set"), std::string::npos) << out;
+  c["proxy"]["trusted_proxies"] = json::array({"10.0.0.0/8"});
+  out = check(c, "header-trusted");
+  EXPECT_EQ(out.find("warn: rule"), std::string::npos) << out;
+}
+
 // ---- limits.switch at start --------------------------------------------------------------------
 
 int shadow_header_count(const std::vector<HttpResponse>& rs, const std::string& prefix) {
