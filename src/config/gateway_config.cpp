@@ -1,5 +1,7 @@
 #include "tollgate/config/gateway_config.hpp"
 
+#include "tollgate/config/regular_file.hpp"
+
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
@@ -276,15 +278,10 @@ std::string secret_from_env(const json& obj, const std::string& path, const char
 // without the line end.
 std::string secret_from_file(const std::string& file, const std::string& field) {
   // Opened once, then checked and read through that descriptor: the file checked is the file read.
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);  // a FIFO does not block it
-  if (fd < 0) fail(field, file + ": " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) fail(field, file + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(field, file + " is not a regular file");
+  const RegularFile f(file);
+  if (!f.ok()) fail(field, f.error);
+  const int fd = f.fd;
+  const struct stat& st = f.st;
   if (st.st_uid != ::geteuid() && st.st_uid != 0)
     fail(field, file + " belongs to another user: a secret's file must be the gateway's user's (or root's)");
   if ((st.st_mode & 077) != 0) {

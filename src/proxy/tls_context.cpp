@@ -1,5 +1,7 @@
 #include "tollgate/proxy/tls_context.hpp"
 
+#include "tollgate/config/regular_file.hpp"
+
 #include <cstdio>
 
 #include <openssl/err.h>
@@ -79,10 +81,19 @@ std::string openssl_reason() {
   return r ? r : "error " + std::to_string(e);
 }
 
+// A TLS file is a regular file (config/regular_file: a FIFO named by mistake would hang the start,
+// a reload or --check inside OpenSSL's read): refused by name otherwise. (OpenSSL opens the path
+// again to read it: an operator's own path, not a race anyone else can run.)
+void check_regular(const std::string& path) {
+  const config::RegularFile f(path);
+  if (!f.ok()) throw TlsLoadError(f.error);
+}
+
 // A private key another user can read is a key anyone on the host may have: refused, naming it.
 void check_key_mode(const std::string& path) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) throw TlsLoadError(path + ": " + std::strerror(errno));
+  const config::RegularFile f(path);
+  if (!f.ok()) throw TlsLoadError(f.error);
+  const struct stat& st = f.st;
   if (st.st_mode & S_IROTH)
     throw TlsLoadError(path + ": private key is readable by every user (mode " +
                        std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
@@ -92,6 +103,7 @@ void check_key_mode(const std::string& path) {
 // The certificate and key of `ctx`, checked to belong together; returns the certificate's expiry.
 std::int64_t use_certificate(SSL_CTX* ctx, const std::string& cert, const std::string& key) {
   check_key_mode(key);
+  check_regular(cert);
   ERR_clear_error();
   if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) throw TlsLoadError(cert + ": " + openssl_reason());
   if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1) throw TlsLoadError(key + ": " + openssl_reason());
@@ -246,6 +258,11 @@ std::shared_ptr<const TlsClientProfile> TlsClientProfile::load(const config::Ups
   if (!t.insecure_skip_verify) {
     // The trust store is read once per load (the system bundle as one file), not per connection.
     if (!t.ca_file.empty()) {
+      try {
+        check_regular(t.ca_file);
+      } catch (const TlsLoadError& e) {
+        throw TlsLoadError("upstream " + u.name + ": " + e.what());
+      }
       if (SSL_CTX_load_verify_locations(ctx, t.ca_file.c_str(), nullptr) != 1)
         throw TlsLoadError("upstream " + u.name + ": " + t.ca_file + ": " + openssl_reason());
     } else if (SSL_CTX_set_default_verify_file(ctx) != 1) {

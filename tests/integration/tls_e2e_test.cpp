@@ -490,6 +490,40 @@ TEST_F(TlsE2E, ReloadUnderLoadLosesNoRequestAndABadFileKeepsTheOldContext) {
   EXPECT_TRUE(eventually([&] { return https_get(gw.port, "/ibe/renamed", evil).status == 200; }, 3s));
 }
 
+// A FIFO named as a TLS file (by mistake, or a process substitution) is refused by name: --check
+// exits at once instead of hanging in OpenSSL's read; a reload (admin or SIGHUP) refuses it and
+// keeps the old context, the admin listener answering meanwhile.
+TEST_F(TlsE2E, AFifoAsATlsFileIsRefusedByNameNeverWaitedOn) {
+  const TestPki& pki = test_pki();
+  NginxTls nginx;
+  const std::string dir = temp_dir();
+  const std::string fifo = dir + "/ca-fifo.pem";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  write_file(dir + "/fifo-ca.json", https_config(nginx.port, {{"ca_file", fifo}}).dump(2));
+  Process check({TOLLGATE_BIN, "--config", dir + "/fifo-ca.json", "--check"});
+  EXPECT_EQ(check.wait_exit(10s), 1) << check.output();
+  EXPECT_NE(check.output().find(fifo + " is not a regular file"), std::string::npos) << check.output();
+
+  const std::string cert = dir + "/listener.pem", key = dir + "/listener.key";
+  std::filesystem::copy_file(pki.server_cert, cert);
+  std::filesystem::copy_file(pki.server_key, key);
+  json c = https_config(nginx.port, ca_only());
+  c["tls"] = {{"cert_file", cert}, {"key_file", key}};
+  GatewayProcess gw(c);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  std::filesystem::remove(key);
+  ASSERT_EQ(::mkfifo(key.c_str(), 0600), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const HttpResponse refused = gw.admin("POST", "/admin/tls/reload");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(refused.status, 422) << refused.body;
+  EXPECT_NE(refused.body.find(key + " is not a regular file"), std::string::npos) << refused.body;
+  gw.proc->signal(SIGHUP);
+  EXPECT_TRUE(gw.proc->wait_for_line(key + " is not a regular file", 5s).has_value()) << gw.proc->output();
+  EXPECT_EQ(http_get(gw.admin_port, "/metrics").status, 200);
+  EXPECT_EQ(https_get(gw.port, "/ibe/still").status, 200);  // the old context still serves
+}
+
 // ---- --check --probe ---------------------------------------------------------------------------
 
 TEST_F(TlsE2E, ProbeReportsEachUpstreamAndFailsOnABadOne) {
