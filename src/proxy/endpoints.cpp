@@ -150,7 +150,11 @@ bool UpstreamEndpoints::set_addresses(std::size_t target, std::vector<tcp::endpo
     }
     now.push_back(std::move(found));
   }
-  const bool same = now.size() == old.size() && std::equal(now.begin(), now.end(), old.begin());
+  // The same addresses in another order (a resolver that rotates its answers) change nothing:
+  // compared as sets, so a rotation is neither logged nor a new set.
+  const bool same = now.size() == old.size() && std::all_of(now.begin(), now.end(), [&](const EndpointPtr& e) {
+                      return std::find(old.begin(), old.end(), e) != old.end();
+                    });
   if (same) return false;
   std::vector<EndpointPtr> gone;
   for (const auto& e : old)
@@ -195,8 +199,10 @@ void UpstreamEndpoints::leave_out_own(std::size_t target, std::vector<tcp::endpo
 }
 
 void UpstreamEndpoints::mark_ejected(UpstreamEndpoint& e) {
-  std::lock_guard lock(mu_);  // set_addresses removes a leaving endpoint's gauge under it
-  if (e.in_set.load(std::memory_order_relaxed)) e.series.up->Set(0);
+  std::lock_guard lock(mu_);  // set_addresses removes a leaving endpoint's series under it
+  if (!e.in_set.load(std::memory_order_relaxed)) return;
+  e.series.up->Set(0);
+  e.series.ejections->Increment();
 }
 
 void UpstreamEndpoints::refresh_gauges(std::int64_t now_us) {

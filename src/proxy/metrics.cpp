@@ -382,6 +382,7 @@ UpstreamMetrics& Metrics::upstream(std::string_view name) {
 
 namespace {
 constexpr const char* kEndpointUpHelp = "1 while an upstream's endpoint takes requests, 0 while it is ejected.";
+constexpr const char* kEjectionsHelp = "Ejections of an endpoint after consecutive failures.";
 }
 
 EndpointSeries Metrics::endpoint(std::string_view upstream, std::string_view endpoint) {
@@ -389,8 +390,7 @@ EndpointSeries Metrics::endpoint(std::string_view upstream, std::string_view end
   const std::map<std::string, std::string> labels{{"upstream", std::string(upstream)}, {"endpoint", std::string(endpoint)}};
   EndpointSeries s;
   s.up = &gauges(registry, "tollgate_upstream_endpoint_up", kEndpointUpHelp).Add(labels);
-  s.ejections = &counters(registry, "tollgate_upstream_ejections_total", "Ejections of an endpoint after consecutive failures.")
-                     .Add(labels);
+  s.ejections = &counters(registry, "tollgate_upstream_ejections_total", kEjectionsHelp).Add(labels);
   ++endpoint_holders_[s.up];
   return s;
 }
@@ -401,7 +401,11 @@ void Metrics::remove_endpoint(const EndpointSeries& s) {
   auto it = endpoint_holders_.find(s.up);
   if (it != endpoint_holders_.end() && --it->second > 0) return;
   if (it != endpoint_holders_.end()) endpoint_holders_.erase(it);
+  // Both series go with the endpoint: a name whose answers keep changing leaves no series behind
+  // for each address it ever gave (/metrics stays bounded whatever DNS says).
   gauges(registry, "tollgate_upstream_endpoint_up", kEndpointUpHelp).Remove(s.up);
+  if (s.ejections)
+    counters(registry, "tollgate_upstream_ejections_total", kEjectionsHelp).Remove(s.ejections);
 }
 
 PolicyMetrics& Metrics::policy(std::string_view rule, std::string_view policy, bool quota) {

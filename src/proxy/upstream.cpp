@@ -297,8 +297,7 @@ void endpoint_failed(Upstream& up, UpstreamEndpoint& e) {
   const auto set = up.endpoints->current(version);
   const EjectPolicy& p = up.endpoints->policy();
   if (!note_failure(*set, e, p, limiter::steady_now_us())) return;
-  e.series.ejections->Increment();
-  up.endpoints->mark_ejected(e);
+  up.endpoints->mark_ejected(e);  // counted there, under the lock that removes a leaving endpoint's series
   const std::uint32_t k = std::min<std::uint32_t>(e.ejections.load(std::memory_order_relaxed), 10);
   log_line("tollgate: warn: upstream '", up.conf.name, "' endpoint ", e.label, " ejected for ",
            static_cast<long long>(p.base_us / 1000) * k, " ms after ", p.consecutive_failures, " failures in a row");

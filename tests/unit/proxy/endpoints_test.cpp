@@ -131,6 +131,41 @@ TEST(EndpointSets, AnAnswerKeepsTheEndpointsStillInItAndDropsTheOthers) {
   EXPECT_NE(text.find("tollgate_upstream_unresolved{upstream=\"s\"} 0"), std::string::npos);
 }
 
+// A resolver that rotates its answer order gives the same set: no new set, nothing to log. A name
+// whose answers keep changing leaves no series behind for the addresses it no longer gives: after
+// nine sets of 50, /metrics holds the last set's series only.
+TEST(EndpointSets, ARotatedAnswerIsTheSameSetAndLeftAddressesLeaveNoSeries) {
+  Metrics metrics;
+  config::UpstreamConfig conf;
+  conf.name = "s";
+  conf.targets.push_back({"http://a.example:8080", "a.example", 8080, false, "a.example:8080"});
+  UpstreamEndpoints up(conf, 2, metrics, metrics.upstream("s"));
+  ASSERT_TRUE(up.set_addresses(0, {ep("10.0.0.1"), ep("10.0.0.2"), ep("10.0.0.3")}));
+  const std::uint64_t v = up.version();
+  EXPECT_FALSE(up.set_addresses(0, {ep("10.0.0.2"), ep("10.0.0.3"), ep("10.0.0.1")}));
+  EXPECT_FALSE(up.set_addresses(0, {ep("10.0.0.3"), ep("10.0.0.1"), ep("10.0.0.2")}));
+  EXPECT_EQ(up.version(), v);
+  for (int set = 0; set < 9; ++set) {
+    std::vector<tcp::endpoint> answer;
+    for (int i = 0; i < 50; ++i) answer.push_back(ep(("10.1." + std::to_string(set) + "." + std::to_string(i)).c_str()));
+    ASSERT_TRUE(up.set_addresses(0, answer));
+    // An ejection on each set: its counter exists while the address is in the answers.
+    std::uint64_t version = 0;
+    up.mark_ejected(*up.current(version)->endpoints[0]);
+  }
+  const std::string text = metrics.render();
+  auto count = [&](const std::string& name) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find("\n" + name + "{"); at != std::string::npos; at = text.find("\n" + name + "{", at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("tollgate_upstream_endpoint_up"), 50u);
+  EXPECT_LE(count("tollgate_upstream_ejections_total"), 50u);
+  EXPECT_NE(text.find("tollgate_upstream_ejections_total{endpoint=\"10.1.8.0:8080\",upstream=\"s\"} 1"),
+            std::string::npos);
+  EXPECT_EQ(text.find("10.1.7."), std::string::npos);
+}
+
 TEST(UpstreamTarget, BasePathAndStrippedPrefixJoinWithOneSlash) {
   EXPECT_EQ(upstream_target("", "", "/a/b?q=1"), "/a/b?q=1");
   EXPECT_EQ(upstream_target("/v2", "", "/a/b?q=1"), "/v2/a/b?q=1");
