@@ -786,9 +786,13 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
       endpoint_failed(up, *conn->endpoint);
       // A fresh TLS connection refused on its first read: in TLS 1.3 the server checks the client
       // certificate after the client's handshake is done, so its alert arrives here.
-      if (!reused && tls && is_tls_error(ec))
-        co_return co_await tls_failed(px, client, version, keep, up,
-                                      describe_tls_failure(conn->stream.tls(), static_cast<unsigned long>(ec.value())), rec);
+      if (!reused && tls && is_tls_error(ec)) {
+        const TlsFailure failure = describe_tls_failure(conn->stream.tls(), static_cast<unsigned long>(ec.value()));
+        // Refused for its client certificate: the supplier read no request, so, as after a failed
+        // handshake, the permit goes back.
+        if (failure.reason == "client_certificate") co_await return_permit(px, req);
+        co_return co_await tls_failed(px, client, version, keep, up, failure, rec);
+      }
       co_return co_await upstream_failed(px, client, version, keep, up, ec, UpstreamError::reset, rec, why);
     }
     // The supplier refused the OAuth2 token (revoked, or expired early): it is dropped for every

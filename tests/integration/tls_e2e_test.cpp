@@ -207,6 +207,16 @@ TEST_F(TlsE2E, ClientCertificateWorksWithItAndFailsWithout) {
   EXPECT_NE(refused.body.find("client certificate"), std::string::npos) << refused.body;
   EXPECT_EQ(series(without, "tollgate_upstream_tls_failures_total", "reason=\"client_certificate\",upstream=\"ibe\""), 1);
   EXPECT_EQ(strict.count("/ibe/book"), 0);
+  // The supplier read no request: the permit went back (as after a failed handshake), so a rule
+  // of one permit a second, with no wait, refuses nothing for it.
+  json one = https_config(strict.port, ca_only());
+  one["limits"]["rules"][0]["rateLimit"] = 1;
+  one["limits"]["rules"][0]["cache"] = 0;
+  GatewayProcess single(one);
+  ASSERT_GT(single.port, 0) << single.proc->output();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(http_get(single.port, "/ibe/shopping/search").status, 502) << i;
+  const std::string m = http_get(single.admin_port, "/metrics").body;
+  EXPECT_NE(m.find("\ntollgate_permits_returned_total 3"), std::string::npos) << m;
   GatewayProcess with(https_config(strict.port, with_cert));
   EXPECT_EQ(http_get(with.port, "/ibe/book").status, 200);
   EXPECT_EQ(strict.count("/ibe/book"), 1);
