@@ -149,9 +149,17 @@ Attempt tls_once(const config::UpstreamConfig& u, const TlsClientProfile& profil
           << (profile.client_cert_not_after() - now) / 86400 << " days)\n";
   }
   // TLS 1.3 tickets come after the handshake: read briefly so that they arrive (no request is
-  // sent; the read ends on the timeout).
+  // sent; the read ends on the timeout). A supplier that checks the client certificate after the
+  // handshake (TLS 1.3) sends its refusal here: every request would get that 502, so it fails.
   char c;
-  (void)drive(ssl, fd.fd, 300, [ssl, &c] { return SSL_read(ssl, &c, 1); });
+  if (const int r = drive(ssl, fd.fd, 300, [ssl, &c] { return SSL_read(ssl, &c, 1); });
+      r <= 0 && SSL_get_error(ssl, r) == SSL_ERROR_SSL) {
+    const proxy::TlsFailure f = proxy::describe_tls_failure(ssl, ERR_peek_last_error());
+    out << "  FAILED: " << where << ": TLS: " << f.words << " (" << f.reason << ")\n";
+    a.ok = false;
+    SSL_free(ssl);
+    return a;
+  }
   a.session = sessions.take(profile.generation());
   SSL_shutdown(ssl);
   SSL_free(ssl);

@@ -570,5 +570,39 @@ TEST_F(TlsE2E, ProbeReportsEachUpstreamAndFailsOnABadOne) {
   EXPECT_EQ(fine.wait_exit(20s), 0) << fine.output();
 }
 
+// A TLS 1.3 supplier that wants a client certificate completes the handshake and refuses after
+// it: the probe reads that refusal and fails, naming it as the gateway's 502 does, with no
+// certificate and with one from a CA the supplier does not trust; with the right one it passes.
+TEST_F(TlsE2E, ProbeFailsWhereTheSupplierRefusesTheClientCertificateAfterTheHandshake) {
+  const TestPki& pki = test_pki();
+  TlsMock strict(pki.server_cert, pki.server_key, pki.ca);
+  ASSERT_GT(strict.port, 0) << strict.proc->output();
+  const std::string dir = temp_dir();
+  auto probe = [&](const json& tls, const std::string& name) {
+    write_file(dir + "/" + name + ".json", https_config(strict.port, tls).dump());
+    auto p = std::make_unique<Process>(std::vector<std::string>{TOLLGATE_BIN, "--config", dir + "/" + name + ".json",
+                                                                "--check", "--probe"});
+    return p;
+  };
+  auto none = probe(ca_only(), "none");
+  EXPECT_EQ(none->wait_exit(20s), 1) << none->output();
+  EXPECT_NE(none->output().find("TLS: handshake failure: the upstream requires a client certificate (client_certificate)"),
+            std::string::npos)
+      << none->output();
+  EXPECT_NE(none->output().find("1 upstream(s) failed"), std::string::npos) << none->output();
+  json foreign = ca_only();
+  foreign["cert_file"] = pki.unknownca_cert;  // a certificate from a CA the supplier does not trust
+  foreign["key_file"] = pki.unknownca_key;
+  auto untrusted = probe(foreign, "foreign");
+  EXPECT_EQ(untrusted->wait_exit(20s), 1) << untrusted->output();
+  EXPECT_NE(untrusted->output().find("(client_certificate)"), std::string::npos) << untrusted->output();
+  json right = ca_only();
+  right["cert_file"] = pki.client_cert;
+  right["key_file"] = pki.client_key;
+  auto with = probe(right, "right");
+  EXPECT_EQ(with->wait_exit(20s), 0) << with->output();
+  EXPECT_EQ(strict.count("/"), 0);  // no request spent
+}
+
 }  // namespace
 }  // namespace tollgate::testing
