@@ -102,6 +102,9 @@
 //          {"error":"invalid_token"} with WWW-Authenticate: Bearer error="invalid_token".
 //   "require_header": {"name": N, "value": V} makes every API path require field N with exactly
 //          the value V, a 401 {"error":"missing_api_key"} otherwise; null drops it.
+//   "unauthorized_callers": ["10.0.0.99", ...]: a request whose X-Real-IP is one of them gets the
+//          401 {"error":"invalid_token"} whatever token it carries (one caller's own refusal: its
+//          account or entitlement), checked first.
 // The bearer token is checked first, then the field, both before the limits: a refused request is
 // counted in /__stats as an arrival and in its path's "unauthorized" (and "unauthorized_us"),
 // never as accepted, and takes nothing from a limit. A wrong type or value, or an unknown field, is
@@ -567,6 +570,7 @@ struct AuthSettings {
   bool require = false;
   std::string header_name;  // "": no field required
   std::string header_value;
+  std::vector<std::string> unauthorized_callers;  // X-Real-IP values answered 401 whatever they send
 };
 
 struct AuthCounts {
@@ -771,6 +775,10 @@ const char* api_refusal(const http::request<http::string_body>& req) {
   };
   c.last_authorization = field_or_null("Authorization");
   c.last_header_value = field_or_null(g_auth.header_name.empty() ? "X-Api-Key" : g_auth.header_name);
+  if (const auto ip = req.find("X-Real-IP"); ip != req.end() && std::find(g_auth.unauthorized_callers.begin(),
+                                                                             g_auth.unauthorized_callers.end(),
+                                                                             ip->value()) != g_auth.unauthorized_callers.end())
+    return "invalid_token";  // one caller's own refusal (its account, its entitlement), whatever the token
   if (g_auth.require) {
     const auto token = credentials_of(req[http::field::authorization], "Bearer");
     drop_expired_tokens();
@@ -827,6 +835,14 @@ std::string set_auth(const json& j) {
     } else if (k == "require") {
       if (!v.is_boolean()) return "require must be true or false";
       next.require = v.get<bool>();
+    } else if (k == "unauthorized_callers") {
+      const std::string why = "unauthorized_callers must be an array of addresses (non-empty strings)";
+      if (!v.is_array()) return why;
+      next.unauthorized_callers.clear();
+      for (const json& a : v) {
+        if (!a.is_string() || a.get<std::string>().empty()) return why;
+        next.unauthorized_callers.push_back(a.get<std::string>());
+      }
     } else if (k == "require_header") {
       const std::string why = R"(require_header must be {"name": field name, "value": string} or null)";
       if (v.is_null()) {
@@ -864,6 +880,7 @@ json auth_json() {
           {"client_id", g_auth.client_id},
           {"client_secret", g_auth.client_secret},
           {"require", g_auth.require},
+          {"unauthorized_callers", g_auth.unauthorized_callers},
           {"require_header", g_auth.header_name.empty()
                                  ? json(nullptr)
                                  : json{{"name", g_auth.header_name}, {"value", g_auth.header_value}}},

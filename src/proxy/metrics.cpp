@@ -342,6 +342,10 @@ AuthMetrics& Metrics::auth(std::string_view upstream) {
     a->ttl_seconds = &gauges(registry, "tollgate_upstream_auth_token_ttl_seconds",
                              "Seconds until the upstream's current OAuth2 token expires (0: none held).")
                           .Add({{"upstream", n}});
+    a->unconfirmed_401 = &counters(registry, "tollgate_upstream_auth_unconfirmed_401_total",
+                                   "The supplier's 401s to an OAuth2 token passed to their caller with the token kept: "
+                                   "one caller's own among other callers' successes.")
+                              .Add({{"upstream", n}});
     it = auth_.emplace(n, std::move(a)).first;
   }
   return *it->second;

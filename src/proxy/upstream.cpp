@@ -24,6 +24,16 @@ namespace {
 
 using http1::Name;
 
+// Who sent the request, for the evidence rule of a 401 (UpstreamAuth::confirm_401): the address
+// X-Real-IP carries (the client as proxy.trusted_proxies find it).
+std::uint64_t caller_of(const UpstreamRequest& req) {
+  constexpr std::string_view kName = "X-Real-IP: ";
+  std::string_view ip = req.hop_fields;
+  if (ip.starts_with(kName)) ip = ip.substr(kName.size(), ip.find("\r\n") - kName.size());
+  else ip = req.client_ip;
+  return limiter::caller_id(ip);
+}
+
 // What the upstream's answer says about its limit (the session reports it to the store after
 // answering): a throttle; else, for an adaptive rule, the allowance its fields advertise. A
 // RateLimit field with r=0 on an answer that is no refusal is a throttle only for a rule that does
@@ -651,6 +661,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
     if (!up.auth->oauth2()) {
       auth_field = up.auth->static_field();
     } else {
+      up.auth->note_caller(caller_of(req));
       token_field = co_await up.auth->field(px, w, auth_by());
       if (token_field.empty()) {
         co_await return_permit(px, req);
@@ -798,11 +809,13 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
     // The supplier refused the OAuth2 token (revoked, or expired early): it is dropped for every
     // worker, a new one fetched (one fetch, whoever asks), and the request sent once more on its
     // permit. A 401 says the request was not acted on, so any method goes again; only once.
+    // Only with evidence that the token, not this caller, is refused (UpstreamAuth::confirm_401):
+    // one caller's own 401s go to it as they came, the token kept.
     if (conn->head->status != 401 || !up.auth || !up.auth->oauth2() || auth_retried) break;
+    if (!up.auth->confirm_401(token_field, caller_of(req))) break;
     if (cut) cut->watch(nullptr);
     conn.reset();  // its 401 body is not read: the connection closes
     outstanding.on(nullptr);
-    up.auth->purge(token_field);
     token_field = co_await up.auth->field(px, w, auth_by(), token_field);
     reached_supplier = true;  // its permit is spent: it is never given back from here on
     if (token_field.empty()) co_return co_await auth_failed(px, client, version, keep, up, rec);

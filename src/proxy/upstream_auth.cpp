@@ -1,5 +1,7 @@
 #include "upstream_auth.hpp"
 
+#include "tollgate/limiter/clock.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
@@ -225,6 +227,34 @@ net::awaitable<std::string> UpstreamAuth::field(ProxyContext& px, Worker& w, Dea
     beast::error_code ec;
     co_await waiter->timer.async_wait(with(ec));  // woken (cancelled) by a refresh's end, or at `by`
   }
+}
+
+void UpstreamAuth::note_caller(std::uint64_t caller) {
+  const limiter::Micros now = limiter::steady_now_us();
+  std::lock_guard lock(mu_);
+  asked_.note(caller, now);
+}
+
+bool UpstreamAuth::confirm_401(std::string_view field, std::uint64_t caller) {
+  constexpr limiter::Micros kEvidenceUs = limiter::AdaptiveParams{}.evidence_us;
+  const limiter::Micros now = limiter::steady_now_us();
+  {
+    std::lock_guard lock(mu_);
+    if (field != token_field_) return true;  // replaced already: the next one is tried
+    if (refused_for_ != field) {
+      refused_401_ = {};
+      refused_for_.assign(field);
+    }
+    refused_401_.note(caller, now);
+    const bool two = now - refused_401_.second_at < kEvidenceUs;
+    const bool alone = asked_.first == caller && !(now - asked_.second_at < kEvidenceUs);
+    if (!two && !alone) {
+      if (metrics_) metrics_->unconfirmed_401->Increment();
+      return false;
+    }
+  }
+  purge(field);
+  return true;
 }
 
 void UpstreamAuth::purge(std::string_view field) {

@@ -16,6 +16,7 @@
 
 #include "http_io.hpp"
 #include "tollgate/config/gateway_config.hpp"
+#include "tollgate/limiter/adaptive_rate.hpp"
 #include "tollgate/proxy/metrics.hpp"
 #include "tollgate/proxy/proxy_server.hpp"
 
@@ -57,6 +58,14 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   // a new one is fetched at once (the current one serves the other requests until it comes, and
   // is dropped if none does).
   void purge(std::string_view field);
+  // The evidence rule of the adaptive rate (limiter/adaptive_rate.hpp's CallerPair): callers are
+  // noted as they send requests with the token (`caller`: limiter::caller_id of the address
+  // X-Real-IP carries), and a 401 to `field` replaces the token (purge) only when callers of two
+  // addresses were refused with it within 2 s, or the refused caller is the only one asking.
+  // Otherwise the 401 is that caller's own (its account, its entitlement): it goes to the caller,
+  // the token stays, and it is counted. True: purged (or replaced already), send again.
+  void note_caller(std::uint64_t caller);
+  bool confirm_401(std::string_view field, std::uint64_t caller);
 
   // For the console and /admin: no secret, no token.
   AuthView status() const;
@@ -108,6 +117,9 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   Clock::time_point next_request_{};  // the token endpoint's bucket (token_rate, burst 1)
   Clock::time_point failed_until_{};
   std::string refused_token_;         // one the supplier answered 401 to, for the next refresh to purge
+  limiter::CallerPair asked_;         // callers of requests sent with a token
+  limiter::CallerPair refused_401_;   // callers answered 401 with refused_for_
+  std::string refused_for_;           // the token field those 401s were to
   bool suspect_ = false;              // the current token was answered 401: dropped if no other comes  // after a failed token request: until the next may go
   bool refreshing_ = false;
   std::vector<std::shared_ptr<Waiter>> waiters_;

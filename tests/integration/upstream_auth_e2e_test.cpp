@@ -215,6 +215,71 @@ TEST(UpstreamAuthE2E, ASecond401GoesToTheCallerWithoutAnotherRetry) {
   EXPECT_EQ(path_count(m, "/other/never"), 2);
 }
 
+// The evidence rule (UpstreamAuth::confirm_401): one caller the supplier refuses for its own
+// account, among other callers' successes, gets its 401s as they come, each sent once, and the
+// fleet's token stays (no fetch, no retry: two supplier calls per permit before). When the token
+// itself is refused, callers of two addresses refused within 2 s replace it.
+TEST(UpstreamAuthE2E, OneCallersOwn401sLeaveTheTokenAloneAndTwoCallersReplaceIt) {
+  MockUpstream m = oauth2_mock();
+  ASSERT_GT(m.port, 0);
+  json c = oauth2_config(m);
+  c["proxy"]["trusted_proxies"] = json::array({"127.0.0.1"});  // X-Forwarded-For names the caller
+  GatewayProcess gw(c, kOauthEnv);
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  auto get_as = [&](const std::string& ip, const std::string& path) {
+    return http_request(gw.port, {"GET", path, {{"X-Forwarded-For", ip}}, {}});
+  };
+  ASSERT_EQ(get_as("10.0.0.1", "/other/warm").status, 200);
+  set_auth(m, {{"unauthorized_callers", {"10.0.0.99"}}});
+  std::atomic<bool> stop{false};
+  std::atomic<int> others_ok{0}, others_bad{0};
+  std::thread others([&] {
+    for (int i = 0; !stop; ++i) {
+      (get_as("10.0.0." + std::to_string(1 + i % 3), "/other/busy").status == 200 ? others_ok : others_bad)++;
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  for (int i = 0; i < 10; ++i) {
+    const HttpResponse r = get_as("10.0.0.99", "/other/mine");
+    EXPECT_EQ(r.status, 401) << r.body;
+  }
+  stop = true;
+  others.join();
+  EXPECT_EQ(path_count(m, "/other/mine"), 10);  // each sent once: no retry on a new token
+  EXPECT_EQ(auth_of(m)["token_requests"], 1);   // the token stayed
+  EXPECT_GT(others_ok.load(), 5);
+  EXPECT_EQ(others_bad.load(), 0);
+  const std::string metrics = http_get(gw.admin_port, "/metrics").body;
+  EXPECT_NE(metrics.find("tollgate_upstream_auth_unconfirmed_401_total{upstream=\"ibe\"} 10"), std::string::npos)
+      << metrics;
+
+  // Now the token itself is refused (revoked) while three callers ask in turn: the first refused
+  // has no evidence yet that it is not its own (its 401 goes to it, once); the next caller refused
+  // within 2 s is the evidence, so the token is replaced and that request goes again on the new one.
+  set_auth(m, {{"unauthorized_callers", json::array()}});
+  std::this_thread::sleep_for(2100ms);  // the refusals above are out of the evidence window
+  stop = false;
+  std::atomic<int> refused{0}, after_ok{0};
+  std::atomic<bool> revoked{false};
+  std::thread turns([&] {
+    for (int i = 0; !stop; ++i) {
+      const int status = get_as("10.0.0." + std::to_string(1 + i % 3), "/other/turn").status;
+      if (status == 401) ++refused;
+      if (revoked && status == 200) ++after_ok;
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  ASSERT_EQ(m.revoke_tokens(), 200);
+  revoked = true;
+  EXPECT_TRUE(eventually([&] { return auth_of(m)["token_requests"] == 2 && after_ok > 5; }, 5s));
+  stop = true;
+  turns.join();
+  EXPECT_EQ(refused.load(), 1);
+  EXPECT_EQ(auth_of(m)["token_requests"], 2);
+}
+
 TEST(UpstreamAuthE2E, ARefusedTokenThatCannotBeReplacedIsNotSentAgain) {
   MockUpstream m = oauth2_mock();
   ASSERT_GT(m.port, 0);

@@ -252,6 +252,7 @@ struct AuthMetrics {
   static constexpr const char* kResults[] = {"ok", "rejected", "invalid", "failed"};
   std::array<prometheus::Counter*, 4> refresh{};  // by kResults
   prometheus::Gauge* ttl_seconds = nullptr;
+  prometheus::Counter* unconfirmed_401 = nullptr;  // 401s passed to their caller, the token kept
 };
 
 // One endpoint's series: up (1 in use, 0 ejected) and how often it was ejected.
