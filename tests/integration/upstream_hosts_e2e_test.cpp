@@ -252,6 +252,37 @@ TEST_F(UpstreamHostsDns, MovedNameTakesTheTrafficWithinTheRefreshPeriodAndOldPoo
       << "answers with 200 do not match the requests the two upstreams received";
 }
 
+// A resolver that gives the same addresses in another order (round-robin DNS) changes nothing: no
+// new set, no log line at each refresh (it was one line a refresh, 9 KB with 500 records).
+TEST_F(UpstreamHostsDns, ARotatedAnswerIsNoChange) {
+  auto mocks = mocks_on_one_port({"127.0.0.2", "127.0.0.3", "127.0.0.4"});
+  ASSERT_EQ(mocks.size(), 3u) << "no port free on 127.0.0.2-4";
+  Dnsmasq dns(kName, {"127.0.0.2", "127.0.0.3", "127.0.0.4"});
+  GatewayProcess gw(named_upstream_config(dns, mocks[0]->port));
+  ASSERT_GT(gw.port, 0) << gw.proc->output();
+  const auto gives = [&] {
+    gw.proc->read_available();
+    const std::string out = gw.proc->output();
+    std::size_t n = 0;
+    for (std::size_t at = out.find("now gives endpoints"); at != std::string::npos;
+         at = out.find("now gives endpoints", at + 1))
+      ++n;
+    return n;
+  };
+  const std::size_t before = gives();
+  ASSERT_EQ(before, 1u) << gw.proc->output();  // the first answer
+  for (const auto& order : {std::vector<std::string>{"127.0.0.3", "127.0.0.4", "127.0.0.2"},
+                            std::vector<std::string>{"127.0.0.4", "127.0.0.2", "127.0.0.3"}}) {
+    dns.set(kName, order);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3 * kRefreshMs));  // several refreshes
+  }
+  EXPECT_EQ(gives(), before) << gw.proc->output();
+  EXPECT_EQ(http_get(gw.port, kPath).status, 200);
+  // A real change is still seen.
+  dns.set(kName, {"127.0.0.2", "127.0.0.3"});
+  EXPECT_TRUE(eventually([&] { return gives() > before; }, kFollowBound)) << gw.proc->output();
+}
+
 TEST_F(UpstreamHostsDns, DnsServerGoneKeepsTheLastGoodAddressesAndCountsTheFailures) {
   MockUpstream mock("127.0.0.3", 0);
   ASSERT_GT(mock.port, 0) << mock.proc->output();
