@@ -174,7 +174,7 @@ bool same_field_name(std::string_view a, std::string_view b) {
   out.append(auth_field);
   if (xff.empty()) append_field(out, "X-Forwarded-For", r.client_ip);
   else append_field(out, "X-Forwarded-For", xff.append(", ", 2).append(r.client_ip));
-  if (via.empty()) append_field(out, "Via", own_via);
+  if (via.empty()) out.append(px.via_line[h.version_minor == 0 ? 0 : 1]);
   else append_field(out, "Via", via.append(", ", 2).append(own_via));
   append_field(out, "X-Forwarded-Proto", r.client_tls ? "https" : "http");
   if (!original_host.empty()) append_field(out, "X-Forwarded-Host", original_host);
