@@ -141,6 +141,32 @@ std::optional<std::string> MysqlSource::fingerprint() {
   });
 }
 
+void MysqlSource::read_switch(sql::Connection& c, LoadResult& out) {
+  std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
+      "SELECT state, changedBy, CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED), "
+      "IFNULL(CAST(UNIX_TIMESTAMP(revertAt) * 1000 AS SIGNED), 0), IFNULL(revertTo, -1) "
+      "FROM t_ratelimite_switch WHERE name = ?"));
+  ps->setString(1, config_.switch_name);
+  std::unique_ptr<sql::ResultSet> sw(ps->executeQuery());
+  if (sw->next()) {
+    // A state the gateway does not know is explained, never guessed at: the switch stays as it
+    // is. A pending revert to an unknown state is not done (tick() skips it) and not shown.
+    const std::string row = "t_ratelimite_switch[name=" + config_.switch_name + "]";
+    const int state = sw->getInt(1), revert_to = sw->getInt(5);
+    const std::int64_t revert_at = sw->getInt64(4);
+    const std::optional<SwitchMode> mode = switch_mode_of_state(state);
+    const std::optional<SwitchMode> then = switch_mode_of_state(revert_to);
+    if (!mode) {
+      out.switch_error = row + ".state: " + std::to_string(state) + kStates + "; the switch stays as it was";
+    } else {
+      if (revert_at != 0 && !then)
+        out.switch_error = row + ".revertTo: " + (revert_to == -1 ? std::string("NULL") : std::to_string(revert_to)) +
+                           kStates + "; the revert is not done";
+      out.fleet_switch = SwitchRecord{*mode, sw->getString(2), sw->getInt64(3), then ? revert_at : 0, then.value_or(*mode)};
+    }
+  }
+}
+
 LoadResult MysqlSource::load() {
   return with_connection([this](sql::Connection& c) {
     LoadResult out;
@@ -213,29 +239,7 @@ LoadResult MysqlSource::load() {
     }
     out.rules = validate_rows(rows, std::move(orphans));
 
-    std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
-        "SELECT state, changedBy, CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED), "
-        "IFNULL(CAST(UNIX_TIMESTAMP(revertAt) * 1000 AS SIGNED), 0), IFNULL(revertTo, -1) "
-        "FROM t_ratelimite_switch WHERE name = ?"));
-    ps->setString(1, config_.switch_name);
-    std::unique_ptr<sql::ResultSet> sw(ps->executeQuery());
-    if (sw->next()) {
-      // A state the gateway does not know is explained, never guessed at: the switch stays as it
-      // is. A pending revert to an unknown state is not done (tick() skips it) and not shown.
-      const std::string row = "t_ratelimite_switch[name=" + config_.switch_name + "]";
-      const int state = sw->getInt(1), revert_to = sw->getInt(5);
-      const std::int64_t revert_at = sw->getInt64(4);
-      const std::optional<SwitchMode> mode = switch_mode_of_state(state);
-      const std::optional<SwitchMode> then = switch_mode_of_state(revert_to);
-      if (!mode) {
-        out.switch_error = row + ".state: " + std::to_string(state) + kStates + "; the switch stays as it was";
-      } else {
-        if (revert_at != 0 && !then)
-          out.switch_error = row + ".revertTo: " + (revert_to == -1 ? std::string("NULL") : std::to_string(revert_to)) +
-                             kStates + "; the revert is not done";
-        out.fleet_switch = SwitchRecord{*mode, sw->getString(2), sw->getInt64(3), then ? revert_at : 0, then.value_or(*mode)};
-      }
-    }
+    read_switch(c, out);
     return out;
   });
 }

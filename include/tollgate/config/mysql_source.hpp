@@ -45,6 +45,7 @@ class MysqlSource final : public ConfigSource, public SwitchWriter {
   std::unique_ptr<sql::Connection> conn_;
   std::map<std::string, std::string> columns_;  // of t_ratelimite_conf: name -> data type, read per connection and load
   void read_columns(sql::Connection& c);
+  void read_switch(sql::Connection& c, LoadResult& out);  // the fleet's switch row, into out
   bool quota_table_ = false;       // t_ratelimite_quota exists (checked per connection, and per poll until it does)
   void check_quota_table(sql::Connection& c);
 };
