@@ -1,14 +1,17 @@
 -- Tollgate schema. Idempotent: safe to run twice (CREATE ... IF NOT EXISTS).
--- t_ratelimite_conf is the original table, column for column; Tollgate's own columns are nullable
--- and NULL keeps the original behaviour.
+-- t_ratelimite_conf is the original table, column for column, with rateLimit and cache widened to
+-- DOUBLE so that a row holds every value the file's rules take (a fractional rateLimit, a cache up
+-- to 60 s); Tollgate's own columns are nullable and NULL keeps the original behaviour.
+-- A table made by an earlier version of this file (or the original table) is brought to this one,
+-- rows kept, by sql/upgrade.sql; a column added here goes there too (MysqlE2E checks that they agree).
 
 CREATE TABLE IF NOT EXISTS t_ratelimite_conf (
   configId       INT          NOT NULL AUTO_INCREMENT,
   channelType    VARCHAR(24)  DEFAULT NULL COMMENT 'supplier channel, e.g. IBE+',
   interfaceNo    VARCHAR(24)  DEFAULT NULL COMMENT 'supplier interface code (informational)',
   interfaceUrl   VARCHAR(128) DEFAULT NULL COMMENT 'bucket name and the URL suffix it governs',
-  rateLimit      INT          DEFAULT NULL COMMENT 'permits per second, > 0',
-  cache          FLOAT(3,2)   DEFAULT NULL COMMENT 'wait window in seconds (NULL: 0.5)',
+  rateLimit      DOUBLE       DEFAULT NULL COMMENT 'permits per second, > 0 (fractions too: 0.5 is one every 2 s)',
+  cache          DOUBLE       DEFAULT NULL COMMENT 'wait window in seconds, 0 to 60 (NULL: 0.5)',
   status         TINYINT(1)   NOT NULL DEFAULT 0 COMMENT '1 enabled, 0 disabled',
   lastModifyTime DATETIME     DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
   -- Tollgate extensions (NULL = original behaviour)

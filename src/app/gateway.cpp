@@ -60,6 +60,27 @@ void warn_choosable_classes(const config::Snapshot* snap, bool has_trusted_proxi
                 << std::endl;
   }
 }
+
+// --check with MySQL: the rows read once (one connection under limits.mysql's timeouts, no retry)
+// and checked as a reload checks them. Every rejected row, and a switch row the gateway would not
+// apply, is named, and any of them fails the check, as a bad row of the file does; so does a
+// MySQL that cannot be read, which the gateway itself would only wait out on the file's rules.
+config::ValidatedRules checked_mysql_rows(config::MysqlSource& source) {
+  config::LoadResult r;
+  try {
+    r = source.load();
+  } catch (const std::exception& e) {
+    throw config::ConfigError("limits.mysql: cannot read the rules from " + source.describe() + ": " + e.what());
+  }
+  std::string problems;
+  for (const config::RejectedRow& bad : r.rules.rejected) problems += "\n  " + bad.message();
+  if (r.switch_error) problems += "\n  " + *r.switch_error;
+  const std::size_t n = r.rules.rejected.size() + (r.switch_error ? 1 : 0);
+  if (n > 0)
+    throw config::ConfigError(source.describe() + ": " + std::to_string(n) + (n == 1 ? " row" : " rows") +
+                              " the gateway would reject:" + problems);
+  return std::move(r.rules);
+}
 }  // namespace
 
 struct Gateway::Impl {
@@ -119,7 +140,7 @@ struct Gateway::Impl {
     });
   }
 
-  explicit Impl(config::GatewayConfig c) : cfg(std::move(c)), switch_state(cfg.limits.switch_mode, "file") {
+  Impl(config::GatewayConfig c, bool check_only) : cfg(std::move(c)), switch_state(cfg.limits.switch_mode, "file") {
     (void)proxy::trusted_proxies_from(cfg.proxy.trusted_proxies);  // checked here too, so --check sees it
     tls = std::make_unique<proxy::TlsProfiles>(cfg, metrics);
     // The file's rules: the configuration itself (file source) or the fallback (MySQL source).
@@ -129,8 +150,9 @@ struct Gateway::Impl {
       mysql = std::make_shared<config::MysqlSource>(cfg.limits.mysql);
       config_manager = std::make_unique<config::ConfigManager>(
           mysql, snapshots, switch_state, std::chrono::milliseconds(cfg.limits.mysql.poll_interval_ms));
-      const config::ReloadResult first = config_manager->reload();
-      if (!first.ok) {
+      if (check_only) {
+        config_manager->install(checked_mysql_rows(*mysql), mysql->describe(), false);
+      } else if (const config::ReloadResult first = config_manager->reload(); !first.ok) {
         std::cerr << "tollgate: warn: MySQL unreachable at start; serving the " << from_file.rules.rules.size()
                   << " rules of " << cfg.path << " until it answers (retrying with backoff)" << std::endl;
         config_manager->install(std::move(from_file.rules), "file-fallback:" + cfg.path, true);
@@ -224,7 +246,8 @@ void fit_connections_to_fd_limit(config::GatewayConfig& cfg, unsigned threads) {
 
 }  // namespace
 
-Gateway::Gateway(config::GatewayConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Gateway::Gateway(config::GatewayConfig config, bool check_only)
+    : impl_(std::make_unique<Impl>(std::move(config), check_only)) {}
 Gateway::~Gateway() = default;
 
 void Gateway::start() {

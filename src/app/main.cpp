@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
                    "       tollgate --version | --help\n"
                    "\n"
                    "  --config FILE  the gateway's configuration (default conf/gateway.json)\n"
-                   "  --check        validate the configuration and its TLS files, then exit (0: valid)\n"
+                   "  --check        validate the configuration and its TLS files, and with limits.source\n"
+                   "                 \"mysql\" every row of the tables (read once), then exit (0: valid)\n"
                    "  --probe        with --check: connect to every upstream and report on it (TLS version,\n"
                    "                 cipher, chain, name, expiry, resumption); exit 1 if any fails\n"
                    "  --version, -V  the version, the commit and the libraries it was built with\n"
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     const tollgate::config::GatewayConfig cfg = tollgate::config::load_gateway_config(path);
-    tollgate::app::Gateway gw(cfg);
+    tollgate::app::Gateway gw(cfg, check_only);
     if (check_only) {
       std::cout << "tollgate: " << path << " is valid\n";
       return probe ? tollgate::app::probe_upstreams(cfg, std::cout) : 0;

@@ -612,23 +612,24 @@ Endpoint parse_endpoint(const std::string& text, const std::string& field) {
   return e;
 }
 
-std::vector<RawRow> parse_rule_rows(const std::string& text, const std::string& origin_prefix) {
-  json arr;
+namespace {
+// The one way the file's text becomes JSON, comments (// and /* */) allowed: the loader, the rule
+// rows and the reload's diff all read it so, and what the loader accepts the diff reads alike.
+json parse_config_json(const std::string& text, const std::string& origin) {
   try {
-    arr = json::parse(text, nullptr, true, true);
+    return json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for overflowing numbers
-    fail(origin_prefix, std::string("invalid JSON: ") + e.what());
+    fail(origin, std::string("invalid JSON: ") + e.what());
   }
-  return rows_from_json(arr, origin_prefix);
+}
+}  // namespace
+
+std::vector<RawRow> parse_rule_rows(const std::string& text, const std::string& origin_prefix) {
+  return rows_from_json(parse_config_json(text, origin_prefix), origin_prefix);
 }
 
 GatewayConfig parse_gateway_config(const std::string& text, const std::string& origin) {
-  json doc;
-  try {
-    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for overflowing numbers
-    throw ConfigError(origin + ": invalid JSON: " + e.what());
-  }
+  const json doc = parse_config_json(text, origin);
   GatewayConfig c;
   c.path = origin;
   check_keys(doc, "", "");
@@ -966,9 +967,9 @@ std::vector<std::string> fields_needing_restart(const std::string& running_text,
   std::vector<std::string> out;
   json a, b;
   try {
-    a = json::parse(running_text);
-    b = json::parse(new_text);
-  } catch (const json::exception&) {
+    a = parse_config_json(running_text, "running");
+    b = parse_config_json(new_text, "new");
+  } catch (const ConfigError&) {
     return out;  // the reload itself reports the parse error
   }
   // A reload applies the upstreams, the routes and the DNS servers, and the rules and the switch

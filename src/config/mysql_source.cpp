@@ -77,11 +77,7 @@ sql::Connection& MysqlSource::connection() {
   opts["OPT_WRITE_TIMEOUT"] = std::max(1, static_cast<int>((config_.query_timeout_ms + 999) / 1000));
   opts["OPT_RECONNECT"] = false;
   conn_.reset(driver->connect(opts));
-  std::unique_ptr<sql::Statement> st(conn_->createStatement());
-  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(
-      "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
-      "AND TABLE_NAME = 't_ratelimite_conf'"));
-  while (rs->next()) columns_.insert(rs->getString(1));
+  read_columns(*conn_);
   if (columns_.empty()) {
     drop_connection();
     throw std::runtime_error("mysql: table t_ratelimite_conf does not exist in " + config_.database +
@@ -89,6 +85,15 @@ sql::Connection& MysqlSource::connection() {
   }
   check_quota_table(*conn_);
   return *conn_;
+}
+
+void MysqlSource::read_columns(sql::Connection& c) {
+  std::unique_ptr<sql::Statement> st(c.createStatement());
+  std::unique_ptr<sql::ResultSet> rs(st->executeQuery(
+      "SELECT COLUMN_NAME, LOWER(DATA_TYPE) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+      "AND TABLE_NAME = 't_ratelimite_conf'"));
+  columns_.clear();
+  while (rs->next()) columns_[rs->getString(1)] = rs->getString(2);
 }
 
 void MysqlSource::check_quota_table(sql::Connection& c) {
@@ -136,12 +141,41 @@ std::optional<std::string> MysqlSource::fingerprint() {
   });
 }
 
+void MysqlSource::read_switch(sql::Connection& c, LoadResult& out) {
+  std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
+      "SELECT state, changedBy, CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED), "
+      "IFNULL(CAST(UNIX_TIMESTAMP(revertAt) * 1000 AS SIGNED), 0), IFNULL(revertTo, -1) "
+      "FROM t_ratelimite_switch WHERE name = ?"));
+  ps->setString(1, config_.switch_name);
+  std::unique_ptr<sql::ResultSet> sw(ps->executeQuery());
+  if (sw->next()) {
+    // A state the gateway does not know is explained, never guessed at: the switch stays as it
+    // is. A pending revert to an unknown state is not done (tick() skips it) and not shown.
+    const std::string row = "t_ratelimite_switch[name=" + config_.switch_name + "]";
+    const int state = sw->getInt(1), revert_to = sw->getInt(5);
+    const std::int64_t revert_at = sw->getInt64(4);
+    const std::optional<SwitchMode> mode = switch_mode_of_state(state);
+    const std::optional<SwitchMode> then = switch_mode_of_state(revert_to);
+    if (!mode) {
+      out.switch_error = row + ".state: " + std::to_string(state) + kStates + "; the switch stays as it was";
+    } else {
+      if (revert_at != 0 && !then)
+        out.switch_error = row + ".revertTo: " + (revert_to == -1 ? std::string("NULL") : std::to_string(revert_to)) +
+                           kStates + "; the revert is not done";
+      out.fleet_switch = SwitchRecord{*mode, sw->getString(2), sw->getInt64(3), then ? revert_at : 0, then.value_or(*mode)};
+    }
+  }
+}
+
 LoadResult MysqlSource::load() {
   return with_connection([this](sql::Connection& c) {
     LoadResult out;
-    std::string query =
-        "SELECT configId, channelType, interfaceNo, interfaceUrl, rateLimit, "
-        "CAST(cache AS DECIMAL(6,2)) AS cache, status";
+    read_columns(c);  // a table upgraded (sql/upgrade.sql) while we run is read as it now is
+    // A FLOAT(3,2) cache (the table before sql/upgrade.sql) holds 0.2 as 0.200000003: read as the
+    // two decimals it was written with. The upgraded DOUBLE column holds the value itself.
+    const bool float_cache = columns_.count("cache") && columns_.at("cache") == "float";
+    std::string query = std::string("SELECT configId, channelType, interfaceNo, interfaceUrl, rateLimit, ") +
+                        (float_cache ? "CAST(cache AS DECIMAL(6,2))" : "cache") + " AS cache, status";
     for (const char* col : kExtensionColumns)
       if (columns_.count(col)) query += std::string(", ") + col;
     query += " FROM t_ratelimite_conf ORDER BY configId";
@@ -155,7 +189,8 @@ LoadResult MysqlSource::load() {
       if (!rs->isNull("channelType")) r.channel_type = rs->getString("channelType");
       if (!rs->isNull("interfaceNo")) r.interface_no = rs->getString("interfaceNo");
       if (!rs->isNull("interfaceUrl")) r.interface_url = rs->getString("interfaceUrl");
-      if (!rs->isNull("rateLimit")) r.rate_limit = static_cast<double>(rs->getInt64("rateLimit"));
+      // As the server writes them (INT or DOUBLE, FLOAT as its decimals): the text is the value.
+      if (!rs->isNull("rateLimit")) r.rate_limit = std::stod(std::string(rs->getString("rateLimit")));
       if (!rs->isNull("cache")) r.cache = std::stod(std::string(rs->getString("cache")));
       r.status = rs->getInt("status");
       if (columns_.count("burst") && !rs->isNull("burst")) r.burst = rs->getDouble("burst");
@@ -204,29 +239,7 @@ LoadResult MysqlSource::load() {
     }
     out.rules = validate_rows(rows, std::move(orphans));
 
-    std::unique_ptr<sql::PreparedStatement> ps(c.prepareStatement(
-        "SELECT state, changedBy, CAST(UNIX_TIMESTAMP(changedAt) * 1000 AS SIGNED), "
-        "IFNULL(CAST(UNIX_TIMESTAMP(revertAt) * 1000 AS SIGNED), 0), IFNULL(revertTo, -1) "
-        "FROM t_ratelimite_switch WHERE name = ?"));
-    ps->setString(1, config_.switch_name);
-    std::unique_ptr<sql::ResultSet> sw(ps->executeQuery());
-    if (sw->next()) {
-      // A state the gateway does not know is explained, never guessed at: the switch stays as it
-      // is. A pending revert to an unknown state is not done (tick() skips it) and not shown.
-      const std::string row = "t_ratelimite_switch[name=" + config_.switch_name + "]";
-      const int state = sw->getInt(1), revert_to = sw->getInt(5);
-      const std::int64_t revert_at = sw->getInt64(4);
-      const std::optional<SwitchMode> mode = switch_mode_of_state(state);
-      const std::optional<SwitchMode> then = switch_mode_of_state(revert_to);
-      if (!mode) {
-        out.switch_error = row + ".state: " + std::to_string(state) + kStates + "; the switch stays as it was";
-      } else {
-        if (revert_at != 0 && !then)
-          out.switch_error = row + ".revertTo: " + (revert_to == -1 ? std::string("NULL") : std::to_string(revert_to)) +
-                             kStates + "; the revert is not done";
-        out.fleet_switch = SwitchRecord{*mode, sw->getString(2), sw->getInt64(3), then ? revert_at : 0, then.value_or(*mode)};
-      }
-    }
+    read_switch(c, out);
     return out;
   });
 }

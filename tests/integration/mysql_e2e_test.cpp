@@ -51,9 +51,32 @@ class MysqlE2E : public ::testing::Test {
       if (r["configId"] == config_id) return r;
     return nullptr;
   }
+  // `tollgate --check` on `config`: its exit code, its output and how long it took.
+  struct CheckRun {
+    std::optional<int> code;
+    std::string output;
+    std::chrono::steady_clock::duration took;
+  };
+  CheckRun check(const json& config) {
+    const std::string file = temp_dir() + "/gateway.json";
+    write_file(file, config.dump(2));
+    const auto t = std::chrono::steady_clock::now();
+    Process p({TOLLGATE_BIN, "--check", "--config", file},
+              {{"TOLLGATE_TEST_MYSQL_PASSWORD", "tgpass"}, {"TOLLGATE_E2E_TOKEN", kAdminToken}});
+    const auto code = p.wait_exit(30s);
+    const auto took = std::chrono::steady_clock::now() - t;
+    return {code, p.output(), took};
+  }
   MockUpstream upstream;
   std::string db;
 };
+
+std::string source_file(const std::string& path) {
+  std::ifstream in(std::string(TOLLGATE_SOURCE_DIR) + "/" + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 TEST_F(MysqlE2E, LoadsTheSeededRows) {
   // The seeded /shopping/search row (5/s, cache 0.5) gives 7 of 20 only if the 20 decisions fall
@@ -355,6 +378,102 @@ TEST_F(MysqlE2E, ServerOutageKeepsLastRulesAndRecovers) {
   EXPECT_NE(out.find("failed, keeping config"), std::string::npos);
   EXPECT_EQ(out.find("failed, keeping config"), out.rfind("failed, keeping config"));
   EXPECT_NE(out.find("is back"), std::string::npos);
+}
+
+// --check reads the rows once and checks them as the gateway would: each rejected row is named by
+// its id and field and fails the check; a good table passes; no retry loop.
+TEST_F(MysqlE2E, CheckNamesEachRejectedRowAndFails) {
+  const json config = mysql_config(upstream.port, db_server().port(), db);
+  const CheckRun good = check(config);
+  EXPECT_EQ(good.code, 0) << good.output;
+  EXPECT_NE(good.output.find("is valid"), std::string::npos) << good.output;
+  EXPECT_EQ(good.output.find("retrying"), std::string::npos) << good.output;
+
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 0 WHERE configId = 2");
+  db_server().sql(db, "UPDATE t_ratelimite_quota SET keyBy = 'cookie' WHERE quotaId = 1");
+  const CheckRun bad = check(config);
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("2 rows the gateway would reject"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("t_ratelimite_conf[configId=2].rateLimit: must be > 0"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("t_ratelimite_quota[quotaId=1].keyBy: "), std::string::npos) << bad.output;
+  EXPECT_EQ(bad.output.find("is valid"), std::string::npos) << bad.output;
+
+  // A switch row the gateway would not apply fails it too.
+  db_server().sql(db, "UPDATE t_ratelimite_conf SET rateLimit = 10 WHERE configId = 2");
+  db_server().sql(db, "UPDATE t_ratelimite_quota SET keyBy = 'client_ip' WHERE quotaId = 1");
+  db_server().sql(db, "UPDATE t_ratelimite_switch SET state = 7 WHERE name = 'global'");
+  const CheckRun sw = check(config);
+  EXPECT_EQ(sw.code, 1) << sw.output;
+  EXPECT_NE(sw.output.find("t_ratelimite_switch[name=global].state: 7 is not 0 (off)"), std::string::npos) << sw.output;
+}
+
+// A MySQL that cannot be reached fails the check at once, naming it; a start would serve the
+// file's rules and retry.
+TEST_F(MysqlE2E, CheckFailsFastOnAnUnreachableMysql) {
+  const int closed = unused_port();
+  const CheckRun r = check(mysql_config(upstream.port, closed, db));
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_LT(r.took, 10s) << r.output;
+  EXPECT_NE(r.output.find("cannot read the rules from mysql:tg@127.0.0.1:" + std::to_string(closed) + "/" + db),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("retrying"), std::string::npos) << r.output;
+}
+
+// sql/upgrade.sql on the tables of the first shipped schema, with rows in them: run twice, the
+// tables are the current schema's, column for column, every value is kept, every row loads, and a
+// row can now hold what the file takes (a fractional rateLimit, a cache over 9.99 s).
+TEST_F(MysqlE2E, TheOldestTableUpgradesWithoutLoss) {
+  const std::string old_db = db + "_first";
+  db_server().sql("", "CREATE DATABASE " + old_db);
+  db_server().sql(old_db, source_file("tests/integration/sql/schema-first.sql"));
+  db_server().sql(old_db, "INSERT INTO t_ratelimite_conf (configId, channelType, interfaceNo, interfaceUrl, rateLimit, "
+                          "cache, status, burst) VALUES (1, 'IBE+', 'S01', '/shopping/search', 5, 0.50, 1, NULL), "
+                          "(2, 'IBE+', 'P01', '/pricing', 10, 0.20, 1, 20), (3, 'IBE+', 'B01', '/booking', 2, 0.30, 0, NULL), "
+                          "(7, 'NDC', NULL, '/ndc/offers', 3, NULL, 1, 6)");
+  db_server().sql(old_db, "UPDATE t_ratelimite_switch SET state = 0, changedBy = 'ops' WHERE name = 'global'");
+  db_server().sql(old_db, "INSERT INTO t_ratelimite_switch_audit (name, oldState, newState, changedBy) "
+                          "VALUES ('global', 1, 0, 'ops')");
+  const std::string rows_query =
+      "SELECT configId, channelType, IFNULL(interfaceNo, '-'), interfaceUrl, rateLimit, CAST(cache AS DECIMAL(6,2)), "
+      "status, IFNULL(burst, '-'), lastModifyTime FROM t_ratelimite_conf ORDER BY configId; "
+      "SELECT name, state, changedBy, changedAt FROM t_ratelimite_switch; "
+      "SELECT auditId, name, oldState, newState, changedBy, changedAt FROM t_ratelimite_switch_audit";
+  const std::string before = db_server().sql(old_db, rows_query);
+  json config = mysql_config(upstream.port, db_server().port(), old_db);
+  EXPECT_EQ(check(config).code, 1);  // not readable as it is (no revertAt): the upgrade is needed
+
+  db_server().sql(old_db, source_file("sql/upgrade.sql"));
+  db_server().sql(old_db, source_file("sql/upgrade.sql"));
+  EXPECT_EQ(db_server().sql(old_db, rows_query), before);
+  EXPECT_EQ(db_server().sql(old_db, "SELECT configId, cache FROM t_ratelimite_conf WHERE cache IN (0.5, 0.2, 0.3)"),
+            "1\t0.5\n2\t0.2\n3\t0.3\n");  // the values written, not the FLOAT's 0.200000003
+  // Column for column, index for index, the tables sql/schema.sql makes.
+  const std::string fresh = db_server().create_database(/*seed=*/false);
+  for (const char* table : {"t_ratelimite_conf", "t_ratelimite_quota", "t_ratelimite_switch", "t_ratelimite_switch_audit"}) {
+    const auto shape = [&](const std::string& d) {
+      std::string t = db_server().sql(d, std::string("SHOW CREATE TABLE ") + table);
+      const auto at = t.find(" AUTO_INCREMENT=");
+      if (at != std::string::npos) t.erase(at, t.find(' ', at + 1) - at);
+      return t;
+    };
+    EXPECT_EQ(shape(old_db), shape(fresh)) << table;
+  }
+
+  const CheckRun checked = check(config);
+  EXPECT_EQ(checked.code, 0) << checked.output;
+  db_server().sql(old_db, "INSERT INTO t_ratelimite_conf (configId, channelType, interfaceUrl, rateLimit, cache, status) "
+                          "VALUES (8, 'NDC', '/ndc/orders', 0.5, 12.5, 1)");
+  auto gw = start_gateway(config);
+  const json rules = gw->admin_json("/admin/rules");
+  EXPECT_EQ(rules["rules"].size(), 5u) << rules.dump();
+  EXPECT_EQ(rules["rejected"].size(), 0u) << rules.dump();
+  EXPECT_EQ(rule(*gw, 2)["cache"], 0.2);
+  EXPECT_EQ(rule(*gw, 2)["burst"], 20);
+  EXPECT_EQ(rule(*gw, 3)["status"], 0);
+  EXPECT_EQ(rule(*gw, 8)["rateLimit"], 0.5);
+  EXPECT_EQ(rule(*gw, 8)["cache"], 12.5);
+  EXPECT_EQ(gw->admin_json("/admin/switch")["enabled"], false);  // the switch row kept its state
 }
 
 }  // namespace

@@ -77,6 +77,34 @@ TEST(Operate, SighupReloadsTheFile) {
   EXPECT_EQ(gw.admin_json("/admin/rules")["rules"][0]["rateLimit"], 7.0);
 }
 
+// The file as an operator writes it, with comments: the gateway loads it, and a SIGHUP's diff reads
+// it the same way, so a field read only at start is still named when it changes.
+std::string commented(const json& c) {
+  std::string text = c.dump(2);
+  text.insert(text.find('{') + 1, "\n  // the booking supplier, 1/s\n  /* restart-only fields: listen, proxy, threads */");
+  return "// e2e gateway\n" + text;
+}
+
+TEST(Operate, SighupNamesARestartOnlyChangeOfACommentedFile) {
+  MockUpstream up;
+  json c = one_rule(up.port, 1, 0);
+  GatewayProcess gw(c);
+  c["limits"]["rules"][0]["rateLimit"] = 7;  // applied by the reload: nothing to say
+  write_file(gw.dir + "/gateway.json", commented(c));
+  gw.proc->signal(SIGHUP);
+  ASSERT_TRUE(gw.proc->wait_for_line("SIGHUP: config v2 loaded", 5s)) << gw.proc->output();
+  EXPECT_EQ(gw.admin_json("/admin/rules")["rules"][0]["rateLimit"], 7.0);
+  c["proxy"]["max_body_bytes"] = 4096;  // read only at start
+  write_file(gw.dir + "/gateway.json", commented(c));
+  gw.proc->signal(SIGHUP);
+  const auto line = gw.proc->wait_for_line("read only at start", 5s);
+  ASSERT_TRUE(line) << gw.proc->output();
+  EXPECT_NE(line->find("changes proxy.max_body_bytes: read only at start"), std::string::npos) << *line;
+  // One warning: the first reload, which changed only a rule, named nothing.
+  const std::string& out = gw.proc->output();
+  EXPECT_EQ(out.find("read only at start"), out.rfind("read only at start")) << out;
+}
+
 TEST(Operate, SmugglingAttemptsAreRejectedAndClosed) {
   MockUpstream up;
   GatewayProcess gw(base_config(up.port));

@@ -5,7 +5,8 @@
 
 #include <memory>
 #include <mutex>
-#include <set>
+#include <map>
+#include <string>
 
 #include "tollgate/config/config_source.hpp"
 #include "tollgate/config/gateway_config.hpp"
@@ -42,7 +43,9 @@ class MysqlSource final : public ConfigSource, public SwitchWriter {
   MysqlConfig config_;
   std::mutex mu_;
   std::unique_ptr<sql::Connection> conn_;
-  std::set<std::string> columns_;  // of t_ratelimite_conf, read once per connection
+  std::map<std::string, std::string> columns_;  // of t_ratelimite_conf: name -> data type, read per connection and load
+  void read_columns(sql::Connection& c);
+  void read_switch(sql::Connection& c, LoadResult& out);  // the fleet's switch row, into out
   bool quota_table_ = false;       // t_ratelimite_quota exists (checked per connection, and per poll until it does)
   void check_quota_table(sql::Connection& c);
 };

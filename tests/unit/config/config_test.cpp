@@ -397,5 +397,16 @@ TEST(RestartFields, AReloadNamesWhatItCannotApply) {
   EXPECT_TRUE(fields_needing_restart(before, "{ broken").empty());
 }
 
+TEST(RestartFields, ACommentedFileIsReadAsTheLoaderReadsIt) {
+  // The loader takes // and /* */ comments; the diff reads the file the same way, so a commented
+  // file's restart-only change is still named (it was silently nothing).
+  const std::string before = "// the gateway\n{\"listen\": \"0.0.0.0:8080\", /* start only */ \"threads\": 2,\n"
+                             "  \"limits\": {\"source\": \"file\", \"rules\": []}}";
+  const std::string after = "// the gateway\n{\"listen\": \"0.0.0.0:8080\", /* start only */ \"threads\": 4,\n"
+                            "  // a rule edit is applied by the reload\n"
+                            "  \"limits\": {\"source\": \"file\", \"rules\": [{\"configId\": 1}]}}";
+  EXPECT_EQ(fields_needing_restart(before, after), std::vector<std::string>{"threads"});
+}
+
 }  // namespace
 }  // namespace tollgate::config
