@@ -9,6 +9,7 @@
 #include <boost/asio/detail/concurrency_hint.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <functional>
@@ -42,8 +43,12 @@ namespace {
 // Priority classes a caller can pick for itself (docs/priority.md): the method is every caller's to
 // choose, so any caller can take the high class; a class header is believed only from
 // proxy.trusted_proxies, so without any it names no class. Said at start and by --check.
-void warn_choosable_classes(const config::Snapshot* snap, bool has_trusted_proxies) {
+void warn_choosable_classes(const config::Snapshot* snap, const std::vector<std::string>& trusted_proxies) {
   if (snap == nullptr) return;
+  const bool has_trusted_proxies = !trusted_proxies.empty();
+  // A range of length 0 (0.0.0.0/0, ::/0) trusts every address: any caller can then name its class.
+  const auto everyone = std::find_if(trusted_proxies.begin(), trusted_proxies.end(),
+                                     [](const std::string& cidr) { return cidr.ends_with("/0"); });
   for (const config::Rule& r : snap->rules) {
     if (!r.enabled || !r.priority) continue;
     if (r.priority->by == config::Priority::By::method)
@@ -51,6 +56,12 @@ void warn_choosable_classes(const config::Snapshot* snap, bool has_trusted_proxi
                 << "): priority.by \"method\" lets every caller choose its class (any caller can send "
                 << r.priority->classes.front()
                 << "'s method); use \"header:<Name>\" set by a proxy in proxy.trusted_proxies (docs/priority.md)"
+                << std::endl;
+    else if (everyone != trusted_proxies.end())
+      std::cerr << "tollgate: warn: rule " << r.config_id << " (" << r.bucket << "): priority.by \"header:"
+                << r.priority->header << "\" is believed from proxy.trusted_proxies, and " << *everyone
+                << " trusts every address: any caller can name its class; list only the proxies that set it "
+                   "(docs/priority.md)"
                 << std::endl;
     else if (!has_trusted_proxies)
       std::cerr << "tollgate: warn: rule " << r.config_id << " (" << r.bucket << "): priority.by \"header:"
@@ -162,7 +173,7 @@ struct Gateway::Impl {
           std::make_shared<config::FileSource>(cfg.path), snapshots, switch_state, std::chrono::milliseconds(1000));
       config_manager->install(std::move(from_file.rules), "file:" + cfg.path, false);
     }
-    warn_choosable_classes(snapshots.get().get(), !cfg.proxy.trusted_proxies.empty());
+    warn_choosable_classes(snapshots.get().get(), cfg.proxy.trusted_proxies);
   }
 
   std::unique_ptr<store::BucketStore> make_store(const std::vector<net::io_context*>& ctxs) {

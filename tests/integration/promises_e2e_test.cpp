@@ -643,6 +643,9 @@ TEST(PromisesCheck, ClassesEveryCallerCanChooseAreWarnedAbout) {
                                          {"default", "shopping"}};
   out = check(c, "header-untrusted");
   EXPECT_NE(out.find("is believed only from proxy.trusted_proxies, and none is set"), std::string::npos) << out;
+  c["proxy"]["trusted_proxies"] = json::array({"10.0.0.0/8", "0.0.0.0/0"});  // "trusted": everyone
+  out = check(c, "header-everyone");
+  EXPECT_NE(out.find("0.0.0.0/0 trusts every address: any caller can name its class"), std::string::npos) << out;
   c["proxy"]["trusted_proxies"] = json::array({"10.0.0.0/8"});
   out = check(c, "header-trusted");
   EXPECT_EQ(out.find("warn: rule"), std::string::npos) << out;
