@@ -72,7 +72,9 @@ struct ProxyContext {
     settings.default_latency_us = static_cast<std::int64_t>(limits.default_upstream_latency_ms) * 1000;
     via_received[0] = "1.0 " + limits.via_pseudonym;
     via_received[1] = "1.1 " + limits.via_pseudonym;
-    for (int i = 0; i < 2; ++i) via_line[i] = "Via: " + via_received[i] + "\r\n";
+    for (int i = 0; i < 2; ++i)
+      for (int tls = 0; tls < 2; ++tls)
+        via_proto_lines[i][tls] = "Via: " + via_received[i] + "\r\nX-Forwarded-Proto: " + (tls ? "https" : "http") + "\r\n";
   }
   ProxyDeps deps;
   const config::ProxyLimits& limits;
@@ -87,7 +89,9 @@ struct ProxyContext {
   PolicySettings settings;
   // This hop's Via element for a request received over HTTP/1.0 and HTTP/1.1 (proxy.via_pseudonym).
   std::string via_received[2];
-  std::string via_line[2];  // the whole field line with only this hop's element (one append)
+  // For a request without a Via, the two lines that follow X-Forwarded-For, made once: Via with only
+  // this hop's element and X-Forwarded-Proto, by version and then by the client's TLS (one append).
+  std::string via_proto_lines[2][2];
 };
 
 }  // namespace tollgate::proxy

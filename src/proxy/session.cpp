@@ -116,6 +116,19 @@ bool via_names(std::string_view value, std::string_view pseudonym) {
   return false;
 }
 
+// A request that came round a forwarding loop (its Via names this gateway), or one with a field
+// name holding '_' under proxy.underscores_in_headers "reject". Only called for a request with a
+// Via or such a name, and out of line: Session::check_early stays small enough to be inlined into
+// handle (bench/instructions.sh T0).
+[[gnu::noinline]] Early refused_hop(const http1::RequestHead& h, const config::ProxyLimits& limits) {
+  if (h.has(http1::Name::via))
+    for (const http1::Field& f : h.all())
+      if (f.id == http1::Name::via && via_names(f.value, limits.via_pseudonym)) return Early::loop;
+  if (h.underscore_names && limits.underscores_in_headers == config::UnderscoreHeaders::reject)
+    return Early::underscore;
+  return Early::none;
+}
+
 class Session {
  public:
   Session(ProxyContext& px, Worker& w, PeerSlot slot) : px_(px), w_(w), limits_(px.limits), slot_(std::move(slot)) {}
@@ -674,11 +687,8 @@ Early Session::check_early(const http1::RequestHead& h, const RequestTarget& tar
   if (const auto hosts = h.host_count; hosts > 1 || (hosts == 0 && version >= 11)) return Early::host;
   if (h.method == http1::Method::connect || (h.method == http1::Method::trace && !limits_.allow_trace))
     return Early::method;
-  if (h.has(http1::Name::via))
-    for (const http1::Field& f : h.all())
-      if (f.id == http1::Name::via && via_names(f.value, limits_.via_pseudonym)) return Early::loop;
-  if (h.underscore_names && limits_.underscores_in_headers == config::UnderscoreHeaders::reject)
-    return Early::underscore;
+  if (h.has(http1::Name::via) || h.underscore_names)
+    if (const Early e = refused_hop(h, limits_); e != Early::none) return e;
   return bad_budget ? Early::budget : Early::none;
 }
 

@@ -37,11 +37,12 @@ std::uint64_t caller_of(const UpstreamRequest& req) {
 // What the upstream's answer says about its limit (the session reports it to the store after
 // answering): a throttle; else, for an adaptive rule, the allowance its fields advertise. A
 // RateLimit field with r=0 on an answer that is no refusal is a throttle only for a rule that does
-// not read the advertised allowance (for one that does, it says the window is used up).
-void read_signal(const config::RateFieldsConfig& fields, const http1::ResponseHead& res, ThrottleSignal& sig) {
+// not read the advertised allowance (for one that does, it says the window is used up). Called
+// only when there is something to read (has_signal): out of line, the common case costs no call.
+[[gnu::noinline]] void read_signal(const config::RateFieldsConfig& fields, const http1::ResponseHead& res,
+                                   ThrottleSignal& sig) {
   const int status = res.status;
   const bool want = sig.want_advert;
-  if (!want && status != 429 && status != 503 && !res.has(Name::ratelimit)) return;  // the common case
   const http1::Field* date = res.find(Name::date);
   if (status == 429 || status == 503 || (!want && res.has(Name::ratelimit))) {
     std::string limits;
@@ -66,6 +67,12 @@ void read_signal(const config::RateFieldsConfig& fields, const http1::ResponseHe
   sig.read_at_us = limiter::steady_now_us();
   sig.advert_read = read_advert(fields, views, date ? std::optional(date->value) : std::nullopt,
                                 static_cast<std::int64_t>(std::time(nullptr)), sig.advert);
+}
+
+// Whether the answer may say something of the upstream's limit (read_signal): a refusal, a
+// RateLimit field, or any answer for a rule that reads the advertised allowance.
+inline bool has_signal(const http1::ResponseHead& res, const ThrottleSignal& sig) {
+  return sig.want_advert || res.status == 429 || res.status == 503 || res.has(Name::ratelimit);
 }
 
 constexpr std::uint64_t kBufferedBodyMax = 1024 * 1024;  // larger or unknown-length bodies stream
@@ -135,7 +142,8 @@ bool same_field_name(std::string_view a, std::string_view b) {
   const http1::RequestHead& h = r.head;
   std::string out;
   const std::string_view original_host = h.value(Name::host);
-  const std::string_view own_via = px.via_received[h.version_minor == 0 ? 0 : 1];
+  const int received = h.version_minor == 0 ? 0 : 1;
+  const std::string_view own_via = px.via_received[received];
   out.reserve(h.head_bytes + 184 + r.client_ip.size() + r.hop_fields.size() + original_host.size() +
               r.request_id.size() + r.shadow.size() + r.color.size() + auth_field.size() + own_via.size());
   out.append(h.method_text).push_back(' ');
@@ -174,9 +182,12 @@ bool same_field_name(std::string_view a, std::string_view b) {
   out.append(auth_field);
   if (xff.empty()) append_field(out, "X-Forwarded-For", r.client_ip);
   else append_field(out, "X-Forwarded-For", xff.append(", ", 2).append(r.client_ip));
-  if (via.empty()) out.append(px.via_line[h.version_minor == 0 ? 0 : 1]);
-  else append_field(out, "Via", via.append(", ", 2).append(own_via));
-  append_field(out, "X-Forwarded-Proto", r.client_tls ? "https" : "http");
+  if (via.empty()) {
+    out.append(px.via_proto_lines[received][r.client_tls ? 1 : 0]);
+  } else {
+    append_field(out, "Via", via.append(", ", 2).append(own_via));
+    append_field(out, "X-Forwarded-Proto", r.client_tls ? "https" : "http");
+  }
   if (!original_host.empty()) append_field(out, "X-Forwarded-Host", original_host);
   out.append(r.hop_fields);  // X-Real-IP, Forwarded
   append_field(out, "Host", host_header);
@@ -837,7 +848,7 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
   // A 5xx is the endpoint's failure, except a 503 (suppliers throttle with it).
   if (status >= 500 && status != 503) endpoint_failed(up, *conn->endpoint);
   else note_success(*conn->endpoint, up.endpoints->policy());
-  if (req.signal) read_signal(up.conf.rate_fields, res, *req.signal);
+  if (req.signal && has_signal(res, *req.signal)) read_signal(up.conf.rate_fields, res, *req.signal);
   const http1::BodyFraming framing = http1::response_body(res, head_request);
   if (framing.kind == http1::BodyKind::unsupported) {
     const beast::error_code bad(net::error::invalid_argument);
