@@ -58,7 +58,7 @@
 //   "clock_offset_ms": the supplier's clock ahead of the wall clock (negative: behind), a few
 //          seconds at most in practice: its windows fall by its clock, and so do the Date field
 //          and the Unix times it sends. A limit with a clock offset or "advertise" sends Date (its
-//          clock, whole seconds) on every answer under it.
+//          clock, whole seconds) on every answer it decides (not refuse_callers' refusals).
 //   "advertise": the rate-limit fields it sends on EVERY answer of the limit, successes and
 //          refusals alike (default "none": fields only on refusals, as "signal" says):
 //          "ietf"     RateLimit-Policy: "default";q=<per window>;w=<window s> and
