@@ -26,19 +26,20 @@
 //
 // The object form takes more options, since real suppliers count and refuse in different ways
 // and the gateway has to read each of them (also as --limit 'SUFFIX={"rate": R, ...}'):
-//   "kind": "token_bucket" (the default, above) or "fixed_window": at most floor(R) requests (at
-//          least 1) per calendar second of the wall clock (CLOCK_REALTIME, the window being
-//          floor(now_us / 1e6)), the count starting again at each whole second: twice the
-//          allowance can pass within a moment across a boundary, which a token bucket never
-//          lets through. A refusal's time is the rest of the window, rounded up: 1 s.
-//          Its "tokens" in GET /__limits is what is left of the current window's allowance
-//          (floor(R) - used, at least 0), shown beside "per_window".
+//   "kind": "token_bucket" (the default, above) or "fixed_window": at most a window's allowance
+//          (see "per_window") per window of its clock (by default the calendar seconds of the wall
+//          clock, CLOCK_REALTIME: the window is floor(now_us / 1e6)), the count starting again at
+//          each window's start: twice the allowance can pass within a moment across a boundary,
+//          which a token bucket never lets through. A refusal's time is the rest of the window,
+//          rounded up (1 s for one-second windows). Its "tokens" in GET /__limits is what is left
+//          of the current window's allowance (per_window - used, at least 0), shown beside
+//          "per_window".
 //   "signal": what a refusal carries: "full" (the default: Retry-After, RateLimit-Policy and
 //          RateLimit), "retry_after" (Retry-After only), "ratelimit" (RateLimit-Policy and
 //          RateLimit only) or "bare" (none of them). The body's "retry_after_s" goes with the
 //          Retry-After field. "retry_after_s" sets the seconds of Retry-After and of RateLimit's t
-//          alike, where they are sent. RateLimit-Policy's q is the integer part of the rate (a
-//          fixed window's allowance).
+//          alike, where they are sent. RateLimit-Policy's q is the integer part of the rate, at
+//          least 1 (a fixed window's allowance per window, w its length in seconds).
 //   "status": 429 (the default) or 503, the status of the limit's refusals.
 //   "refuse_callers": ["10.0.0.99", ...]: a request whose X-Real-IP (the gateway sets it to the
 //          client's address) is one of them is refused for that caller's own quota: 429 with
@@ -48,20 +49,39 @@
 //          "caller_refused_us" too. Any other caller is decided by the limit as usual. A rate of 0
 //          drops the limit with its callers; a limit that should only refuse callers takes a rate
 //          it never reaches.
-//   "window_ms": a fixed window's length (1000 by default; 10000 for "100 per 10 s"), "offset_ms":
-//          where its windows start within the wall clock (windows are [k*W + offset, (k+1)*W +
-//          offset)), "per_window": its allowance per window (default floor(rate x W / 1000), at
-//          least 1), "clock_offset_ms": the supplier's clock ahead (or, negative, behind) the wall
-//          clock, which moves its windows and the Date and Unix times it sends.
-//   "advertise": the rate-limit fields it sends on EVERY answer of the limit, successes included
-//          (default "none": fields only on refusals, as "signal" says): "ietf" (RateLimit-Policy
-//          "supplier";q=<per window>;w=<window s> and RateLimit "supplier";r=<left>;t=<seconds to
-//          the window's end, rounded up>), "ietf_ms" (t with 3 decimals), "legacy"
-//          (RateLimit-Limit, -Remaining, -Reset in seconds, rounded up), "x" (X-RateLimit-Limit,
-//          -Remaining, -Reset as a Unix time in seconds, rounded up, by the supplier's clock, with a
-//          Date field of that clock) or "x_delta" (X-RateLimit-Reset in seconds). A token bucket
-//          advertises its whole tokens left and the seconds until it is full. "advertise_lie": N
-//          makes it claim N left whatever is true (it still refuses by its real count).
+//   "window_ms": a fixed window's length (1000 by default; 10000 for "100 per 10 s", 60000 for a
+//          minute). "rate" stays per second: the allowance per window is floor(rate x W / 1000), at
+//          least 1, unless "per_window" (a whole number >= 1) says it outright ("5000 per hour":
+//          {"rate": 1, "window_ms": 3600000, "per_window": 5000}).
+//   "offset_ms": where the windows start within the supplier's clock (0 to window_ms - 1): they
+//          are [k*W + offset, (k+1)*W + offset) of its CLOCK_REALTIME microseconds.
+//   "clock_offset_ms": the supplier's clock ahead of the wall clock (negative: behind), a few
+//          seconds at most in practice: its windows fall by its clock, and so do the Date field
+//          and the Unix times it sends. A limit with a clock offset or "advertise" sends Date (its
+//          clock, whole seconds) on every answer it decides (not refuse_callers' refusals).
+//   "advertise": the rate-limit fields it sends on EVERY answer of the limit, successes and
+//          refusals alike (default "none": fields only on refusals, as "signal" says):
+//          "ietf"     RateLimit-Policy: "default";q=<per window>;w=<window s> and
+//                     RateLimit: "default";r=<left>;t=<seconds to the window's end, rounded up>
+//          "ietf_ms"  the same with t to 3 decimals (a precise supplier, on its refusals too)
+//          "legacy"   RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset (seconds, rounded up)
+//          "x"        X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset as a Unix time in
+//                     seconds (rounded up) by its clock, GitHub style
+//          "x_delta"  the same with X-RateLimit-Reset in seconds from now (rounded up)
+//          "x_ms"     the same with X-RateLimit-Reset as a Unix time in milliseconds (rounded up)
+//          Left is what the current window still allows (0 once refused); the reset is the
+//          window's end. A token bucket advertises its whole tokens left, its burst as the limit
+//          (w=1), and the seconds until it is full again (0 when full). Its refusals under
+//          "full" or "ratelimit" then carry RateLimit r=0 with the same policy name (and the
+//          window's w); a limit that advertises nothing names its policy "supplier" on them, as
+//          it always did. A caller refused by refuse_callers gets none of these fields.
+//   "advertise_lie": {"remaining": N}: a supplier whose fields are wrong on purpose: it claims N
+//          left whatever is true, and still refuses by its real count.
+// GET /__limits also counts, per limit, the requests it let through ("accepted"), those it
+// refused ("refused"; not the refuse_callers ones), and the most it let through in any one window
+// ("max_in_window": of window_ms at offset_ms on its clock, for a token bucket too, which these
+// windows do not govern), so that a test can tell no window was ever exceeded. POST /__reset
+// clears these counts and keeps the limits' state.
 // A limit kept at the same rate and kind keeps its bucket or window; a new or changed one starts
 // full; its other options change at once. A wrong option is a 400 naming it. GET /__limits shows
 // every option of each limit, in the form PUT takes. /__stats also counts each path's "accepted"
@@ -184,7 +204,7 @@ std::int64_t wall_us() {
 
 enum class Kind { token_bucket, fixed_window };
 // Which rate-limit fields it sends on every answer (see "advertise" above).
-enum class Advertise { none, ietf, ietf_ms, legacy, x, x_delta };
+enum class Advertise { none, ietf, ietf_ms, legacy, x, x_delta, x_ms };
 // Which fields a refusal carries: real suppliers send all, one, or none of them.
 enum class Signal { full, retry_after, ratelimit, bare };
 
@@ -192,7 +212,7 @@ constexpr std::pair<Kind, const char*> kKinds[] = {{Kind::token_bucket, "token_b
                                                    {Kind::fixed_window, "fixed_window"}};
 constexpr std::pair<Advertise, const char*> kAdvertise[] = {
     {Advertise::none, "none"}, {Advertise::ietf, "ietf"}, {Advertise::ietf_ms, "ietf_ms"},
-    {Advertise::legacy, "legacy"}, {Advertise::x, "x"}, {Advertise::x_delta, "x_delta"}};
+    {Advertise::legacy, "legacy"}, {Advertise::x, "x"}, {Advertise::x_delta, "x_delta"}, {Advertise::x_ms, "x_ms"}};
 constexpr std::pair<Signal, const char*> kSignals[] = {
     {Signal::full, "full"}, {Signal::retry_after, "retry_after"}, {Signal::ratelimit, "ratelimit"}, {Signal::bare, "bare"}};
 
@@ -221,7 +241,12 @@ struct Limit {
   std::int64_t window_ms = 1000, offset_ms = 0, clock_offset_ms = 0;
   std::int64_t per_window_set = 0;  // 0: from the rate
   Advertise advertise = Advertise::none;
-  std::int64_t lie = -1;  // >= 0: the remaining it claims
+  std::int64_t lie = -1;  // >= 0: the remaining it claims (advertise_lie)
+  // What the limit let through and refused, and the most it let through in one window (of
+  // window_ms at offset_ms on its clock, for a token bucket too), so that a test can tell that no
+  // window was ever exceeded.
+  std::uint64_t accepted = 0, refused = 0;
+  std::int64_t counted_window = LLONG_MIN, in_window = 0, max_in_window = 0;
 
   // A fixed window's allowance: a fraction of a request cannot pass, and a rate under 1/s still
   // lets one through, as the bucket does.
@@ -237,6 +262,29 @@ struct Limit {
     return t >= 0 ? t / w : (t - w + 1) / w;
   }
   std::int64_t window_end(std::int64_t index) const { return (index + 1) * window_ms * 1000 + offset_ms * 1000; }
+  // Its answers carry a Date of its own clock where a client may read it: a point-in-time reset,
+  // or a clock that is off.
+  bool sends_date() const { return advertise != Advertise::none || clock_offset_ms != 0; }
+  // The IETF fields' policy name: "default" where it advertises (as the draft's examples name a
+  // supplier's one policy), "supplier" on the refusals of one that does not, as it always said.
+  const char* policy_name() const { return advertise == Advertise::none ? "supplier" : "default"; }
+  void count(bool passed, std::int64_t clock) {
+    if (!passed) {
+      ++refused;
+      return;
+    }
+    ++accepted;
+    if (const std::int64_t index = window_of(clock); index != counted_window) {
+      counted_window = index;
+      in_window = 0;
+    }
+    max_in_window = std::max(max_in_window, ++in_window);
+  }
+  void clear_counts() {
+    accepted = refused = 0;
+    counted_window = LLONG_MIN;
+    in_window = max_in_window = 0;
+  }
   // Full: as a new or changed limit starts.
   void fill() {
     tokens = std::max(rate, 1.0);
@@ -322,23 +370,30 @@ std::string http_date_of(std::int64_t clock_us) {
   return buf;
 }
 
-// The fields of "advertise" on an answer, as (name, value) pairs.
+// Its RateLimit-Policy value: the allowance per window (a bucket's burst) and the window in seconds.
+std::string policy_field(const Limit& l, const Left& x) {
+  char w[32];
+  std::snprintf(w, sizeof w, "%g", x.window_s);
+  return std::string("\"") + l.policy_name() + "\";q=" + std::to_string(x.limit) + ";w=" + w;
+}
+
+// The fields of "advertise" on an answer, as (name, value) pairs, with the Date of its clock.
 std::vector<std::pair<std::string, std::string>> advertised_fields(const Limit& l) {
   std::vector<std::pair<std::string, std::string>> out;
+  const std::int64_t clock = l.clock_us();
+  if (l.sends_date()) out.push_back({"Date", http_date_of(clock)});
   if (l.advertise == Advertise::none) return out;
   const Left x = left_of(l);
   const long long up_s = (x.reset_us + 999'999) / 1'000'000;
   const std::string limit = std::to_string(x.limit), remaining = std::to_string(x.remaining);
-  char w[32];
-  std::snprintf(w, sizeof w, "%g", x.window_s);
   switch (l.advertise) {
     case Advertise::ietf:
     case Advertise::ietf_ms: {
       char t[32];
       if (l.advertise == Advertise::ietf) std::snprintf(t, sizeof t, "%lld", up_s);
       else std::snprintf(t, sizeof t, "%.3f", static_cast<double>(x.reset_us) / 1e6);
-      out.push_back({"RateLimit-Policy", "\"supplier\";q=" + limit + ";w=" + w});
-      out.push_back({"RateLimit", "\"supplier\";r=" + remaining + ";t=" + t});
+      out.push_back({"RateLimit-Policy", policy_field(l, x)});
+      out.push_back({"RateLimit", std::string("\"") + l.policy_name() + "\";r=" + remaining + ";t=" + t});
       break;
     }
     case Advertise::legacy:
@@ -347,14 +402,14 @@ std::vector<std::pair<std::string, std::string>> advertised_fields(const Limit& 
       out.push_back({"RateLimit-Reset", std::to_string(up_s)});
       break;
     case Advertise::x:
-    case Advertise::x_delta: {
-      const std::int64_t clock = l.clock_us();
+    case Advertise::x_delta:
+    case Advertise::x_ms: {
       out.push_back({"X-RateLimit-Limit", limit});
       out.push_back({"X-RateLimit-Remaining", remaining});
-      out.push_back({"X-RateLimit-Reset", l.advertise == Advertise::x_delta
-                                              ? std::to_string(up_s)
-                                              : std::to_string((clock + x.reset_us + 999'999) / 1'000'000)});
-      out.push_back({"Date", http_date_of(clock)});
+      const std::int64_t reset_at = clock + x.reset_us;  // by its clock
+      out.push_back({"X-RateLimit-Reset", l.advertise == Advertise::x_delta ? std::to_string(up_s)
+                                          : l.advertise == Advertise::x      ? std::to_string((reset_at + 999'999) / 1'000'000)
+                                                                             : std::to_string((reset_at + 999) / 1'000)});
       break;
     }
     case Advertise::none:
@@ -377,7 +432,9 @@ Decision decide(const std::string& path, std::string_view real_ip) {
   if (!l) return {};
   if (!real_ip.empty() && std::find(l->refuse_callers.begin(), l->refuse_callers.end(), real_ip) != l->refuse_callers.end())
     return {Decision::caller, l, 0};
-  const std::int64_t wait = l->kind == Kind::fixed_window ? take_in_window(*l, l->clock_us()) : take_token(*l, now_us());
+  const std::int64_t clock = l->clock_us();
+  const std::int64_t wait = l->kind == Kind::fixed_window ? take_in_window(*l, clock) : take_token(*l, now_us());
+  l->count(wait == 0, clock);
   if (wait > 0) return {Decision::limited, l, wait};
   return {Decision::pass, l, 0};
 }
@@ -408,7 +465,7 @@ std::string read_options(const std::string& suffix, const json& v, Limit& l) {
     l.status = f.get<int>();
   }
   if (std::string why = pick("advertise", l.advertise, kAdvertise,
-                              R"("none", "ietf", "ietf_ms", "legacy", "x" or "x_delta")");
+                              R"("none", "ietf", "ietf_ms", "legacy", "x", "x_delta" or "x_ms")");
       !why.empty())
     return why;
   auto whole = [&](const char* field, std::int64_t& out, std::int64_t lo, std::int64_t hi) -> std::string {
@@ -422,9 +479,16 @@ std::string read_options(const std::string& suffix, const json& v, Limit& l) {
   for (const auto& [field, out, lo, hi] :
        {std::tuple<const char*, std::int64_t*, std::int64_t, std::int64_t>{"window_ms", &l.window_ms, 1, 86'400'000},
         {"per_window", &l.per_window_set, 1, 1'000'000'000},
-        {"clock_offset_ms", &l.clock_offset_ms, -3'600'000, 3'600'000},
-        {"advertise_lie", &l.lie, 0, 1'000'000'000}})
+        {"clock_offset_ms", &l.clock_offset_ms, -3'600'000, 3'600'000}})
     if (std::string why = whole(field, *out, lo, hi); !why.empty()) return why;
+  if (v.contains("advertise_lie") && !v["advertise_lie"].is_null()) {
+    // An object, so that a lie about another field can join it.
+    const json& f = v["advertise_lie"];
+    if (!f.is_object() || f.size() != 1 || !f.contains("remaining") || !f["remaining"].is_number_integer() ||
+        f["remaining"].get<std::int64_t>() < 0 || f["remaining"].get<std::int64_t>() > 1'000'000'000)
+      return where + "advertise_lie must be {\"remaining\": N}, N a whole number from 0 to 1000000000";
+    l.lie = f["remaining"].get<std::int64_t>();
+  }
   if (std::string why = whole("offset_ms", l.offset_ms, 0, l.window_ms - 1); !why.empty()) return why;
   if (v.contains("refuse_callers")) {
     const json& f = v["refuse_callers"];
@@ -472,6 +536,11 @@ std::string set_limits(const std::string& body) {
       l.last_us = old->second.last_us;
       l.window_s = old->second.window_s;
       l.used = old->second.used;
+      l.accepted = old->second.accepted;
+      l.refused = old->second.refused;
+      l.counted_window = old->second.counted_window;
+      l.in_window = old->second.in_window;
+      l.max_in_window = old->second.max_in_window;
     } else {
       l.fill();
     }
@@ -496,14 +565,17 @@ json limits_json() {
               {"status", l.status},
               {"refuse_callers", l.refuse_callers}};
     e["advertise"] = name_of(l.advertise, kAdvertise);
-    if (l.lie >= 0) e["advertise_lie"] = l.lie;
+    if (l.lie >= 0) e["advertise_lie"] = {{"remaining", l.lie}};
+    e["window_ms"] = l.window_ms;
+    e["offset_ms"] = l.offset_ms;
+    e["clock_offset_ms"] = l.clock_offset_ms;
+    e["accepted"] = l.accepted;
+    e["refused"] = l.refused;
+    e["max_in_window"] = l.max_in_window;
     if (l.kind == Kind::fixed_window) {
       const std::int64_t used = l.window_s == l.window_of(l.clock_us()) ? l.used : 0;
       e["tokens"] = static_cast<double>(std::max<std::int64_t>(0, l.per_window() - used));
       e["per_window"] = l.per_window();
-      e["window_ms"] = l.window_ms;
-      e["offset_ms"] = l.offset_ms;
-      e["clock_offset_ms"] = l.clock_offset_ms;
     } else {
       e["tokens"] = std::min(std::max(l.rate, 1.0), l.tokens + static_cast<double>(now - l.last_us) / 1e6 * l.rate);
     }
@@ -964,6 +1036,7 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
       g_total = 0;
       g_connections = 0;
       g_auth_counts = {};  // the settings and the tokens stay
+      for (auto& [suffix, l] : g_limits) l.clear_counts();  // the limits and their state stay
       res.body() = R"({"reset":true})";
     } else if (path == "/__limits") {
       if (req.method() == http::verb::put || req.method() == http::verb::post) {
@@ -1035,7 +1108,6 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
       s.arrivals_us.push_back(now_us());
       s.throttled_us.push_back(s.arrivals_us.back());
       const long long t = l.retry_after_s > 0 ? l.retry_after_s : (d.wait_us + 999'999) / 1'000'000;
-      const long long q = l.kind == Kind::fixed_window ? l.per_window() : static_cast<long long>(l.rate);
       res.result(static_cast<http::status>(l.status));
       for (auto& [name, value] : advertised_fields(l)) res.set(name, value);
       json body = {{"error", "supplier_rate_limited"}};
@@ -1044,8 +1116,13 @@ net::awaitable<void> session(tcp::socket sock, ssl::context* tls) {
         body["retry_after_s"] = t;  // only beside the field: a bare refusal says nothing anywhere
       }
       if (l.signal == Signal::full || l.signal == Signal::ratelimit) {
-        res.set("RateLimit-Policy", "\"supplier\";q=" + std::to_string(q) + ";w=1");
-        res.set("RateLimit", "\"supplier\";r=0;t=" + std::to_string(t));
+        // The policy it advertises (the same name, the window's length), exhausted.
+        res.set("RateLimit-Policy", policy_field(l, left_of(l)));
+        // A precise supplier is precise on its refusals too (Retry-After has whole seconds only).
+        char precise[32];
+        std::snprintf(precise, sizeof precise, "%.3f", static_cast<double>(d.wait_us) / 1e6);
+        const bool ms = l.advertise == Advertise::ietf_ms && l.retry_after_s == 0;
+        res.set("RateLimit", std::string("\"") + l.policy_name() + "\";r=0;t=" + (ms ? precise : std::to_string(t)));
       }
       res.body() = body.dump();
     } else {
