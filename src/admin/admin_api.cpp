@@ -330,6 +330,10 @@ json adaptive_state_json(proxy::BucketMetrics& bm) {
   const proxy::AdaptiveEvent e = bm.last_event();
   if (!e.cause.empty())
     out["last_cut"] = {{"cause", e.cause}, {"from", e.from}, {"to", e.to}, {"at_ms", e.at_ms}, {"pause_ms", e.pause_ms}};
+  // Where the supplier's one-second windows start within the wall clock's second, as this gateway
+  // learned it from its refusals (null: not yet; pauses then end on whole seconds).
+  const std::int64_t phase = bm.window_phase_us();
+  out["window_phase_ms"] = phase < 0 ? json(nullptr) : json(static_cast<double>(phase) / 1e3);
   out["supplier"] = nullptr;  // what its rate-limit fields advertise, once an answer carried them
   if (const proxy::SupplierSeries* s = bm.supplier_seen())
     out["supplier"] = {{"remaining", s->remaining.Value()}, {"limit", s->limit.Value()}, {"ignored", s->ignored.Value()}};

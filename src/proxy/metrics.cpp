@@ -151,8 +151,35 @@ void BucketMetrics::forget_adaptive() {
     advert_.reset();
     advert_pending_.store(false, std::memory_order_relaxed);
   }
+  {
+    std::lock_guard lock(phase_mu_);
+    phase_ = limiter::WindowPhase{};
+    phase_waiting_.store(false, std::memory_order_relaxed);
+  }
   pause_until_us.store(0, std::memory_order_relaxed);
   last_cut_us.store(0, std::memory_order_relaxed);
+}
+
+void BucketMetrics::note_refused_sent(std::int64_t sent_wall_us) {
+  std::lock_guard lock(phase_mu_);
+  phase_.note_refused(sent_wall_us);
+  phase_waiting_.store(true, std::memory_order_relaxed);
+}
+
+void BucketMetrics::admitted_after_refusal(std::int64_t sent_wall_us) {
+  std::lock_guard lock(phase_mu_);
+  phase_.note_admitted(sent_wall_us);
+  phase_waiting_.store(phase_.waiting(), std::memory_order_relaxed);
+}
+
+std::int64_t BucketMetrics::until_window_us(std::int64_t sent_wall_us, std::int64_t now_wall_us) const {
+  std::lock_guard lock(phase_mu_);
+  return std::max<std::int64_t>(0, phase_.next_after(sent_wall_us) - now_wall_us);
+}
+
+std::int64_t BucketMetrics::window_phase_us() const {
+  std::lock_guard lock(phase_mu_);
+  return phase_.learned() ? phase_.phase() : -1;
 }
 
 std::optional<limiter::AdvertReport> BucketMetrics::take_advert() {

@@ -227,7 +227,8 @@ class Session {
   bool end_hold(BucketMetrics& bm, const Hold& hold);
   // The upstream throttled a request `plan` governs: counted, and told to the store when
   // the rule adapts (cut, pause, logged once per episode).
-  net::awaitable<void> report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal);
+  net::awaitable<void> report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal,
+                                       std::int64_t sent_wall);
   // The answer to a refused request (a 429, or the limiter's 503): its verdict's body and
   // Retry-After, and its RateLimit fields if it has them. The refusal goes into the ring of recent
   // refusals (the console's list) too.
@@ -653,11 +654,17 @@ net::awaitable<bool> Session::handle(std::string_view body) {
                             plan.rule ? &rules->metrics_of(*plan.rule).upstream_latency : nullptr,
                             plan.rule ? &signal : nullptr, stream_->tls() != nullptr,
                             permit, hop_fields_now(), verdict.color};
+  // An adaptive rule's answers say where the supplier's windows start, by when each was sent.
+  const bool adapts = plan.step == Step::decide && plan.request.adaptive != limiter::Adaptive::off;
+  const std::int64_t sent_wall = adapts ? limiter::wall_now_us() : 0;
   const bool open = co_await forward(px_, w_, *table, *stream_, out, *route, fields, access.rec);
-  if (signal.throttled)
-    co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal);
-  else if (access.rec.upstream_status != 0 && plan.step == Step::decide && plan.request.adaptive != limiter::Adaptive::off)
-    rules->metrics_of(*plan.rule).note_admitted();  // the supplier admitted it: told with the next decision
+  if (signal.throttled) {
+    co_await report_throttle(plan, rules->metrics_of(*plan.rule), signal, sent_wall);
+  } else if (access.rec.upstream_status != 0 && adapts) {
+    BucketMetrics& bm = rules->metrics_of(*plan.rule);
+    bm.note_admitted();  // the supplier admitted it: told with the next decision
+    bm.note_admitted_sent(sent_wall);
+  }
   if (signal.advert_read != AdvertRead::none) note_supplier_fields(rules->metrics_of(*plan.rule), grant_seq, signal);
   co_return open;
 }
@@ -837,21 +844,23 @@ void Session::note_adaptive(const Plan& plan, const RuleViews& rules, const stor
   bm.last_cut_us.store(sd.last_cut_us, std::memory_order_relaxed);
 }
 
-net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal) {
+net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& bm, const ThrottleSignal& signal,
+                                              std::int64_t sent_wall) {
   bm.upstream_throttled().Increment();
   const limiter::Adaptive mode = plan.request.adaptive;
   if (plan.step != Step::decide || mode == limiter::Adaptive::off) co_return;
   std::int64_t pause = signal.pause_us, jitter = 0;
   if (pause == 0 || pause == 1'000'000) {
     // No pause asked for, or a window's worth (Retry-After: 1, t=1): most suppliers count calls
-    // per calendar second, and the window that refused ends at the next whole second of the wall
-    // clock. What is sent before then is refused; pausing a whole second from now would skip most
-    // of the next window. A token bucket's allowance refills meanwhile (a second's burst), so the
-    // pause costs it nothing. (A supplier that says a fraction of a second, or longer, means it.)
-    // Only a throttle that cuts pauses: one caller's own 429s pause nobody.
-    const std::int64_t wall = std::chrono::duration_cast<std::chrono::microseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch()).count();
-    pause = 1'000'000 - wall % 1'000'000;
+    // per one-second window, and the window that refused ends where the next one starts: where
+    // this gateway learned the supplier's windows start (BucketMetrics::until_window_us), the wall
+    // clock's whole seconds until it has. That is the window the refused request was sent in: its
+    // answer may come after the next window began (then there is nothing to wait for; a whole
+    // second from now would skip that window). What is sent before then is refused. A token
+    // bucket's allowance refills meanwhile (a second's burst), so the pause costs it nothing. (A
+    // supplier that says a fraction of a second, or longer, means it.) Only a throttle that cuts
+    // pauses: one caller's own 429s pause nobody.
+    pause = bm.until_window_us(sent_wall, limiter::wall_now_us());
   } else if (pause > 0) {
     // A little jitter on a longer pause (up to a tenth of it, at most 0.5 s), so that a fleet told
     // the same Retry-After does not resume in step.
@@ -872,6 +881,8 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
     bm.give_back_admitted(heard);
     co_return;
   }
+  // A refusal the store believed (not one caller's own) marks a window's end.
+  if (!o.result.unconfirmed) bm.note_refused_sent(sent_wall);
   AdaptiveSeries& series = bm.adaptive();
   series.effective_rate.Set(o.effective_rate);
   if (mode == limiter::Adaptive::on && o.pause_left_us > 0) bm.raise_pause(limiter::steady_now_us() + o.pause_left_us);

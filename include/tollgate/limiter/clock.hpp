@@ -23,5 +23,7 @@ class SteadyClock final : public Clock {
 };
 
 Micros steady_now_us();
+// The wall clock, in microseconds since the epoch.
+Micros wall_now_us();
 
 }  // namespace tollgate::limiter

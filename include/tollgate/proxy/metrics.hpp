@@ -25,6 +25,7 @@
 
 #include "tollgate/limiter/advertised.hpp"
 #include "tollgate/limiter/three_color.hpp"
+#include "tollgate/limiter/window_phase.hpp"
 #include "tollgate/proxy/deadline.hpp"
 
 namespace tollgate::proxy {
@@ -177,6 +178,18 @@ class BucketMetrics {
   // An operator reset what the bucket learned (POST /admin/rules/<bucket>/adaptive/reset): the
   // report not yet told, the pause and the last cut heard of are forgotten.
   void forget_adaptive();
+  // Adaptive buckets: where the supplier's one-second windows start (limiter/window_phase.hpp),
+  // learned from this gateway's refusals and the admissions after them, by the wall-clock time
+  // each was sent. An admission costs one relaxed load unless a refusal waits for it.
+  void note_refused_sent(std::int64_t sent_wall_us);
+  void note_admitted_sent(std::int64_t sent_wall_us) {
+    if (phase_waiting_.load(std::memory_order_relaxed)) admitted_after_refusal(sent_wall_us);
+  }
+  // From `now_wall_us` to the start of the supplier's window after the one a request sent at
+  // `sent_wall_us` was in (the wall clock's whole seconds until a boundary is learned; 0: it began
+  // already), and where in the second they start (-1: not learned).
+  std::int64_t until_window_us(std::int64_t sent_wall_us, std::int64_t now_wall_us) const;
+  std::int64_t window_phase_us() const;
   // The supplier's series: made on the first call. `supplier_seen` says whether that happened.
   SupplierSeries& supplier();
   const SupplierSeries* supplier_seen() const { return supplier_.load(std::memory_order_acquire); }
@@ -218,6 +231,10 @@ class BucketMetrics {
     double seq = 0, left = 0, limit = 0;
     std::int64_t reset_at_us = 0, window_us = 0;
   };
+  void admitted_after_refusal(std::int64_t sent_wall_us);
+  std::atomic<bool> phase_waiting_{false};  // a lock-free look before the lock
+  mutable std::mutex phase_mu_;
+  limiter::WindowPhase phase_;
   std::atomic<bool> advert_pending_{false};  // a lock-free look before the lock
   std::mutex advert_mu_;
   std::optional<PendingAdvert> advert_;
