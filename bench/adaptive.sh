@@ -12,6 +12,13 @@
 # supplier kind.
 #   bench/adaptive.sh                        # build/ must hold a build with tests (redis_tests)
 #   BUILD=/path/to/build bench/adaptive.sh
+# With MATRIX set, it runs the matrix of suppliers that advertise nothing instead (Cells/Matrix:
+# fixed windows of 1 s and 10 s starting 0, 100, ..., 900 ms into the second, each refusing
+# signal, one gateway and three on Redis; a token bucket's two kinds), the cells whose names
+# match MATRIX (gtest patterns, ':' between them: '*' for all 124, about 2 h 40 min; '*_w1s_*_one'
+# for the one-gateway cells of one-second windows), and writes matrix.md, a row per cell, beside
+# the series:
+#   MATRIX='*_w1s_o*00_one' bench/adaptive.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -21,6 +28,14 @@ mkdir -p "$OUT"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 scripts/redis-server.sh start "$OUT/redis" "$PORT" >/dev/null
 trap 'scripts/redis-server.sh stop "$OUT/redis" >/dev/null 2>&1 || true' EXIT
+if [[ -n ${MATRIX:-} ]]; then
+  TOLLGATE_ADAPTIVE_OUT=$OUT TOLLGATE_TEST_REDIS_PORT=$PORT TOLLGATE_TEST_REDIS_DIR=$OUT/redis \
+    "$BUILD/tests/redis_tests" --gtest_filter="Cells/Matrix.*/${MATRIX//:/:Cells/Matrix.*/}" --gtest_also_run_disabled_tests 2>&1 |
+    tee "$OUT/tests.log" | grep -E '^\[(  FAILED|       OK)|by its windows|allowance' || true
+  python3 bench/adaptive_matrix.py "$OUT/tests.log" | tee "$OUT/matrix.md"
+  echo "series in $OUT; the table in $OUT/matrix.md"
+  exit 0
+fi
 TOLLGATE_ADAPTIVE_OUT=$OUT TOLLGATE_TEST_REDIS_PORT=$PORT TOLLGATE_TEST_REDIS_DIR=$OUT/redis \
   "$BUILD/tests/redis_tests" --gtest_filter='Adaptive*:Suppliers*:Topologies*' --gtest_also_run_disabled_tests 2>&1 | tee "$OUT/tests.log" | grep -E '^\[|allowance' || true
 python3 bench/plot_adaptive.py "$OUT" docs/adaptive.svg | tee "$OUT/summary.txt"

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "support/redis.hpp"
 #include "support/stack.hpp"
@@ -169,6 +170,11 @@ struct RunResult {
   std::vector<Second> seconds;
   std::vector<PhaseFigures> settled;  // per phase, after the first `settle` seconds
   int throttled_total = 0, received_total = 0;
+  // For figures by the supplier's own windows (window_figures): when each phase began and the run
+  // ended (steady clock), the wall clock less the steady one, and the supplier's record of the path.
+  std::vector<std::int64_t> set_at_us;
+  std::int64_t end_us = 0, wall_of_mono = 0;
+  json stats;
 };
 
 // Drives `fleet` at 60 requests a second through the phases, changing the supplier's allowance at
@@ -240,6 +246,7 @@ RunResult drive(const std::string& name, std::vector<std::unique_ptr<GatewayProc
     if (p > 0) set_allowance(phases[p].allowance);
     for (int s = 0; s < phases[p].seconds; ++s) next_second(p);
   }
+  const std::int64_t end_us = mono_us();
   client.stop();
   const std::vector<Sent> sent = client.join();
   const json stats = supplier.stats()["paths"][kPath];
@@ -254,6 +261,10 @@ RunResult drive(const std::string& name, std::vector<std::unique_ptr<GatewayProc
   }
 
   RunResult out;
+  out.set_at_us = set_at;
+  out.end_us = end_us;
+  out.wall_of_mono = wall_of_mono;
+  out.stats = stats;
   total_s = sec;
   out.seconds.resize(static_cast<std::size_t>(total_s));
   sec = 0;
@@ -544,6 +555,126 @@ INSTANTIATE_TEST_SUITE_P(
         if (ch == '-') ch = '_';
       return n;
     });
+
+// A fixed-window supplier's figures by its own windows (wherever they start: `offset_ms` on a
+// clock `clock_offset_ms` off the wall clock, `window_ms` long): per phase, the windows wholly inside
+// it from its `settle`-th on, what arrived in them, what was refused, and what was accepted over
+// what they allowed (their `per_window`, from the phase's rate).
+std::vector<PhaseFigures> window_figures(const RunResult& r, const std::vector<Phase>& phases, const json& kind,
+                                         int settle) {
+  const std::int64_t w = kind.value("window_ms", 1000) * 1000LL;
+  const std::int64_t origin = kind.value("offset_ms", 0) * 1000LL - kind.value("clock_offset_ms", 0) * 1000LL -
+                              r.wall_of_mono;  // a window starts at origin + k w (steady clock)
+  auto in = [&](const char* field, std::int64_t from, std::int64_t to) {
+    int n = 0;
+    for (const auto& a : r.stats[field]) n += a.get<std::int64_t>() >= from && a.get<std::int64_t>() < to;
+    return n;
+  };
+  std::vector<PhaseFigures> out;
+  for (std::size_t p = 0; p < phases.size(); ++p) {
+    const std::int64_t begin = r.set_at_us[p], end = p + 1 < phases.size() ? r.set_at_us[p + 1] : r.end_us;
+    std::int64_t k = (begin - origin + w - 1) / w + settle;  // the first whole window, then `settle` more
+    PhaseFigures f;
+    f.allowance = std::max(1.0, std::floor(phases[p].allowance * static_cast<double>(w) / 1e6));
+    for (; origin + (k + 1) * w <= end; ++k) {
+      f.received += in("arrivals_us", origin + k * w, origin + (k + 1) * w);
+      f.throttled += in("throttled_us", origin + k * w, origin + (k + 1) * w);
+      f.seconds += 1;  // counts windows: goodput() is accepted over per_window times windows
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+// The matrix of issue 48's item 2, which only bench/adaptive.sh runs (a cell takes 40 s with
+// one-second windows, 2 min with ten-second ones): each supplier kind that refuses without saying
+// what is left, its windows starting 0, 100, ..., 900 ms into the second of its clock, 1 s and
+// 10 s long, in front of one gateway and of three on Redis. A token bucket has no windows: its two
+// kinds run once per topology. The targets in every cell, by the supplier's own windows after the
+// first of each phase (4 of 1 s, 1 of 10 s): at most 3% of what it receives refused, at least 90% of
+// its allowance used.
+struct MatrixCell {
+  std::string name;
+  json kind;
+  bool fleet;
+};
+
+void PrintTo(const MatrixCell& c, std::ostream* os) { *os << c.name; }
+
+std::vector<MatrixCell> matrix_cells() {
+  std::vector<MatrixCell> cells;
+  const std::vector<std::tuple<const char*, const char*, int>> windows{
+      {"retry_after", "429", 429}, {"bare", "429", 429}, {"ratelimit", "503", 503}};
+  for (const bool fleet : {false, true}) {
+    const char* where = fleet ? "fleet" : "one";
+    for (const int window_ms : {1000, 10000})
+      for (const auto& [signal, code, status] : windows)
+        for (int offset = 0; offset < 1000; offset += 100)
+          cells.push_back({std::string("window_") + signal + "_" + code + "_w" + std::to_string(window_ms / 1000) +
+                               "s_o" + std::to_string(offset) + "_" + where,
+                           {{"kind", "fixed_window"}, {"signal", signal}, {"status", status}, {"window_ms", window_ms},
+                            {"offset_ms", offset}},
+                           fleet});
+    for (const auto& [signal, status] : std::vector<std::pair<const char*, int>>{{"bare", 429}, {"retry_after", 503}})
+      cells.push_back({std::string("bucket_") + signal + "_" + std::to_string(status) + "_" + where,
+                       {{"kind", "token_bucket"}, {"signal", signal}, {"status", status}},
+                       fleet});
+  }
+  return cells;
+}
+
+class Matrix : public ::testing::TestWithParam<MatrixCell> {};
+
+// Runs the cell `c` and checks each phase by the supplier's windows: at most `refused` refused, at
+// least `used` of the allowance used.
+void meets(const MatrixCell& c, double refused, double used) {
+  if (c.fleet) {
+    if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+    RedisServer::shared().flush();
+  }
+  MockUpstream supplier;
+  ASSERT_GT(supplier.port, 0);
+  auto fleet = start_gateways(supplier_config(supplier.port, "on", c.fleet ? RedisServer::shared().port() : 0),
+                              c.fleet ? 3 : 1);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const bool long_windows = c.kind.value("window_ms", 1000) > 1000;
+  const std::vector<Phase> phases = long_windows ? std::vector<Phase>{{20, 40}, {12, 40}, {30, 40}} : kDropThenRise;
+  const RunResult r = drive(c.name, fleet, supplier, phases, kSettle, c.kind);
+  if (c.kind["kind"] == "token_bucket") return expect_follows_the_supplier(r, refused, used);
+  if (!long_windows && !c.fleet) {
+    // Where the gateway learned the windows start: at the supplier's offset (send times on
+    // loopback), within what one request's spacing and a pause's arc leave open.
+    const json state = fleet[0]->admin_json("/admin/rules")["rules"][0]["adaptive_state"];
+    ASSERT_TRUE(state["window_phase_ms"].is_number()) << state.dump();
+    const double off = std::fmod(state["window_phase_ms"].get<double>() - c.kind.value("offset_ms", 0) + 1500.0, 1000.0) - 500;
+    EXPECT_LT(std::fabs(off), 100) << state.dump();
+  }
+  for (const PhaseFigures& f : window_figures(r, phases, c.kind, long_windows ? 1 : kSettle)) {
+    std::printf("[%s] by its windows, %.0f a window: received %d, refused %d (%.2f%%), accepted %.1f%% of what "
+                "%.0f windows allowed\n",
+                c.name.c_str(), f.allowance, f.received, f.throttled, 100 * f.throttled_share(), 100 * f.goodput(),
+                f.seconds);
+    SCOPED_TRACE("allowance " + std::to_string(f.allowance) + " a window");
+    EXPECT_GT(f.seconds, 0);
+    EXPECT_LE(f.throttled_share(), refused);
+    EXPECT_GE(f.goodput(), used);
+  }
+}
+
+TEST_P(Matrix, DISABLED_MeetsTheTargets) { meets(GetParam(), 0.03, 0.90); }
+
+// What every run guards (a loaded 2-core machine; the targets are the bench's): one-second windows
+// starting half a second into the wall clock's, refusing with a bare 429, one gateway. (Before the
+// gateway learned where the windows start, the 20/s phase used 76% of the allowance.)
+TEST(UnalignedWindows, AreFollowedByOneGateway) {
+  meets({"window_bare_429_w1s_o500_one",
+         {{"kind", "fixed_window"}, {"signal", "bare"}, {"status", 429}, {"offset_ms", 500}},
+         false},
+        0.10, 0.80);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cells, Matrix, ::testing::ValuesIn(matrix_cells()),
+                         [](const ::testing::TestParamInfo<MatrixCell>& i) { return i.param.name; });
 
 // One caller's own 429s (its per-user quota at the supplier, its bad credentials) pass through to
 // it and change nothing for the others: 8 in 4 s, then 100 in 10 s, among six other callers' 30
