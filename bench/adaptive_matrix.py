@@ -7,7 +7,7 @@ Reads the lines tests/integration/adaptive_e2e_test.cpp prints for each cell of 
 "[<cell>] by its windows, N a window: received R, refused F (P%), accepted U% of what W windows
 allowed" (fixed windows) or "[<cell>] allowance N/s: supplier received R, refused F (P%), accepted
 U% ..." (a token bucket), one per phase. A cell's figures are its worst phase: the most refused and
-the least used. The targets (issue 48): at most 3% refused, at least 90% used, in every cell.
+the least used. The targets: at most 3% refused, at least 90% used, in every cell.
 Standard library only.
 """
 import re

@@ -586,7 +586,7 @@ std::vector<PhaseFigures> window_figures(const RunResult& r, const std::vector<P
   return out;
 }
 
-// The matrix of issue 48's item 2, which only bench/adaptive.sh runs (a cell takes 40 s with
+// The matrix of suppliers that advertise nothing, which only bench/adaptive.sh runs (a cell takes 40 s with
 // one-second windows, 2 min with ten-second ones): each supplier kind that refuses without saying
 // what is left, its windows starting 0, 100, ..., 900 ms into the second of its clock, 1 s and
 // 10 s long, in front of one gateway and of three on Redis. A token bucket has no windows: its two
