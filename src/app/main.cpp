@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
                    "  --version, -V  the version, the commit and the libraries it was built with\n"
                    "  --help, -h     this text\n"
                    "\n"
-                   "Signals: SIGHUP reloads the rules and the TLS files; SIGTERM or SIGINT drains and exits.\n"
+                   "Signals: SIGHUP reloads the rules, the upstreams, routes and DNS names of FILE and the\n"
+                   "         TLS files (a field that needs a restart is named in the log); SIGTERM or\n"
+                   "         SIGINT drains and exits.\n"
                    "Documentation: README.md and docs/ (configuration.md has every field of FILE).\n";
       return 0;
     } else {
