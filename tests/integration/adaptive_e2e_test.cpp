@@ -399,6 +399,18 @@ std::vector<std::unique_ptr<GatewayProcess>> start_gateways(const json& c, int n
   return fleet;
 }
 
+// `n` adaptive gateways (supplier_config) in front of `supplier`: one on the in-process store, more
+// on the shared test Redis, flushed first (without one, the test is skipped). The caller returns
+// when the test was skipped or failed here.
+void start_in_front_of(const MockUpstream& supplier, int n, std::vector<std::unique_ptr<GatewayProcess>>& fleet) {
+  if (n > 1) {
+    if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
+    RedisServer::shared().flush();
+  }
+  ASSERT_GT(supplier.port, 0);
+  fleet = start_gateways(supplier_config(supplier.port, "on", n > 1 ? RedisServer::shared().port() : 0), n);
+}
+
 class AdaptiveFleet : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -516,15 +528,10 @@ const std::vector<Phase> kDropThenRise{{20, 12}, {12, 12}, {30, 12}};
 // Drives the supplier kind `k` (one gateway, or three on Redis) through `phases` and checks the
 // guards. The control run refuses 40-60% (see OneGatewayFollowsTheSupplierAndTheControlRunDoesNot).
 void follows_the_kind(const SupplierCase& k, const std::string& name, const std::vector<Phase>& phases) {
-  if (k.fleet) {
-    if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
-    RedisServer::shared().flush();
-  }
   MockUpstream supplier;
-  ASSERT_GT(supplier.port, 0);
-  auto fleet = start_gateways(supplier_config(supplier.port, "on", k.fleet ? RedisServer::shared().port() : 0),
-                              k.fleet ? 3 : 1);
-  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::vector<std::unique_ptr<GatewayProcess>> fleet;
+  start_in_front_of(supplier, k.fleet ? 3 : 1, fleet);
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
   const RunResult r =
       drive(name, fleet, supplier, phases, kSettle, {{"kind", k.kind}, {"signal", k.signal}, {"status", k.status}});
   expect_follows_the_supplier(r, 0.10, 0.75);
@@ -628,15 +635,10 @@ class Matrix : public ::testing::TestWithParam<MatrixCell> {};
 // Runs the cell `c` and checks each phase by the supplier's windows: at most `refused` refused, at
 // least `used` of the allowance used.
 void meets(const MatrixCell& c, double refused, double used) {
-  if (c.fleet) {
-    if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
-    RedisServer::shared().flush();
-  }
   MockUpstream supplier;
-  ASSERT_GT(supplier.port, 0);
-  auto fleet = start_gateways(supplier_config(supplier.port, "on", c.fleet ? RedisServer::shared().port() : 0),
-                              c.fleet ? 3 : 1);
-  ASSERT_FALSE(::testing::Test::HasFailure());
+  std::vector<std::unique_ptr<GatewayProcess>> fleet;
+  start_in_front_of(supplier, c.fleet ? 3 : 1, fleet);
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
   const bool long_windows = c.kind.value("window_ms", 1000) > 1000;
   const std::vector<Phase> phases = long_windows ? std::vector<Phase>{{20, 40}, {12, 40}, {30, 40}} : kDropThenRise;
   const RunResult r = drive(c.name, fleet, supplier, phases, kSettle, c.kind);
@@ -762,15 +764,10 @@ int most_within(const json& accepted_us, std::int64_t span_us, std::int64_t skip
 
 TEST_P(AdvertisingSupplier, IsPacedOnWhatItSaysIsLeft) {
   const AdvertisingCase& c = GetParam();
-  if (c.gateways > 1) {
-    if (!RedisServer::shared().available()) GTEST_SKIP() << RedisServer::shared().why_not();
-    RedisServer::shared().flush();
-  }
   MockUpstream supplier;
-  ASSERT_GT(supplier.port, 0);
-  auto fleet = start_gateways(supplier_config(supplier.port, "on", c.gateways > 1 ? RedisServer::shared().port() : 0),
-                              c.gateways);
-  ASSERT_FALSE(HasFailure());
+  std::vector<std::unique_ptr<GatewayProcess>> fleet;
+  start_in_front_of(supplier, c.gateways, fleet);
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
   const RunResult r = drive(c.name, fleet, supplier, c.phases, 2, c.kind);
   expect_follows_the_supplier(r, c.refused, c.used);
   // Read and shown: the supplier's allowance per window, as advertised.
