@@ -34,8 +34,14 @@ double floor_rate(double configured, const AdaptiveParams& p) {
 }
 
 namespace {
+// The seconds the counts are kept by: the supplier's windows once the fleet learned where they
+// start (a fixed window's allowance is what it admitted in one of them), else the wall clock's.
+Micros second_shift(const AdaptiveState& st) {
+  return st.windows.width > 0 ? -WindowPhase::middle(st.windows) : st.phase;
+}
+
 std::int64_t second_of(const AdaptiveState& st, Micros now) {
-  return static_cast<std::int64_t>(std::floor(static_cast<double>(now + st.phase) / 1e6));
+  return static_cast<std::int64_t>(std::floor(static_cast<double>(now + second_shift(st)) / 1e6));
 }
 
 // Moves the per-second counts on to `now`'s second.
@@ -57,7 +63,7 @@ void roll(AdaptiveState& st, Micros now) {
 // A count over the sliding second ending at `now`.
 double sliding(const AdaptiveState& st, double cur, double prev, Micros now) {
   const std::int64_t sec = second_of(st, now);
-  const double elapsed = static_cast<double>(now + st.phase - sec * 1'000'000);
+  const double elapsed = static_cast<double>(now + second_shift(st) - sec * 1'000'000);
   const double left = (1e6 - elapsed) / 1e6;  // share of the previous second still in the window
   if (sec <= st.sec) return prev * left + cur;
   if (sec == st.sec + 1) return cur * left;
@@ -125,6 +131,19 @@ BucketParams effective_params(const BucketParams& configured, double rate) {
   return out;
 }
 
+namespace {
+// Nothing is sent before `pause_us` (capped, and `jitter_us`) from now, unless a pause runs longer.
+void extend_pause(AdaptiveState& st, Micros now, Micros pause_us, Micros jitter_us, const AdaptiveParams& p,
+                  ThrottleResult& r) {
+  if (pause_us > p.max_pause_us) pause_us = p.max_pause_us;
+  const Micros until = now + pause_us + (jitter_us > 0 ? jitter_us : 0);
+  if (until > st.pause_until) {
+    st.pause_until = until;
+    r.paused = true;
+  }
+}
+}  // namespace
+
 ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Micros pause_us, Micros jitter_us,
                            std::uint64_t caller, const AdaptiveParams& p) {
   ThrottleResult r;
@@ -137,6 +156,15 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   const bool alone = st.asked.first == caller && !(now - st.asked.second_at < p.evidence_us);
   if (!two && !alone) {
     r.unconfirmed = true;
+    return r;
+  }
+  // Refused again within a second of the last cut, nothing admitted since: the window that refused
+  // then had not turned when the pause ended (where the supplier's windows start not learned yet:
+  // the pause ended on the wall clock's second). It says nothing of the allowance (read, it would
+  // be the time since the cut, nearly all pause, and halve the rate): a pause again, no cut.
+  if (st.since_ok == 0 && now - st.last_signal < p.unturned_us) {
+    if (pause_us > 0) extend_pause(st, now, pause_us, jitter_us, p, r);
+    r.pause_until = st.pause_until;
     return r;
   }
   const Micros previous = st.last_signal;
@@ -244,14 +272,7 @@ ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Mic
   if (target < fl) target = fl;
   st.level = estimate;
   st.hold_us = hold;
-  if (pause_us > 0) {
-    if (pause_us > p.max_pause_us) pause_us = p.max_pause_us;
-    const Micros until = now + pause_us + (jitter_us > 0 ? jitter_us : 0);
-    if (until > st.pause_until) {
-      st.pause_until = until;
-      r.paused = true;
-    }
-  }
+  if (pause_us > 0) extend_pause(st, now, pause_us, jitter_us, p, r);
   st.target = target;
   st.epoch = (st.pause_until > now ? st.pause_until : now) + hold;  // probing starts after the hold
   st.last = now;

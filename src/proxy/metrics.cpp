@@ -155,6 +155,10 @@ void BucketMetrics::forget_adaptive() {
     std::lock_guard lock(phase_mu_);
     phase_ = limiter::WindowPhase{};
     phase_waiting_.store(false, std::memory_order_relaxed);
+    window_start_us_.store(0, std::memory_order_relaxed);
+    pair_pending_.store(false, std::memory_order_relaxed);
+    adopted_start_.store(-1, std::memory_order_relaxed);
+    adopted_width_.store(0, std::memory_order_relaxed);
   }
   pause_until_us.store(0, std::memory_order_relaxed);
   last_cut_us.store(0, std::memory_order_relaxed);
@@ -162,19 +166,51 @@ void BucketMetrics::forget_adaptive() {
 
 void BucketMetrics::note_refused_sent(std::int64_t sent_wall_us) {
   std::lock_guard lock(phase_mu_);
+  const limiter::WindowPhase::Arc before{phase_.arc_start(), phase_.arc_width()};
   phase_.note_refused(sent_wall_us);
   phase_waiting_.store(true, std::memory_order_relaxed);
+  if (phase_.arc_start() != before.start || phase_.arc_width() != before.width) {
+    pair_pending_.store(true, std::memory_order_relaxed);
+    window_start_us_.store(phase_.phase(), std::memory_order_relaxed);
+  }
 }
 
 void BucketMetrics::admitted_after_refusal(std::int64_t sent_wall_us) {
   std::lock_guard lock(phase_mu_);
-  phase_.note_admitted(sent_wall_us);
+  if (phase_.note_admitted(sent_wall_us)) pair_pending_.store(true, std::memory_order_relaxed);
   phase_waiting_.store(phase_.waiting(), std::memory_order_relaxed);
+  window_start_us_.store(phase_.phase(), std::memory_order_relaxed);
 }
 
 std::int64_t BucketMetrics::until_window_us(std::int64_t sent_wall_us, std::int64_t now_wall_us) const {
   std::lock_guard lock(phase_mu_);
-  return std::max<std::int64_t>(0, phase_.next_after(sent_wall_us) - now_wall_us);
+  // As if the refusal were noted (it is once the store believed it): a refusal soon after the last
+  // one narrows where the next window starts before the pause is set.
+  limiter::WindowPhase w = phase_;
+  w.note_refused(sent_wall_us);
+  return std::max<std::int64_t>(0, w.next_after(sent_wall_us) - now_wall_us);
+}
+
+limiter::WindowPhase::Arc BucketMetrics::take_window_pair() {
+  if (!pair_pending_.load(std::memory_order_relaxed)) return {};
+  std::lock_guard lock(phase_mu_);
+  pair_pending_.store(false, std::memory_order_relaxed);
+  const limiter::WindowPhase::Arc pair = phase_.take_pair();
+  return pair.width > 0 ? limiter::WindowPhase::relative(pair, limiter::wall_now_us()) : pair;
+}
+
+void BucketMetrics::adopt_windows(limiter::WindowPhase::Arc fleet) {
+  using limiter::WindowPhase;
+  if (fleet.width <= 0 || fleet.width >= WindowPhase::kWindowUs) return;  // none, or not an arc
+  const WindowPhase::Arc arc = WindowPhase::absolute(fleet, limiter::wall_now_us());
+  // The same arc as adopted before (told relative to a now a moment off: within 2 ms): nothing new.
+  const std::int64_t drift = WindowPhase::within_second(arc.start - adopted_start_.load(std::memory_order_relaxed) + 2'000);
+  if (arc.width == adopted_width_.load(std::memory_order_relaxed) && drift <= 4'000) return;
+  std::lock_guard lock(phase_mu_);
+  adopted_start_.store(arc.start, std::memory_order_relaxed);
+  adopted_width_.store(arc.width, std::memory_order_relaxed);
+  phase_.adopt(arc);
+  window_start_us_.store(phase_.phase(), std::memory_order_relaxed);
 }
 
 std::int64_t BucketMetrics::window_phase_us() const {
@@ -212,9 +248,9 @@ Pending at_second(Pending p, std::uint64_t sec) {
 }
 }  // namespace
 
-std::uint64_t BucketMetrics::wall_second() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+std::uint64_t BucketMetrics::window_second() const {
+  const std::int64_t t = limiter::wall_now_us() - window_start_us_.load(std::memory_order_relaxed);
+  return static_cast<std::uint64_t>(t / 1'000'000);
 }
 
 void BucketMetrics::note_admitted_at(std::uint64_t sec) {
@@ -235,7 +271,7 @@ BucketMetrics::Admitted BucketMetrics::take_admitted_at(std::uint64_t sec) {
   return out;
 }
 
-void BucketMetrics::give_back_admitted(Admitted a) { give_back_admitted_at(a, wall_second()); }
+void BucketMetrics::give_back_admitted(Admitted a) { give_back_admitted_at(a, window_second()); }
 
 void BucketMetrics::give_back_admitted_at(Admitted a, std::uint64_t sec) {
   if (!(a.total > 0)) return;

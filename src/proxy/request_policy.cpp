@@ -199,6 +199,7 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
     req.admitted = heard.total;
     req.admitted_before = heard.before;
     req.advert = rules->metrics_of(rule).take_advert();
+    req.window_pair = rules->metrics_of(rule).take_window_pair();
     // Who asked: a throttle cuts the shared rate only when it is not one caller's alone.
     if (settings.trusted && !settings.trusted->empty())
       req.caller = limiter::caller_id(client_address(facts.peer, facts.headers.joined("X-Forwarded-For"), *settings.trusted));

@@ -806,6 +806,7 @@ net::awaitable<void> Session::ask_again(Plan& plan, const RuleViews& rules, stor
   plan.request.admitted = heard.total;
   plan.request.admitted_before = heard.before;
   plan.request.advert = rules.metrics_of(*plan.rule).take_advert();
+  plan.request.window_pair = rules.metrics_of(*plan.rule).take_window_pair();
   sd = co_await px_.deps.store.try_acquire(plan.request);
   plan.request.again = false;
   note_adaptive(plan, rules, sd);
@@ -839,6 +840,7 @@ void Session::note_adaptive(const Plan& plan, const RuleViews& rules, const stor
   if (plan.request.adaptive == limiter::Adaptive::off || !(sd.effective_rate > 0)) return;
   BucketMetrics& bm = rules.metrics_of(*plan.rule);
   bm.adaptive().effective_rate.Set(sd.effective_rate);
+  bm.adopt_windows(sd.windows);  // where the fleet learned the supplier's windows start
   if (plan.request.adaptive != limiter::Adaptive::on) return;
   if (sd.paused_us > 0) bm.raise_pause(limiter::steady_now_us() + sd.paused_us);
   bm.last_cut_us.store(sd.last_cut_us, std::memory_order_relaxed);
@@ -874,6 +876,9 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
   const BucketMetrics::Admitted heard = bm.take_admitted();
   req.admitted = heard.total;
   req.admitted_before = heard.before;
+  // With the pair this gateway learned of where the supplier's windows start: the store keeps the
+  // fleet's arc, and this gateway follows it (limiter/window_phase.hpp).
+  req.window_pair = bm.take_window_pair();
   const store::AdaptOutcome o = co_await px_.deps.store.throttled(req, pause, jitter);
   if (!o.ok) {  // the store is down: it decides by its failure policy, nothing to adapt
     // Told again with the next report (at least once: a reply lost after the store counted them
@@ -881,6 +886,7 @@ net::awaitable<void> Session::report_throttle(const Plan& plan, BucketMetrics& b
     bm.give_back_admitted(heard);
     co_return;
   }
+  bm.adopt_windows(o.windows);
   // A refusal the store believed (not one caller's own) marks a window's end.
   if (!o.result.unconfirmed) bm.note_refused_sent(sent_wall);
   AdaptiveSeries& series = bm.adaptive();

@@ -117,6 +117,7 @@ LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& re
   // from the shape it was in to the one of this rate (as the Redis script does).
   Entry* found = find(shard, req.bucket.name, false);
   limiter::AdaptiveState st = found && found->adaptive ? *found->adaptive : new_adaptive();
+  out.windows = limiter::WindowPhase::share(st.windows, now, req.window_pair);
   if (req.admitted > 0) limiter::note_admitted(st, now, req.admitted, req.admitted_before);
   if (!req.again) limiter::note_demand(st, now, req.permits, req.caller);
   if (req.advert) limiter::note_advert(st.adv, now, *req.advert);
@@ -549,6 +550,9 @@ AdaptOutcome LocalStore::adapt(const AcquireRequest& req, Micros pause_us, Micro
   if (req.admitted > 0) limiter::note_admitted(st, now, req.admitted, req.admitted_before);  // this gateway's, told with the throttle
   out.result = limiter::on_throttle(st, configured, now, pause_us, jitter_us, req.caller);
   out.effective_rate = limiter::effective_rate(st, configured, now);
+  // Where the supplier's windows start: this gateway's pair into the fleet's arc, after the signal
+  // was read by the seconds it came in (as adapt.lua).
+  out.windows = limiter::WindowPhase::share(st.windows, now, req.window_pair);
   if (req.adaptive == limiter::Adaptive::on && out.result.cut) {
     // A cut restarts the bucket's schedule at the new rate, empty, when its pause ends (or now):
     // the slots granted before it, at the old rate, are void (their holders ask again when they

@@ -406,6 +406,8 @@ std::vector<std::string> acquire_call(const AcquireRequest& req, const std::stri
     } else {
       out.insert(out.end(), 5, std::string());
     }
+    out.push_back(std::to_string(req.window_pair.start));
+    out.push_back(std::to_string(req.window_pair.width));
   }
   if (has_b) shape_args(out, req.parent->params);
   for (const QuotaRef& q : req.quotas) {
@@ -439,11 +441,13 @@ std::vector<std::string> adapt_call(const AcquireRequest& req, const std::string
           std::to_string(jitter_us),
           std::to_string(req.caller),
           num(req.admitted),
-          num(req.admitted_before)};
+          num(req.admitted_before),
+          std::to_string(req.window_pair.start),
+          std::to_string(req.window_pair.width)};
 }
 
 std::optional<AdaptOutcome> parse_adapt_reply(const std::vector<std::string>& items, Micros now) {
-  if (items.size() != 9) return std::nullopt;
+  if (items.size() != 11) return std::nullopt;
   try {
     AdaptOutcome out;
     out.ok = true;
@@ -457,6 +461,7 @@ std::optional<AdaptOutcome> parse_adapt_reply(const std::vector<std::string>& it
     out.effective_rate = std::stod(items[6]);
     out.result.unconfirmed = items[7] == "1";
     out.last_cut_us = static_cast<Micros>(std::stod(items[8]));
+    out.windows = {static_cast<Micros>(std::stoll(items[9])), static_cast<Micros>(std::stoll(items[10]))};
     return out;
   } catch (const std::exception&) {
     return std::nullopt;
@@ -531,7 +536,7 @@ std::optional<RefundResult> parse_refund_reply(const AcquireRequest& req, const 
 
 std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>& items, std::size_t quotas,
                                                 bool adaptive, bool metered) {
-  if (items.size() != 13 + 5 * quotas + (adaptive ? 4 : 0) + (metered ? 3 : 0)) return std::nullopt;
+  if (items.size() != 13 + 5 * quotas + (adaptive ? 6 : 0) + (metered ? 3 : 0)) return std::nullopt;
   auto micros = [](const std::string& s) {
     const double v = std::stod(s);  // the script's "never" is 2^53
     return v >= 9007199254740992.0 ? limiter::kInfinite : static_cast<Micros>(v);
@@ -571,9 +576,10 @@ std::optional<StoreDecision> parse_acquire_reply(const std::vector<std::string>&
       out.paused_us = micros(items[14 + 5 * quotas]);
       out.last_cut_us = micros(items[15 + 5 * quotas]);
       out.grant_seq = std::stod(items[16 + 5 * quotas]);
+      out.windows = {std::stoll(items[17 + 5 * quotas]), std::stoll(items[18 + 5 * quotas])};
     }
     if (metered) {
-      const std::size_t m = 13 + 5 * quotas + (adaptive ? 4 : 0);
+      const std::size_t m = 13 + 5 * quotas + (adaptive ? 6 : 0);
       const int color = std::stoi(items[m]);
       if (color < 0 || color > 2) return std::nullopt;
       out.color = static_cast<limiter::Color>(color);

@@ -141,6 +141,8 @@ class RedisScript : public ::testing::Test {
     EXPECT_EQ(l.pause_left_us, rr->pause_left_us);
     EXPECT_EQ(l.effective_rate, rr->effective_rate);
     EXPECT_EQ(l.last_cut_us, rr->last_cut_us);
+    EXPECT_EQ(l.windows.start, rr->windows.start);
+    EXPECT_EQ(l.windows.width, rr->windows.width);
     return l;
   }
   // A throttle signal with a pause, in both stores: both cut and pause.
@@ -389,7 +391,8 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
     std::mt19937_64 rng(7);
     BucketParams params;
     params.rate = 50;
-    int cuts = 0, pauses = 0, granted = 0, rejected = 0, refunded = 0, unconfirmed = 0;
+    int cuts = 0, pauses = 0, granted = 0, rejected = 0, refunded = 0, unconfirmed = 0, windows_learned = 0, unturned = 0;
+    bool quiet = false;
     double lowest = 50;
     std::vector<std::pair<AcquireRequest, Reservation>> held;
     for (int step = 0; step < 4000; ++step) {
@@ -406,25 +409,44 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
       if (rng() % 20 == 0) {
         const Micros pause = rng() % 3 == 0 ? static_cast<Micros>(rng() % 3'000'000) : 0;
         const Micros jitter = static_cast<Micros>(rng() % 100'000);
-        req.admitted = static_cast<double>(rng() % 3);  // the throttling gateway's own, told with it
+        req.admitted = quiet ? 0 : static_cast<double>(rng() % 3);  // the throttling gateway's own, told with it
         req.admitted_before = req.admitted > 0 ? static_cast<double>(rng() % 2) : 0;
+        // The pair of where the supplier's windows start its gateway learned (most of them near
+        // .3 of the second, now and then one that misses; some say nothing, some none).
+        const Micros near = rng() % 6 == 0 ? static_cast<Micros>(rng() % 1'000'000) : 300'000;
+        const Micros width = rng() % 4 == 0 ? 0 : static_cast<Micros>(rng() % 400'000) + (rng() % 50 == 0 ? 900'000 : 1);
+        req.window_pair = {limiter::WindowPhase::within_second(near - static_cast<Micros>(rng() % 200'000) -
+                                                               clock.now_us()), width};
         const AdaptOutcome l = adapt_both(local, req, pause, jitter, clock.now_us());
         ASSERT_FALSE(HasFailure());
+        windows_learned += l.windows.width > 0 && l.windows.width < 100'000;
+        // Refused again past the debounce, no cut: nothing admitted since (the window not turned).
+        unturned += !l.result.cut && !l.result.unconfirmed && clock.now_us() - l.last_cut_us >= 500'000;
         cuts += l.result.cut;
         pauses += l.result.paused;
         unconfirmed += l.result.unconfirmed;
         continue;
       }
-      // The supplier's admissions this gateway reports; now and then a request asking again.
-      req.admitted = static_cast<double>(rng() % 3);
+      // The supplier's admissions this gateway reports (none in a quiet spell: a pause, a window
+      // that has not turned); now and then a request asking again.
+      if (rng() % 40 == 0) quiet = !quiet;
+      req.admitted = quiet ? 0 : static_cast<double>(rng() % 3);
       req.admitted_before = req.admitted > 0 ? static_cast<double>(rng() % 2) : 0;  // heard last second
       req.again = rng() % 30 == 0;
+      if (rng() % 10 == 0) {  // a pair of where the windows start, told with a decision
+        const Micros near = rng() % 6 == 0 ? static_cast<Micros>(rng() % 1'000'000) : 300'000;
+        req.window_pair = {limiter::WindowPhase::within_second(near - static_cast<Micros>(rng() % 200'000) -
+                                                               clock.now_us()),
+                           static_cast<Micros>(rng() % 400'000) + 1};
+      }
       const StoreDecision l = local.decide(req);
       const StoreDecision r = acquire(req, clock.now_us());
       ASSERT_NO_FATAL_FAILURE(expect_same(l, r));
       ASSERT_EQ(l.effective_rate, r.effective_rate);
       ASSERT_EQ(l.paused_us, r.paused_us);
       ASSERT_EQ(l.last_cut_us, r.last_cut_us);
+      ASSERT_EQ(l.windows.start, r.windows.start);
+      ASSERT_EQ(l.windows.width, r.windows.width);
       lowest = std::min(lowest, l.effective_rate);
       (l.decision.granted ? granted : rejected)++;
       if (l.decision.granted && l.decision.wait_us > 0) held.push_back({req, l.reservation});
@@ -444,6 +466,8 @@ TEST_F(RedisScript, ReplaysAdaptiveBucketsTheSameAsTheLocalStore) {
     EXPECT_GT(granted, 500);
     EXPECT_GT(rejected, mode == limiter::Adaptive::on ? 500 : 0);
     EXPECT_LT(lowest, 20);  // the rate did come down
+    EXPECT_GT(windows_learned, 20);  // the arcs narrowed
+    EXPECT_GT(unturned, 0);
   }
 }
 

@@ -42,6 +42,7 @@
 
 #include "tollgate/limiter/advertised.hpp"
 #include "tollgate/limiter/token_bucket.hpp"
+#include "tollgate/limiter/window_phase.hpp"
 
 namespace tollgate::limiter {
 
@@ -58,6 +59,7 @@ struct AdaptiveParams {
   double probe_gain = 1.25;      // a refused probe raises the level by at most this factor...
   double drained = 1.2;          // ...and reads the average since the last cut if this far above it
   Micros debounce_us = 500'000;  // a second signal within this of the last cut is the same episode
+  Micros unturned_us = 1'000'000;  // ...and one within this, nothing admitted since, its window's end
   Micros evidence_us = 2'000'000;  // throttles of two callers within this, or only one caller asking
   Micros hold_min_us = 500'000;    // the hold after a cut before probing...
   Micros hold_max_us = 3'000'000;  // ...doubled up to this while the same level is refused again,
@@ -114,6 +116,9 @@ struct AdaptiveState {
   CallerPair asked;            // callers of arrivals
   CallerPair throttled;        // callers of throttles heard
   Advertised adv;              // what the supplier's fields say is left (limiter/advertised.hpp)
+  // Where the supplier's windows start, the fleet's arc on this clock (WindowPhase::share): once
+  // learned, the seconds above are the supplier's windows, not the wall clock's.
+  WindowPhase::Arc windows;
 };
 
 // A caller id for an address (or any text): 53 bits of a hash, never 0 (0 is "no caller").
@@ -132,10 +137,10 @@ double demand(const AdaptiveState& st, Micros now);
 void note_admitted(AdaptiveState& st, Micros now, double n, double before = 0);
 // What the supplier let through over the sliding second.
 double admitted(const AdaptiveState& st, Micros now);
-// What the supplier let through in the fullest calendar second of the two ending at `now` (this
-// one so far, and the one before): a fixed-window supplier's allowance exactly, whenever it
-// refuses (the window that refused is full, the one before held no more); a token bucket's
-// admissions over the last whole second.
+// What the supplier let through in the fuller second of the two ending at `now` (this one so far,
+// and the one before; its windows once learned, else calendar seconds): a fixed-window supplier's
+// allowance exactly, whenever it refuses (the window that refused is full, the one before held no
+// more); a token bucket's admissions over the last whole second.
 double admitted_per_window(const AdaptiveState& st, Micros now);
 // The effective rate at `now` (after note_demand for the request being decided). Advances the
 // curve (or holds it while demand is below it) and ends the adaptation once it reaches `configured`.

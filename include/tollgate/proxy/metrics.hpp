@@ -151,16 +151,17 @@ class BucketMetrics {
   std::atomic<std::int64_t> last_cut_us{0};
   // Adaptive buckets: the supplier's answers other than throttles that this gateway saw since it
   // last told the store (each decision for the bucket takes them along): what the supplier admits,
-  // and how many of them it heard before the current second of the wall clock (they belong to the
-  // store's previous second: a fixed-window supplier's allowance is read per calendar second, and a
-  // second's last answers are told with the next second's first decision).
+  // and how many of them it heard before the current second (they belong to the store's previous
+  // second: a fixed-window supplier's allowance is read per window, and a second's last answers are
+  // told with the next second's first decision). The seconds are the supplier's windows once this
+  // gateway learned where they start, else the wall clock's, as the store's.
   struct Admitted {
     double total = 0;
     double before = 0;  // of total, heard in an earlier second of the wall clock
   };
-  void note_admitted() { note_admitted_at(wall_second()); }
+  void note_admitted() { note_admitted_at(window_second()); }
   void note_admitted_at(std::uint64_t sec);
-  Admitted take_admitted() { return take_admitted_at(wall_second()); }
+  Admitted take_admitted() { return take_admitted_at(window_second()); }
   Admitted take_admitted_at(std::uint64_t sec);
   // Admissions taken for a report the store did not take: told with the next one.
   void give_back_admitted(Admitted a);
@@ -190,6 +191,11 @@ class BucketMetrics {
   // already), and where in the second they start (-1: not learned).
   std::int64_t until_window_us(std::int64_t sent_wall_us, std::int64_t now_wall_us) const;
   std::int64_t window_phase_us() const;
+  // The fleet learns them together: the pair this gateway learned since its last report to the
+  // store, relative to now (taken; one relaxed load when there is none), and the fleet's arc from
+  // the store's reply, adopted (two relaxed loads when it is the one adopted already).
+  limiter::WindowPhase::Arc take_window_pair();
+  void adopt_windows(limiter::WindowPhase::Arc fleet);
   // The supplier's series: made on the first call. `supplier_seen` says whether that happened.
   SupplierSeries& supplier();
   const SupplierSeries* supplier_seen() const { return supplier_.load(std::memory_order_acquire); }
@@ -221,7 +227,12 @@ class BucketMetrics {
   std::once_flag throttled_once_, adaptive_once_;
   std::atomic<prometheus::Counter*> throttled_{nullptr};
   std::atomic<AdaptiveSeries*> adaptive_{nullptr};
-  static std::uint64_t wall_second();
+  // The wall clock's second, or the supplier's window once learned (its start: window_start_us_),
+  // as the store counts them (limiter::AdaptiveState::windows).
+  std::uint64_t window_second() const;
+  std::atomic<std::int64_t> window_start_us_{0};
+  std::atomic<bool> pair_pending_{false};
+  std::atomic<std::int64_t> adopted_start_{-1}, adopted_width_{0};  // the fleet's arc, on the wall clock
   // The second (its low 22 bits), the admissions heard in it and those heard before it: 22 + 21 + 21 bits.
   std::atomic<std::uint64_t> admitted_pending_{0};
   std::unique_ptr<AdaptiveSeries> adaptive_owned_;

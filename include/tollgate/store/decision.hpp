@@ -88,6 +88,10 @@ struct AcquireRequest {
   // An adaptive request also carries the newest allowance its gateway read in the supplier's
   // fields since its last report (limiter/advertised.hpp), taken in before it is decided.
   std::optional<limiter::AdvertReport> advert{};
+  // An adaptive request (a decision or a throttle report) carries the pair of where the supplier's
+  // windows start its gateway learned since its last report, relative to its now
+  // (limiter::WindowPhase::share; width 0: none).
+  limiter::WindowPhase::Arc window_pair{};
 };
 
 // Which check decided a combined outcome (the binding one: the rejection furthest from passing).
@@ -144,6 +148,9 @@ struct StoreDecision {
   // ...and the bucket's count of granted permits right after this grant (every gateway's, in a
   // shared store): an answer's advertised fields are as of it (limiter/advertised.hpp).
   double grant_seq = 0;
+  // Adaptive buckets: where the supplier's windows start as the fleet learned them, relative to the
+  // store's now (limiter::WindowPhase::share; width 0: not learned).
+  limiter::WindowPhase::Arc windows{};
   // A metered request: its colour (green, or yellow: forwarded marked as excess; red is a
   // rejection) and the meter's counts after the decision (C; srTCM E or trTCM P).
   limiter::Color color = limiter::Color::green;
@@ -158,6 +165,9 @@ struct AdaptOutcome {
   Micros pause_left_us = 0;     // the pause still to run, from the store's now
   double effective_rate = 0;    // after the signal
   Micros last_cut_us = 0;       // the bucket's last cut, on the store's clock (StoreDecision's)
+  // Where the supplier's windows start as the fleet learned them, relative to the store's now
+  // (limiter::WindowPhase::share; width 0: not learned).
+  limiter::WindowPhase::Arc windows{};
   std::string error;
 };
 

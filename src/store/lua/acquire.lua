@@ -19,13 +19,16 @@
 -- the supplier's admissions this gateway reports, 1 when the request asks again (not a new arrival),
 -- how many of those admissions it heard before the current second (they count in the previous one),
 -- and the supplier's advertised allowance it reports (limiter::AdvertReport: seq, left, reset_in_us,
--- limit, window_us; all five '' for none),
+-- limit, window_us; all five '' for none), and the pair of where the supplier's windows start it
+-- learned since its last report (limiter::WindowPhase::share: the arc's start relative to now,
+-- its width; 0 0 for none),
 -- then 3 per quota: period_us, limit, algorithm (0 fixed, 1 sliding).
 -- Returns {granted, wait_us, retry_after_us, remaining, max_permits, bound (0 bucket, 1 parent, 2 share, 3 quota),
 --          bound_quota (rejected) or the maxShare grant's release (granted), release1, cost1, spent1, release2, cost2, spent2,
 --          then per quota: admitted, used, remaining, retry_after_us, reset_us,
 --          then when adaptive: effective rate, pause left (us), the last cut's time (us, 0: none), the
---          bucket's count of granted permits (after this grant, if granted),
+--          bucket's count of granted permits (after this grant, if granted), the fleet's arc of where
+--          the supplier's windows start (its start relative to now, its width; 0 0: not learned),
 --          then with a meter: its colour (0 green, 1 yellow, 2 red), C and E (srTCM) or P (trTCM) after it}
 --          (doubles as strings).
 --
@@ -366,9 +369,11 @@ if has_a and adaptive > 0 then
     adv = {seq = num(base + 6), left = num(base + 7), reset_in = num(base + 8), limit = num(base + 9),
            window = num(base + 10)}
   end
-  ki, base = ki + 1, base + 11
+  local pair_start, pair_width = tonumber(ARGV[base + 11]) or 0, tonumber(ARGV[base + 12]) or 0
+  ki, base = ki + 1, base + 13
   A = adaptive_lib()
   ad = A.load(kad)
+  A.share(ad, now, pair_start, pair_width)
   if oks > 0 then A.ok(ad, now, oks, oks_before) end
   if not again then A.note(ad, now, permits, caller) end
   if adv then A.adv_note(ad, now, adv) end
@@ -559,6 +564,7 @@ if not all then
     table.insert(out, pause_left)
     table.insert(out, last_cut)
     table.insert(out, fmt(ad.xg))
+    A.told(ad, now, out)
   end
   meter_tail(out)
   return out
@@ -589,6 +595,7 @@ if ad then
   table.insert(out, pause_left)
   table.insert(out, last_cut)
   table.insert(out, fmt(ad.xg))
+  A.told(ad, now, out)
 end
 meter_tail(out)
 return out

@@ -8,13 +8,16 @@
 -- 2 shadow, ARGV[3] the configured rate, ARGV[4] its burst ('' unset), ARGV[5] pause_us, ARGV[6] jitter_us,
 -- ARGV[7] the throttled request's caller id (an integer below 2^53), ARGV[8] the supplier's admissions this
 -- gateway heard since its last decision for the bucket (counted first, as acquire.lua does), ARGV[9] how
--- many of them it heard before the current second.
+-- many of them it heard before the current second, ARGV[10] and ARGV[11] the pair of a refusal and
+-- the admission after it that the gateway learned since its last throttle, as the start of its arc
+-- relative to now (0 to 999999) and its width (0: none).
 -- Returns {cut (0/1), from, to, paused (0/1), pause_until, pause left, effective rate, unconfirmed (0/1),
--- the last cut's time (0: none)}.
+-- the last cut's time (0: none), the fleet's arc of where the supplier's windows start: its start
+-- relative to now, its width (0: not learned)}.
 --
 -- Example (add -h/-p; "dbg:" is a scratch key prefix, see acquire.lua): a throttle signal with a
 -- pause of 2 s for a bucket of 10/s, adaptive on, no burst:
---   redis-cli --eval /tmp/adapt.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , '' 1 10 '' 2000000 0 7 0 0
+--   redis-cli --eval /tmp/adapt.lua 'dbg:{/orders}' 'dbg:{/orders}r:/orders' , '' 1 10 '' 2000000 0 7 0 0 0 0
 --
 -- With "on", a cut restarts the bucket's schedule (as LocalStore::adapt): empty, from the end of
 -- the pause or from now; the slots granted before it are void. The restart is kept in its hash
@@ -47,6 +50,9 @@ if now - st.signal < A.DEBOUNCE then
   -- the same episode as the last cut
 elseif not two and not alone then
   unconfirmed = 1
+elseif st.so == 0 and now - st.signal < A.UNTURNED then
+  -- refused again before the window that refused turned, nothing admitted since: a pause again, no cut
+  paused = A.pause(st, now, pause_us, jitter_us)
 else
   local previous = st.signal
   st.signal = now
@@ -84,7 +90,7 @@ else
     elseif now - start >= A.DEBOUNCE then
       local since = st.so / elapsed
       local window = 0
-      if math.floor(now / 1e6) == st.sec then window = st.oc end
+      if A.second(st, now) == st.sec then window = st.oc end
       if window > since then since = window end
       if since < estimate then estimate = since end
     end
@@ -118,15 +124,7 @@ else
   if target < fl then target = fl end
   st.level = estimate
   st.hold = hold
-  if pause_us > 0 then
-    if pause_us > A.MAX_PAUSE then pause_us = A.MAX_PAUSE end
-    if jitter_us < 0 then jitter_us = 0 end
-    local untl = now + pause_us + jitter_us
-    if untl > st.pause then
-      st.pause = untl
-      paused = 1
-    end
-  end
+  paused = A.pause(st, now, pause_us, jitter_us)
   st.target = target
   if st.pause > now then st.epoch = st.pause + hold else st.epoch = now + hold end
   st.last = now
@@ -152,9 +150,14 @@ else
     redis.call('PEXPIRE', KEYS[1], math.floor(((n - now) + tonumber(mx) * tonumber(cool)) / 1000) + 1000)
   end
 end
+-- Where the supplier's windows start: the pair this gateway told merged into the fleet's arc
+-- (after the signal was read by the seconds it came in, as LocalStore::adapt), told back.
+A.share(st, now, tonumber(ARGV[10]) or 0, tonumber(ARGV[11]) or 0)
 A.save(KEYS[2], st)
 local left = 0
 if st.pause > now then left = st.pause - now end
 local last_cut = 0
 if st.signal > 0 then last_cut = st.signal end
-return {cut, fmt(from), fmt(to), paused, st.pause, left, fmt(eff), unconfirmed, last_cut}
+local out = {cut, fmt(from), fmt(to), paused, st.pause, left, fmt(eff), unconfirmed, last_cut}
+A.told(st, now, out)
+return out

@@ -14,7 +14,9 @@
 -- the level estimated at the last cut, h its hold; a1..a4 the callers of
 -- arrivals (the most recent, when, the most recent other one, when), t1..t4 those of throttles;
 -- xr, xl, xs, xq, xw, xg the supplier's advertised allowance (limiter::Advertised: reset, left,
--- seq, limit, window, granted), xa the grants counted ahead of its reset.
+-- seq, limit, window, granted), xa the grants counted ahead of its reset; ws, ww the fleet's arc of
+-- where the supplier's windows start (limiter::WindowPhase::share, told by every gateway): once
+-- learned, the seconds above are the supplier's windows, not Redis's whole seconds.
 -- Caller ids are integers below 2^53, exact as Lua numbers. A missing hash is a rule that never
 -- adapted.
 --
@@ -24,14 +26,19 @@
 
 local function adaptive_lib()
   local A_MARGIN, A_MAX_CUT, A_PROBE, A_GAIN, A_DEBOUNCE, A_EVIDENCE = 0.95, 0.5, 0.05, 1.25, 500000, 2000000
+  local A_UNTURNED = 1000000
   local A_HOLD_MIN, A_HOLD_MAX, A_SAME, A_RECENT, A_DRAINED = 500000, 3000000, 0.25, 30000000, 1.2
   local A_MAX_PAUSE, A_FLOOR_SHARE, A_MIN_FLOOR, A_FORGET = 60000000, 0.02, 0.1, 600000000
   local A_PROBE_COST, A_HOLD_MOST, A_ADV_FORGET = 0.025, 10000000, 600000000
   local NEVER = -9007199254740992
   local function a_load(key)
     local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q', 'oc', 'op', 'so', 'v', 'h',
-                         'a1', 'a2', 'a3', 'a4', 't1', 't2', 't3', 't4', 'xr', 'xl', 'xs', 'xq', 'xw', 'xg', 'xa')
-    return {target = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
+                         'a1', 'a2', 'a3', 'a4', 't1', 't2', 't3', 't4', 'xr', 'xl', 'xs', 'xq', 'xw', 'xg', 'xa', 'ws', 'ww')
+    -- The seconds the counts are kept by: the supplier's windows once the fleet learned where they
+    -- start (the middle of the arc ws, ww), else Redis's (the wall clock's).
+    local shift, ws, ww = 0, tonumber(h[29]) or 0, tonumber(h[30]) or 0
+    if ww > 0 then shift = -((ws + math.floor((ww + 1) / 2)) % 1000000) end
+    return {shift = shift, ws = ws, ww = ww, target = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
             signal = tonumber(h[4]) or NEVER, pause = tonumber(h[5]) or 0, sec = tonumber(h[6]) or 0,
             dc = tonumber(h[7]) or 0, dp = tonumber(h[8]) or 0, oc = tonumber(h[9]) or 0, op = tonumber(h[10]) or 0,
             so = tonumber(h[11]) or 0, level = tonumber(h[12]) or 0, hold = tonumber(h[13]) or 0,
@@ -47,7 +54,8 @@ local function adaptive_lib()
                's', st.sec, 'c', f(st.dc), 'q', f(st.dp), 'oc', f(st.oc), 'op', f(st.op), 'so', f(st.so),
                'v', f(st.level), 'h', st.hold, 'a1', f(st.a[1]), 'a2', st.a[2], 'a3', f(st.a[3]), 'a4', st.a[4],
                't1', f(st.t[1]), 't2', st.t[2], 't3', f(st.t[3]), 't4', st.t[4],
-               'xr', st.xr, 'xl', f(st.xl), 'xs', f(st.xs), 'xq', f(st.xq), 'xw', st.xw, 'xg', f(st.xg), 'xa', f(st.xa))
+               'xr', st.xr, 'xl', f(st.xl), 'xs', f(st.xs), 'xq', f(st.xq), 'xw', st.xw, 'xg', f(st.xg), 'xa', f(st.xa),
+               'ws', st.ws, 'ww', st.ww)
     redis.call('PEXPIRE', key, A_FORGET / 1000)
   end
   local function a_pair(pair, caller, t)
@@ -64,8 +72,46 @@ local function adaptive_lib()
     if f > conf then f = conf end
     return f
   end
+  -- limiter's extend_pause: 1 when the pause was made longer, else 0.
+  local function a_pause(st, now, pause_us, jitter_us)
+    if not (pause_us > 0) then return 0 end
+    if pause_us > A_MAX_PAUSE then pause_us = A_MAX_PAUSE end
+    if jitter_us < 0 then jitter_us = 0 end
+    local untl = now + pause_us + jitter_us
+    if untl > st.pause then
+      st.pause = untl
+      return 1
+    end
+    return 0
+  end
+  local function a_second(st, t) return math.floor((t + st.shift) / 1e6) end
+  -- limiter::WindowPhase::share: a gateway's pair (its arc's start `ps` past now's point of the
+  -- second, `pw` long; 0: none) merged into the fleet's arc (ws, ww), which then sets the seconds.
+  local function a_share(st, now, ps, pw)
+    if not (pw > 0 and pw < 1000000) then return end
+    local from, ws, ww = (now + ps) % 1000000, st.ws, st.ww
+    local merged = false
+    if ww > 0 then
+      local d = (from - ws) % 1000000
+      if d < ww then
+        ws, ww, merged = from, math.min(pw, ww - d), true
+      else
+        d = (ws - from) % 1000000
+        if d < pw then ww, merged = math.min(ww, pw - d), true end
+      end
+    end
+    if not merged then ws, ww = from, pw end
+    st.ws, st.ww, st.shift = ws, ww, -((ws + math.floor((ww + 1) / 2)) % 1000000)
+  end
+  -- The fleet's arc told back relative to now (0 0: not learned), appended to a reply.
+  local function a_told(st, now, out)
+    local rs = 0
+    if st.ww > 0 then rs = (st.ws - now) % 1000000 end
+    table.insert(out, rs)
+    table.insert(out, st.ww)
+  end
   local function a_roll(st, t)
-    local sec = math.floor(t / 1e6)
+    local sec = a_second(st, t)
     if sec <= st.sec then return end
     if sec == st.sec + 1 then
       st.dp, st.op = st.dc, st.oc
@@ -76,8 +122,8 @@ local function adaptive_lib()
     st.sec = sec
   end
   local function a_sliding(st, cur, prev, t)
-    local sec = math.floor(t / 1e6)
-    local elapsed = t - sec * 1000000
+    local sec = a_second(st, t)
+    local elapsed = t + st.shift - sec * 1000000
     local left = (1e6 - elapsed) / 1e6
     if sec <= st.sec then return prev * left + cur end
     if sec == st.sec + 1 then return cur * left end
@@ -96,7 +142,7 @@ local function adaptive_lib()
     st.so = st.so + n
   end
   local function a_per_window(st, t)
-    local sec = math.floor(t / 1e6)
+    local sec = a_second(st, t)
     if sec <= st.sec then
       if st.oc > st.op then return st.oc end
       return st.op
@@ -178,8 +224,8 @@ local function adaptive_lib()
   end
   return {load = a_load, save = a_save, note = a_note, demand = a_demand, effective = a_effective,
           adv_note = a_adv_note, adv_limit = a_adv_limit, adv_granted = a_adv_granted,
-          ok = a_ok, per_window = a_per_window, pair = a_pair, floor = a_floor,
-          MARGIN = A_MARGIN, MAX_CUT = A_MAX_CUT, GAIN = A_GAIN, DEBOUNCE = A_DEBOUNCE, EVIDENCE = A_EVIDENCE,
+          ok = a_ok, per_window = a_per_window, second = a_second, pause = a_pause, share = a_share, told = a_told, pair = a_pair, floor = a_floor,
+          MARGIN = A_MARGIN, MAX_CUT = A_MAX_CUT, UNTURNED = A_UNTURNED, GAIN = A_GAIN, DEBOUNCE = A_DEBOUNCE, EVIDENCE = A_EVIDENCE,
           HOLD_MIN = A_HOLD_MIN, HOLD_MAX = A_HOLD_MAX, SAME = A_SAME, RECENT = A_RECENT, MAX_PAUSE = A_MAX_PAUSE,
           DRAINED = A_DRAINED, PROBE_COST = A_PROBE_COST, HOLD_MOST = A_HOLD_MOST}
 end

@@ -106,6 +106,27 @@ TEST(AdaptiveRate, AFixedWindowIsReadPerCalendarSecond) {
   }
 }
 
+// A supplier of 20 per window, its windows starting 400 ms into the wall clock's second, held at
+// 15/s, then probed at 40/s: the probed window admits its 20 in half a second and refuses the
+// 21st. The calendar second that holds the refusal holds the last 0.4 s of the window before too
+// (6 more): it reads 26, above the allowance. Once the fleet learned where the windows start (the
+// arc WindowPhase::share keeps), the seconds are its windows, and it reads exactly 20.
+TEST(AdaptiveRate, AFixedWindowIsReadPerWindowOnceItsStartIsLearned) {
+  for (const bool learned : {false, true}) {
+    SCOPED_TRACE(learned ? "learned" : "calendar seconds");
+    AdaptiveState st;
+    if (learned) st.windows = {390'000, 21'000};  // the middle: 400 ms
+    const Micros first = 10 * kSec + 400'000;
+    for (int w = 0; w < 19; ++w) {
+      for (int i = 0; i < 15; ++i) note_admitted(st, first + w * kSec + kSec * i / 15 + 1000, 1.0);
+    }
+    const Micros probed = first + 19 * kSec;
+    for (int i = 0; i < 20; ++i) note_admitted(st, probed + kSec * i / 40 + 1000, 1.0);
+    const Micros refused = probed + kSec * 20 / 40 + 1000;
+    EXPECT_DOUBLE_EQ(admitted_per_window(st, refused), learned ? 20 : 26);
+  }
+}
+
 // What was admitted may lag what is allowed now (the throttles of the last second had not all been
 // heard): one cut never goes below half of the rate being sent, nor below the floor.
 TEST(AdaptiveRate, OneCutNeverMoreThanHalves) {
@@ -131,13 +152,38 @@ TEST(AdaptiveRate, SignalsWithinTheDebounceCountButCutOnce) {
   for (Micros t = 0; t < kLead; t += kSec) second_of(st, t, 60, 50);
   ASSERT_TRUE(on_throttle(st, 50, kLead, 0, 0, 1).cut);
   const double held = effective_rate(st, 50, kLead);
-  traffic(st, kLead, kSec / 2, 30, 0);  // still asked for 60/s
+  traffic(st, kLead, kSec / 2, 30, 10);  // still asked for 60/s, some admitted
   const ThrottleResult again = on_throttle(st, 50, kLead + 499'999, 0, 0, 1);
   EXPECT_FALSE(again.cut);
   EXPECT_FALSE(again.unconfirmed);  // the same episode, not a lack of evidence
   EXPECT_GE(st.throttled.first_at, kLead + 499'999);  // counted
   EXPECT_DOUBLE_EQ(effective_rate(st, 50, kLead + 499'999), held);
   EXPECT_TRUE(on_throttle(st, 50, kLead + kSec / 2, 0, 0, 1).cut);  // a new episode
+}
+
+// Refused again within a second of a cut, nothing admitted since: the pause after the cut ended
+// before the window that refused turned (a fixed window whose start is not learned yet). That says
+// nothing of the allowance (read, it would be the time since the cut, nearly all of it pause, and
+// halve the rate): a pause again, no cut. Anything admitted since, or a second later, is a signal.
+TEST(AdaptiveRate, RefusedBeforeTheWindowTurnedPausesAgainWithoutACut) {
+  AdaptiveState st;
+  for (Micros t = 0; t < kLead; t += kSec) second_of(st, t, 60, 20);
+  const ThrottleResult first = on_throttle(st, 50, kLead, 600'000, 0, 1);
+  ASSERT_TRUE(first.cut);
+  const double held = effective_rate(st, 50, kLead);
+  const Micros early = kLead + 620'000;  // just after the pause ended, before the window turned
+  traffic(st, kLead + 600'000, 20'000, 2, 0);
+  const ThrottleResult again = on_throttle(st, 50, early, 190'000, 0, 1);
+  EXPECT_FALSE(again.cut);
+  EXPECT_FALSE(again.unconfirmed);
+  EXPECT_TRUE(again.paused);
+  EXPECT_EQ(st.pause_until, early + 190'000);
+  EXPECT_DOUBLE_EQ(effective_rate(st, 50, early), held);
+  for (const Micros at : {Micros{700'000}, Micros{1'000'000}}) {
+    AdaptiveState s2 = st;
+    if (at < 1'000'000) note_admitted(s2, kLead + 650'000, 1.0);  // the window turned: admitted
+    EXPECT_TRUE(on_throttle(s2, 50, kLead + at, 0, 0, 1).cut) << at;
+  }
 }
 
 // After a cut the rate is held for the hold (0.5 s), then probes on T (1 + 0.05 x^3): flat for a

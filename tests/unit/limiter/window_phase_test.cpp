@@ -20,11 +20,38 @@ TEST(WindowPhase, UntilLearnedWindowsStartOnTheWholeSecond) {
   EXPECT_EQ(w.next_after(-300 * kMs), 0);
 }
 
+// Two refusals less than a second apart, nothing admitted between, are one window's: windows
+// starting 100 ms into the second, the first refused at .38 (the window is full), the pause to the
+// whole second (nothing learned yet) ends before it turns, refused again at 1.00: the next window
+// starts in (1.00, 1.38], and the pause after the second refusal ends at that arc's middle, not
+// at 2.00. The admission after it narrows the arc from the other side.
+TEST(WindowPhase, TwoRefusalsOfOneWindowAreAnArc) {
+  WindowPhase w;
+  w.note_refused(3 * kSec + 380 * kMs);
+  EXPECT_FALSE(w.learned());
+  w.note_refused(4 * kSec);
+  ASSERT_TRUE(w.learned());
+  EXPECT_EQ(w.arc_start(), 0);
+  EXPECT_EQ(w.arc_width(), 380 * kMs);
+  EXPECT_EQ(w.take_pair().width, 380 * kMs);  // told to the store as a pair's
+  EXPECT_EQ(w.next_after(4 * kSec), 4 * kSec + 190 * kMs);
+  EXPECT_TRUE(w.note_admitted(4 * kSec + 190 * kMs));  // admitted: (1.00, 1.19]
+  EXPECT_EQ(w.arc_width(), 190 * kMs);
+  // A second or more apart, or with an admission between, they say nothing.
+  WindowPhase v;
+  v.note_refused(3 * kSec + 380 * kMs);
+  v.note_refused(4 * kSec + 380 * kMs);
+  EXPECT_FALSE(v.learned());
+  v.note_admitted(4 * kSec + 400 * kMs);  // a pair (.38, .40]
+  v.note_refused(4 * kSec + 700 * kMs);
+  EXPECT_EQ(v.arc_width(), 20 * kMs);
+}
+
 // The first pair: the boundary lies between the refusal and the admission after it.
 TEST(WindowPhase, APairIsAnArcThatHoldsTheBoundary) {
   WindowPhase w;
   w.note_refused(7 * kSec + 430 * kMs);
-  w.note_refused(7 * kSec + 480 * kMs);  // the latest refusal counts
+  w.note_refused(7 * kSec + 480 * kMs);  // the latest refusal counts (the two: (.48, 1.43])
   EXPECT_TRUE(w.waiting());
   EXPECT_TRUE(w.note_admitted(7 * kSec + 520 * kMs));
   EXPECT_FALSE(w.waiting());
@@ -120,6 +147,46 @@ TEST(WindowPhase, PairsThatSayNothingTeachNothing) {
   w.note_refused(5 * kSec + 100 * kMs);
   EXPECT_TRUE(w.note_admitted(5 * kSec + 650 * kMs));
   EXPECT_EQ(w.arc_start(), 600 * kMs);
+}
+
+// The fleet's arc: each gateway's pairs, told to the store relative to the moment it tells them
+// (their clocks need not agree), narrow one arc kept on the store's clock, and each gateway adopts
+// it from the reply.
+TEST(WindowPhase, AFleetNarrowsOneArcWhateverItsClocksSay) {
+  const Micros store_now = 50 * kSec + 200 * kMs;  // the store's clock
+  WindowPhase a, b;
+  // Gateway a's clock is the store's; gateway b's runs 370 ms ahead. The supplier's windows start
+  // at .500 of the store's second (.870 of b's).
+  a.note_refused(50 * kSec + 420 * kMs);
+  ASSERT_TRUE(a.note_admitted(50 * kSec + 560 * kMs));  // (.42, .56] on a's clock
+  b.note_refused(80 * kSec + 850 * kMs);
+  ASSERT_TRUE(b.note_admitted(80 * kSec + 900 * kMs));  // (.85, .90] on b's: (.48, .53] on the store's
+  WindowPhase::Arc fleet;
+  const WindowPhase::Arc told_a = WindowPhase::relative(a.take_pair(), store_now);
+  EXPECT_EQ(a.take_pair().width, 0);  // taken once
+  const WindowPhase::Arc back_a = WindowPhase::share(fleet, store_now, told_a);
+  EXPECT_EQ(fleet.start, 420 * kMs);
+  EXPECT_EQ(fleet.width, 140 * kMs);
+  EXPECT_EQ(back_a.start, 220 * kMs);  // .42 is 220 ms past now's .20
+  const Micros b_now = 80 * kSec + 570 * kMs;  // the same moment on b's clock
+  const WindowPhase::Arc told_b = WindowPhase::relative(b.take_pair(), b_now);
+  const WindowPhase::Arc back_b = WindowPhase::share(fleet, store_now, told_b);
+  EXPECT_EQ(fleet.start, 480 * kMs);
+  EXPECT_EQ(fleet.width, 50 * kMs);
+  b.adopt(WindowPhase::absolute(back_b, b_now));
+  EXPECT_EQ(b.arc_start(), 850 * kMs);
+  EXPECT_EQ(b.arc_width(), 50 * kMs);
+  // Gateway a never saw b's pair, and now holds the fleet's arc on its own clock.
+  a.adopt(WindowPhase::absolute(WindowPhase::share(fleet, store_now, {}), store_now));
+  EXPECT_EQ(a.arc_start(), 480 * kMs);
+  EXPECT_EQ(a.arc_width(), 50 * kMs);
+  EXPECT_EQ(a.phase(), 505 * kMs);
+  // Nothing learned yet is nothing adopted; a pair that says nothing is not kept.
+  WindowPhase::Arc none;
+  EXPECT_EQ(WindowPhase::share(none, store_now, {}).width, 0);
+  EXPECT_EQ(WindowPhase::share(none, store_now, {100 * kMs, kSec}).width, 0);
+  a.adopt({});
+  EXPECT_EQ(a.arc_width(), 50 * kMs);
 }
 
 }  // namespace

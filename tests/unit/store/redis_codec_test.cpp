@@ -128,7 +128,7 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   req.adaptive = limiter::Adaptive::shadow;
   req.caller = 4503599627370497;  // 2^52 + 1: sent whole
   Args a = acquire_call(req, "p:", "");
-  ASSERT_EQ(a.size(), 1u + 2 + 13 + 7 + 11);
+  ASSERT_EQ(a.size(), 1u + 2 + 13 + 7 + 13);
   EXPECT_EQ(a[0], "2");
   EXPECT_EQ(a[1], "p:{/a}");
   EXPECT_EQ(a[2], "p:{/a}r:/a");
@@ -140,6 +140,8 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   EXPECT_EQ(a[27], "0");                  // a new arrival
   EXPECT_EQ(as_double(a[28]), 0);         // none heard in an earlier second
   for (int i = 29; i < 34; ++i) EXPECT_EQ(a[i], "") << i;  // no advertised allowance to report
+  EXPECT_EQ(a[34], "0");                                    // no pair of where the windows start
+  EXPECT_EQ(a[35], "0");
   req.adaptive = limiter::Adaptive::on;
   req.bucket.params.burst = 6;
   req.admitted = 3;
@@ -153,8 +155,11 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   EXPECT_EQ(as_double(a[24]), 6);
   EXPECT_FALSE(lean_request(req));  // adaptive buckets take the general script
   req.advert = limiter::AdvertReport{41, 7.5, 930'000, 20, 1'000'000};
+  req.window_pair = {120'000, 45'000};
   a = acquire_call(req, "p:", "");
-  ASSERT_EQ(a.size(), 1u + 2 + 13 + 7 + 11);
+  ASSERT_EQ(a.size(), 1u + 2 + 13 + 7 + 13);
+  EXPECT_EQ(a[34], "120000");  // the pair, relative to the gateway's now
+  EXPECT_EQ(a[35], "45000");
   EXPECT_EQ(as_double(a[29]), 41);   // the grant count the answer is as of
   EXPECT_EQ(as_double(a[30]), 7.5);  // left
   EXPECT_EQ(a[31], "930000");        // reset in
@@ -162,14 +167,16 @@ TEST(RedisCodec, AcquireCallOfAnAdaptiveBucket) {
   EXPECT_EQ(a[33], "1000000");       // window
 
   std::vector<std::string> reply{"1", "0", "0", "3", "4", "0", "0", "5", "0", "1", "0", "0", "0", "2.5", "120000", "700000",
-                                 "42"};
+                                 "42", "310000", "20000"};
   const auto d = parse_acquire_reply(reply, 0, true);
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(d->effective_rate, 2.5);
   EXPECT_EQ(d->paused_us, 120'000);
   EXPECT_EQ(d->last_cut_us, 700'000);
   EXPECT_EQ(d->grant_seq, 42);
-  EXPECT_FALSE(parse_acquire_reply(reply, 0, false).has_value());  // four items too many
+  EXPECT_EQ(d->windows.start, 310'000);  // the fleet's arc, relative to the store's now
+  EXPECT_EQ(d->windows.width, 20'000);
+  EXPECT_FALSE(parse_acquire_reply(reply, 0, false).has_value());  // six items too many
 }
 
 TEST(RedisCodec, AdaptCallAndReply) {
@@ -178,8 +185,9 @@ TEST(RedisCodec, AdaptCallAndReply) {
   req.caller = 77;
   req.admitted = 4;
   req.admitted_before = 1;
+  req.window_pair = {420'000, 35'000};
   const Args a = adapt_call(req, "p:", 3'000'000, 12'345, "");
-  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(a.size(), 14u);
   EXPECT_EQ(a[0], "2");
   EXPECT_EQ(a[1], "p:{IBE}/a");
   EXPECT_EQ(a[2], "p:{IBE}r:/a");
@@ -190,20 +198,26 @@ TEST(RedisCodec, AdaptCallAndReply) {
   EXPECT_EQ(a[9], "77");
   EXPECT_EQ(as_double(a[10]), 4);  // the admissions this gateway heard, told with the throttle
   EXPECT_EQ(as_double(a[11]), 1);  // ...of which one in an earlier second
-  const auto o = parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35", "0", "1700000000000000"},
-                                     1'000'000);
+  EXPECT_EQ(a[12], "420000");      // the pair it learned of where the supplier's windows start
+  EXPECT_EQ(a[13], "35000");
+  const auto o = parse_adapt_reply(
+      {"1", "50", "35", "1", "1700000003012345", "3012345", "35", "0", "1700000000000000", "250000", "20000"}, 1'000'000);
   ASSERT_TRUE(o.has_value());
   EXPECT_TRUE(o->ok && o->result.cut && o->result.paused);
   EXPECT_FALSE(o->result.unconfirmed);
   EXPECT_EQ(o->last_cut_us, 1'700'000'000'000'000);  // on the store's clock
-  const auto u = parse_adapt_reply({"0", "0", "0", "0", "0", "0", "50", "1", "0"}, 0);
+  EXPECT_EQ(o->windows.start, 250'000);  // the fleet's arc, relative to the store's now
+  EXPECT_EQ(o->windows.width, 20'000);
+  const auto u = parse_adapt_reply({"0", "0", "0", "0", "0", "0", "50", "1", "0", "0", "0"}, 0);
   ASSERT_TRUE(u.has_value());
   EXPECT_TRUE(u->result.unconfirmed);
+  EXPECT_EQ(u->windows.width, 0);
   EXPECT_EQ(o->result.to, 35);
   EXPECT_EQ(o->pause_left_us, 3'012'345);
   EXPECT_EQ(o->result.pause_until, 4'012'345);  // on the caller's clock
   EXPECT_FALSE(parse_adapt_reply({"1", "x"}, 0).has_value());
   EXPECT_FALSE(parse_adapt_reply({"1", "50", "35", "1", "1700000003012345", "3012345", "35", "0"}, 0).has_value());
+  EXPECT_FALSE(parse_adapt_reply({"0", "0", "0", "0", "0", "0", "50", "1", "0", "x", "0"}, 0).has_value());
 }
 
 TEST(RedisCodec, ParsesAGrantWithParentQuotasAndShare) {
