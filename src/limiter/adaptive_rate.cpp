@@ -36,8 +36,12 @@ double floor_rate(double configured, const AdaptiveParams& p) {
 namespace {
 // The seconds the counts are kept by: the supplier's windows once the fleet learned where they
 // start (a fixed window's allowance is what it admitted in one of them), else the wall clock's.
+// The shift moves the wall clock's by less than half a second either way, so that a second keeps
+// its number (moved by 0.9 s, the window under way would be numbered the one before, and read
+// as having admitted nothing).
 Micros second_shift(const AdaptiveState& st) {
-  return st.windows.width > 0 ? -WindowPhase::middle(st.windows) : st.phase;
+  if (!(st.windows.width > 0)) return st.phase;
+  return st.phase + WindowPhase::within_second(-WindowPhase::middle(st.windows) - st.phase + 500'000) - 500'000;
 }
 
 std::int64_t second_of(const AdaptiveState& st, Micros now) {

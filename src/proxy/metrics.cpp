@@ -171,7 +171,7 @@ void BucketMetrics::note_refused_sent(std::int64_t sent_wall_us) {
   phase_waiting_.store(true, std::memory_order_relaxed);
   if (phase_.arc_start() != before.start || phase_.arc_width() != before.width) {
     pair_pending_.store(true, std::memory_order_relaxed);
-    window_start_us_.store(phase_.phase(), std::memory_order_relaxed);
+    window_start_us_.store(window_start(phase_), std::memory_order_relaxed);
   }
 }
 
@@ -179,7 +179,7 @@ void BucketMetrics::admitted_after_refusal(std::int64_t sent_wall_us) {
   std::lock_guard lock(phase_mu_);
   if (phase_.note_admitted(sent_wall_us)) pair_pending_.store(true, std::memory_order_relaxed);
   phase_waiting_.store(phase_.waiting(), std::memory_order_relaxed);
-  window_start_us_.store(phase_.phase(), std::memory_order_relaxed);
+  window_start_us_.store(window_start(phase_), std::memory_order_relaxed);
 }
 
 std::int64_t BucketMetrics::until_window_us(std::int64_t sent_wall_us, std::int64_t now_wall_us) const {
@@ -210,7 +210,7 @@ void BucketMetrics::adopt_windows(limiter::WindowPhase::Arc fleet) {
   adopted_start_.store(arc.start, std::memory_order_relaxed);
   adopted_width_.store(arc.width, std::memory_order_relaxed);
   phase_.adopt(arc);
-  window_start_us_.store(phase_.phase(), std::memory_order_relaxed);
+  window_start_us_.store(window_start(phase_), std::memory_order_relaxed);
 }
 
 std::int64_t BucketMetrics::window_phase_us() const {
@@ -247,6 +247,15 @@ Pending at_second(Pending p, std::uint64_t sec) {
   return p;
 }
 }  // namespace
+
+// Where the windows start, as a move of the wall clock's seconds by less than half a second either
+// way (the store's seconds are moved so too: limiter's second_shift), so that a second keeps its
+// number when the windows are learned.
+std::int64_t BucketMetrics::window_start(const limiter::WindowPhase& w) {
+  if (!w.learned()) return 0;
+  const std::int64_t p = w.phase();
+  return p >= 500'000 ? p - 1'000'000 : p;
+}
 
 std::uint64_t BucketMetrics::window_second() const {
   const std::int64_t t = limiter::wall_now_us() - window_start_us_.load(std::memory_order_relaxed);

@@ -230,6 +230,7 @@ class BucketMetrics {
   // The wall clock's second, or the supplier's window once learned (its start: window_start_us_),
   // as the store counts them (limiter::AdaptiveState::windows).
   std::uint64_t window_second() const;
+  static std::int64_t window_start(const limiter::WindowPhase& w);
   std::atomic<std::int64_t> window_start_us_{0};
   std::atomic<bool> pair_pending_{false};
   std::atomic<std::int64_t> adopted_start_{-1}, adopted_width_{0};  // the fleet's arc, on the wall clock

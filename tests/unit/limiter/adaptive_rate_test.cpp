@@ -127,6 +127,29 @@ TEST(AdaptiveRate, AFixedWindowIsReadPerWindowOnceItsStartIsLearned) {
   }
 }
 
+// Learned while a second is under way, windows starting 0.9 s into the wall clock's second: the
+// seconds move by 0.1 s back, not 0.9 s on, so the window under way keeps its number and what it
+// admitted is read (numbered the second before, it read as nothing: a cut to half, 12.5/s for 20).
+TEST(AdaptiveRate, LearningTheWindowsKeepsTheSecondUnderWay) {
+  AdaptiveState st;
+  for (int i = 0; i < 26; ++i) {
+    note_demand(st, 9 * kSec + 230'000 * i / 26, 1.0, 1);
+    note_admitted(st, 9 * kSec + 230'000 * i / 26, 1.0);
+  }
+  ASSERT_TRUE(on_throttle(st, 50, 9 * kSec + 233'000, 567'000, 0, 1).cut);
+  ASSERT_DOUBLE_EQ(st.level, 26);
+  st.windows = {880'000, 40'000};  // learned: the windows start at .900
+  for (int i = 0; i < 19; ++i) {
+    const Micros t = 10 * kSec + 50'000 + 700'000 * i / 19;
+    note_demand(st, t, 1.0, 1);
+    note_admitted(st, t, 1.0);
+  }
+  const ThrottleResult r = on_throttle(st, 50, 10 * kSec + 751'000, 0, 0, 1);
+  ASSERT_TRUE(r.cut);
+  EXPECT_DOUBLE_EQ(st.level, 19);  // what the window under way admitted
+  EXPECT_DOUBLE_EQ(r.to, 0.95 * 19);
+}
+
 // What was admitted may lag what is allowed now (the throttles of the last second had not all been
 // heard): one cut never goes below half of the rate being sent, nor below the floor.
 TEST(AdaptiveRate, OneCutNeverMoreThanHalves) {
