@@ -41,7 +41,7 @@ namespace {
 // as having admitted nothing).
 Micros second_shift(const AdaptiveState& st) {
   if (!(st.windows.width > 0)) return st.phase;
-  return st.phase + WindowPhase::within_second(-WindowPhase::middle(st.windows) - st.phase + 500'000) - 500'000;
+  return st.phase + WindowPhase::nearest(-WindowPhase::middle(st.windows) - st.phase);
 }
 
 std::int64_t second_of(const AdaptiveState& st, Micros now) {

@@ -9,15 +9,18 @@ Micros WindowPhase::within_second(Micros t) {
   return m < 0 ? m + kWindowUs : m;
 }
 
-void WindowPhase::note_refused(Micros sent) {
+bool WindowPhase::note_refused(Micros sent) {
+  bool taught = false;
   if (refused_ != kNone && sent > refused_ && sent - refused_ < kWindowUs) {
     // Two refusals less than a second apart, nothing admitted between: one window refused both,
     // so it began at or before the first and the next begins after the second, within a second of
     // the first: an arc too (a pause that ended before the window turned says where it will).
     const Arc next{within_second(sent), refused_ + kWindowUs - sent};
-    if (merge(arc_, next.start, next.width)) pair_ = next;
+    taught = merge(arc_, next.start, next.width);
+    if (taught) pair_ = next;
   }
   if (refused_ == kNone || sent > refused_) refused_ = sent;
+  return taught;
 }
 
 bool WindowPhase::note_admitted(Micros sent) {

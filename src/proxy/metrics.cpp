@@ -166,10 +166,9 @@ void BucketMetrics::forget_adaptive() {
 
 void BucketMetrics::note_refused_sent(std::int64_t sent_wall_us) {
   std::lock_guard lock(phase_mu_);
-  const limiter::WindowPhase::Arc before{phase_.arc_start(), phase_.arc_width()};
-  phase_.note_refused(sent_wall_us);
+  const bool taught = phase_.note_refused(sent_wall_us);
   phase_waiting_.store(true, std::memory_order_relaxed);
-  if (phase_.arc_start() != before.start || phase_.arc_width() != before.width) {
+  if (taught) {
     pair_pending_.store(true, std::memory_order_relaxed);
     window_start_us_.store(window_start(phase_), std::memory_order_relaxed);
   }
@@ -252,9 +251,7 @@ Pending at_second(Pending p, std::uint64_t sec) {
 // way (the store's seconds are moved so too: limiter's second_shift), so that a second keeps its
 // number when the windows are learned.
 std::int64_t BucketMetrics::window_start(const limiter::WindowPhase& w) {
-  if (!w.learned()) return 0;
-  const std::int64_t p = w.phase();
-  return p >= 500'000 ? p - 1'000'000 : p;
+  return w.learned() ? limiter::WindowPhase::nearest(w.phase()) : 0;
 }
 
 std::uint64_t BucketMetrics::window_second() const {

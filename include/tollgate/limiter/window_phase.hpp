@@ -18,9 +18,9 @@
 // windows are assumed to start on the wall clock's whole seconds.
 //
 // A fleet learns it together: each gateway tells the store the arcs it learned (with its next
-// decision or throttle report), the store keeps the intersection of every gateway's arcs (merge(), on its own clock;
-// both are told relative to now, so the gateways' clocks need not agree), and the gateway adopts
-// the fleet's arc from the reply.
+// decision or throttle report), the store keeps the intersection of every gateway's arcs (merge(),
+// on its own clock; both are told relative to now, so the gateways' clocks need not agree), and
+// the gateway adopts the fleet's arc from the reply.
 //
 // Pure arithmetic on wall-clock microseconds; the gateway keeps one per adaptive bucket
 // (BucketMetrics), fed by its own answers and its store's replies.
@@ -39,8 +39,8 @@ class WindowPhase {
 
   // The supplier refused a request sent at `sent`. Less than a second after a refusal not yet
   // followed by an admission, that is in the same window: the next one starts within a second of
-  // the first (an arc, as a pair's).
-  void note_refused(Micros sent);
+  // the first (an arc, as a pair's, kept for take_pair); true when that taught a boundary.
+  bool note_refused(Micros sent);
   // It admitted one sent at `sent`; true when that taught a boundary (a pair, kept for take_pair).
   bool note_admitted(Micros sent);
   // The latest pair not yet told to the store, its arc as (start, width) of the second; width 0:
@@ -59,6 +59,9 @@ class WindowPhase {
   static Micros middle(Arc a) { return within_second(a.start + (a.width + 1) / 2); }
   // Where `t` falls in the second, 0 to 999,999 us.
   static Micros within_second(Micros t);
+  // `t` moved by whole seconds to within half a second of 0 (-500,000 to 499,999 us): a shift of a
+  // clock's seconds that keeps the second under way its number.
+  static Micros nearest(Micros t) { return within_second(t + kWindowUs / 2) - kWindowUs / 2; }
   // An arc (from `from`, `gap` long) merged into `held`: their overlap, or the new one alone when
   // it misses the held one (or none is held). The same for a gateway's own pairs and a store's
   // arc of the fleet's; false when `gap` says nothing (not inside one window).

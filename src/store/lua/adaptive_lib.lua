@@ -31,15 +31,20 @@ local function adaptive_lib()
   local A_MAX_PAUSE, A_FLOOR_SHARE, A_MIN_FLOOR, A_FORGET = 60000000, 0.02, 0.1, 600000000
   local A_PROBE_COST, A_HOLD_MOST, A_ADV_FORGET = 0.025, 10000000, 600000000
   local NEVER = -9007199254740992
+  -- The seconds the counts are kept by: the supplier's windows once the fleet learned where they
+  -- start (the middle of the arc ws, ww), else Redis's (the wall clock's); moved by less than half
+  -- a second either way, so that a second keeps its number (limiter's second_shift).
+  local function a_shift(ws, ww)
+    if ww > 0 then return (500000 - ws - math.floor((ww + 1) / 2)) % 1000000 - 500000 end
+    return 0
+  end
   local function a_load(key)
     local h = redis.call('HMGET', key, 'w', 'e', 'l', 'g', 'p', 's', 'c', 'q', 'oc', 'op', 'so', 'v', 'h',
-                         'a1', 'a2', 'a3', 'a4', 't1', 't2', 't3', 't4', 'xr', 'xl', 'xs', 'xq', 'xw', 'xg', 'xa', 'ws', 'ww')
-    -- The seconds the counts are kept by: the supplier's windows once the fleet learned where they
-    -- start (the middle of the arc ws, ww), else Redis's (the wall clock's); moved by less than half
-    -- a second either way, so that a second keeps its number (limiter's second_shift).
-    local shift, ws, ww = 0, tonumber(h[29]) or 0, tonumber(h[30]) or 0
-    if ww > 0 then shift = (500000 - ws - math.floor((ww + 1) / 2)) % 1000000 - 500000 end
-    return {shift = shift, ws = ws, ww = ww, target = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
+                         'a1', 'a2', 'a3', 'a4', 't1', 't2', 't3', 't4', 'xr', 'xl', 'xs', 'xq', 'xw', 'xg', 'xa',
+                         'ws', 'ww')
+    local ws, ww = tonumber(h[29]) or 0, tonumber(h[30]) or 0
+    return {shift = a_shift(ws, ww), ws = ws, ww = ww,
+            target = tonumber(h[1]) or 0, epoch = tonumber(h[2]) or 0, last = tonumber(h[3]) or 0,
             signal = tonumber(h[4]) or NEVER, pause = tonumber(h[5]) or 0, sec = tonumber(h[6]) or 0,
             dc = tonumber(h[7]) or 0, dp = tonumber(h[8]) or 0, oc = tonumber(h[9]) or 0, op = tonumber(h[10]) or 0,
             so = tonumber(h[11]) or 0, level = tonumber(h[12]) or 0, hold = tonumber(h[13]) or 0,
@@ -102,7 +107,7 @@ local function adaptive_lib()
       end
     end
     if not merged then ws, ww = from, pw end
-    st.ws, st.ww, st.shift = ws, ww, (500000 - ws - math.floor((ww + 1) / 2)) % 1000000 - 500000
+    st.ws, st.ww, st.shift = ws, ww, a_shift(ws, ww)
   end
   -- The fleet's arc told back relative to now (0 0: not learned), appended to a reply.
   local function a_told(st, now, out)
