@@ -148,6 +148,9 @@ void extend_pause(AdaptiveState& st, Micros now, Micros pause_us, Micros jitter_
 }
 }  // namespace
 
+// Longer than a function should be (about 140 lines): it is adapt.lua's body statement for
+// statement, and the replay tests compare the two double for double; splitting it means splitting
+// the script the same way, with it.
 ThrottleResult on_throttle(AdaptiveState& st, double configured, Micros now, Micros pause_us, Micros jitter_us,
                            std::uint64_t caller, const AdaptiveParams& p) {
   ThrottleResult r;
