@@ -10,6 +10,7 @@
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -46,12 +47,55 @@ inline bool is_idempotent(http1::Method m) {
   }
 }
 
+// "name: value" CR LF. One resize and two copies rather than four appends, each with its own
+// capacity check and call (bench/instructions.sh, T1: ~50 instructions per field).
 inline void append_field(std::string& out, std::string_view name, std::string_view value) {
-  out.append(name);
-  out.append(": ", 2);
-  out.append(value);
-  out.append("\r\n", 2);
+  const std::size_t at = out.size();
+  out.resize(at + name.size() + value.size() + 4);
+  char* p = out.data() + at;
+  if (!name.empty()) std::memcpy(p, name.data(), name.size());
+  p += name.size();
+  p[0] = ':';
+  p[1] = ' ';
+  p += 2;
+  if (!value.empty()) std::memcpy(p, value.data(), value.size());
+  p += value.size();
+  p[0] = '\r';
+  p[1] = '\n';
 }
+
+// Appends the fields of a parsed head that go on: a run of fields whose lines are adjacent in
+// the parsed buffer and written as append_field would write them ("Name: value" CR LF) goes as one
+// copy of their bytes; any other field as append_field. The output is byte for byte what
+// append_field per field gives (bench/instructions.sh: ~4 appends per field saved on the proxied
+// path). Fields must be views into the buffer their head was parsed from.
+class FieldRun {
+ public:
+  void add(std::string& out, const http1::Field& f) {
+    const char* const name = f.name.data();
+    const char* const value = f.value.data();
+    const bool as_written = value == name + f.name.size() + 2 && name[f.name.size() + 1] == ' ' &&
+                            value[f.value.size()] == '\r';
+    if (!as_written) {
+      flush(out);
+      append_field(out, f.name, f.value);
+      return;
+    }
+    if (name != end_) {
+      flush(out);
+      begin_ = name;
+    }
+    end_ = value + f.value.size() + 2;
+  }
+  void flush(std::string& out) {
+    if (begin_ != end_) out.append(begin_, static_cast<std::size_t>(end_ - begin_));
+    begin_ = end_ = nullptr;
+  }
+
+ private:
+  const char* begin_ = nullptr;
+  const char* end_ = nullptr;
+};
 
 // "HTTP/1.<minor> <status> <reason>\r\n"
 void append_status_line(std::string& out, unsigned version, int status, std::string_view reason);

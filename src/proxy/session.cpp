@@ -590,7 +590,8 @@ net::awaitable<bool> Session::handle(std::string_view body) {
   if (plan.step != Step::decide) {
     count.planned(plan);
   } else {
-    store::StoreDecision sd = co_await acquire(px_.deps.store, plan.request);
+    store::StoreDecision sd;
+    if (!px_.deps.store.decide_now(plan.request, sd)) sd = co_await acquire(px_.deps.store, plan.request);
     note_adaptive(plan, *rules, sd);
     verdict = verdict_for(plan, sd);
     count.decided(plan, sd, verdict);

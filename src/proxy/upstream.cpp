@@ -149,6 +149,7 @@ bool same_field_name(std::string_view a, std::string_view b) {
   out.append(h.method_text).push_back(' ');
   out.append(r.target).append(" HTTP/1.1\r\n", 11);
   std::string xff, via;
+  FieldRun run;
   for (const http1::Field& f : h.all()) {
     switch (f.id) {
       case Name::x_forwarded_for:
@@ -177,8 +178,9 @@ bool same_field_name(std::string_view a, std::string_view b) {
     }
     if (h.connection_names_other && http1::connection_names(h, f.name)) continue;
     if (!auth_name.empty() && same_field_name(f.name, auth_name)) continue;
-    append_field(out, f.name, f.value);
+    run.add(out, f);
   }
+  run.flush(out);
   out.append(auth_field);
   if (xff.empty()) append_field(out, "X-Forwarded-For", r.client_ip);
   else append_field(out, "X-Forwarded-For", xff.append(", ", 2).append(r.client_ip));
@@ -258,6 +260,7 @@ std::string response_head(const http1::ResponseHead& h, unsigned version, bool k
   const bool ours = !fields.policy_header.empty();
   const bool our_id = !fields.request_id.empty();
   const bool drop_their_id = our_id && h.has(Name::x_request_id);
+  FieldRun run;
   for (const http1::Field& f : h.all()) {
     if (f.id == Name::transfer_encoding) continue;
     if (drop_their_id && f.id == Name::x_request_id) continue;  // ours below
@@ -266,8 +269,9 @@ std::string response_head(const http1::ResponseHead& h, unsigned version, bool k
     if (http1::is_hop_by_hop(f.id)) continue;
     if (h.connection_names_other && http1::connection_names(h, f.name)) continue;
     if (ours && (f.id == Name::ratelimit || f.id == Name::ratelimit_policy)) continue;  // below
-    append_field(out, f.name, f.value);
+    run.add(out, f);
   }
+  run.flush(out);
   if (reframe == Reframe::chunked) append_field(out, "Transfer-Encoding", "chunked");
   if (version == 10 && keep) append_field(out, "Connection", "keep-alive");
   if (version != 10 && !keep) append_field(out, "Connection", "close");

@@ -65,6 +65,13 @@ class BucketStore {
  public:
   virtual ~BucketStore() = default;
   virtual boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) = 0;
+  // The same decision, for a store that makes it without waiting (the in-process one): into `out`,
+  // returning true, with no coroutine frame and no copy of the request. False: nothing decided,
+  // the caller awaits try_acquire.
+  virtual bool decide_now(const AcquireRequest& req, StoreDecision& out) {
+    (void)req, (void)out;
+    return false;
+  }
   // Gives back a grant whose caller left before its slot (see refund_slots). Returns whether
   // anything was given back now.
   virtual boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) = 0;

@@ -26,6 +26,10 @@ class LocalStore final : public BucketStore {
                       std::size_t max_abandoned = limiter::kMaxAbandoned);
 
   boost::asio::awaitable<StoreDecision> try_acquire(AcquireRequest req) override;
+  bool decide_now(const AcquireRequest& req, StoreDecision& out) override {
+    out = decide(req);
+    return true;
+  }
   boost::asio::awaitable<bool> refund(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> refund_slots(AcquireRequest req, Reservation r) override;
   boost::asio::awaitable<RefundResult> return_unused(AcquireRequest req) override;
