@@ -19,6 +19,10 @@
 #   T1R Tollgate, a rule that refuses all but the first request (429s), in-process store
 #   T1P T1 with priority classes on the rule (the request is the lower class, keeping 30% back)
 #   T1M T1 with an srTCM meter in place of the bucket (never red)
+#   T1A T1 with a supplier credential on the upstream (auth type header: X-Api-Key from the environment)
+#   T1H T1 with a several-host upstream: urls 127.0.0.1, 127.0.0.2 and 127.0.0.3 (the same nginx),
+#       balanced by least outstanding requests
+#   T1I T1 with the client's own X-Request-Id on every request (checked and kept; T1's are made)
 #   T2 Tollgate, never-binding rule, Redis store (gateway under callgrind, Redis not)
 #   T2C1 T2 with one client (no decisions to coalesce)
 #   T2B  T2 over 100 never-binding rules, requests spread round-robin (bench/keepalive_load.py)
@@ -177,7 +181,9 @@ record() { # CASE N FILE NOTE: the run's total goes into the table
 # kept-alive connection (a refused or reconnected request would be a different cost).
 load() { # N URL LOGNAME [CONCURRENCY]
   local out=$W/$3.ab
-  ab -k -q -n "$1" -c "${4:-$CONC}" "$2" >"$out" 2>&1 || { cat "$out" >&2; fail "ab failed for $2"; }
+  local header=()
+  [[ -n ${AB_HEADER:-} ]] && header=(-H "$AB_HEADER")
+  ab -k -q "${header[@]}" -n "$1" -c "${4:-$CONC}" "$2" >"$out" 2>&1 || { cat "$out" >&2; fail "ab failed for $2"; }
   local complete failed non2xx keepalive
   complete=$(awk '/^Complete requests:/ {print $3}' "$out")
   failed=$(awk '/^Failed requests:/ {print $3}' "$out")
@@ -212,7 +218,8 @@ NGX
   cat <<NGX
 http { access_log off; keepalive_requests 100000000; keepalive_timeout 600s;
   client_body_temp_path $W/tmp/upstream-body; proxy_temp_path $W/tmp/upstream-proxy;
-  server { listen 127.0.0.1:$UP; location / { default_type text/plain; return 200 "ok"; } } }
+  server { listen 127.0.0.1:$UP; listen 127.0.0.2:$UP; listen 127.0.0.3:$UP;
+    location / { default_type text/plain; return 200 "ok"; } } }
 NGX
 } >"$W/upstream.conf"
 start upstream nginx -c "$W/upstream.conf" -p "$W"
@@ -409,6 +416,7 @@ run_tollgate() { # CASE STORE PATH N [CONCURRENCY]; PATH "many": the 100 rules, 
   local port name=$1-$4 file=$OUT/$1.$4.callgrind first note UPSTREAM_JSON=""
   port=$(free_port)
   [[ -n ${TLS_UP:-} ]] && UPSTREAM_JSON="{\"url\": \"https://localhost:$TLS_UP\", \"tls\": {\"ca_file\": \"$PKI/ca.pem\"}}"
+  [[ -n ${UPSTREAM_OVERRIDE:-} ]] && UPSTREAM_JSON=$UPSTREAM_OVERRIDE
   first=$(tls_lines "${TLS_UP:-}")
   tollgate_conf "$port" "$2" "$([[ $3 == many ]] && echo many)" >"$W/$name.json"
   [[ $2 == redis ]] && flush_store
@@ -597,6 +605,12 @@ for c in $CASES; do
       T1R) REFUSED=1 run_tollgate T1R local /ibe/refuse "$n" ;;
       T1P) CLASSED=1 run_tollgate T1P local /ibe/classed "$n" ;;
       T1M) METERED=1 run_tollgate T1M local /ibe/metered "$n" ;;
+      T1A) TOLLGATE_BENCH_KEY=bench-key-0123456789 \
+             UPSTREAM_OVERRIDE="{\"url\": \"http://127.0.0.1:$UP\", \"auth\": {\"type\": \"header\", \"name\": \"X-Api-Key\", \"value_env\": \"TOLLGATE_BENCH_KEY\"}}" \
+             run_tollgate T1A local /ibe/nobind "$n" ;;
+      T1H) UPSTREAM_OVERRIDE="{\"urls\": [\"http://127.0.0.1:$UP\", \"http://127.0.0.2:$UP\", \"http://127.0.0.3:$UP\"]}" \
+             run_tollgate T1H local /ibe/nobind "$n" ;;
+      T1I) AB_HEADER="X-Request-Id: bench-3f2a9c1e7b604d58" run_tollgate T1I local /ibe/nobind "$n" ;;
       T1s) TLS_UP=$UPS run_tollgate T1s local /ibe/nobind "$n" ;;
       T1sN) TLS_UP=$UPSN run_tollgate T1sN local /ibe/nobind "$n" ;;
       N1s) run_nginx N1s 1 "$n" "$UPS" ;;
@@ -632,7 +646,7 @@ for c in $CASES; do
         else echo "instructions: no $TOLLGATE_SIM: RS and RL skipped"; fi
         run_redis_bench RM "$n"
         run_redis_bench RP "$n" ;;
-      *) fail "unknown case $c (N0 N1 T0 T1 T1R T1P T1M T2 T2C1 T2B R0 R1 K T1s N1s T1sN N1sN N1s3 N1sN3)" ;;
+      *) fail "unknown case $c (N0 N1 T0 T1 T1R T1P T1M T1A T1H T1I T2 T2C1 T2B R0 R1 K T1s N1s T1sN N1sN N1s3 N1sN3)" ;;
     esac
   done
 done

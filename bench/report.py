@@ -75,6 +75,9 @@ IR_CASES = {
     "T1R": "Tollgate, a rule that refuses every request but the first: per 429",
     "T1P": "T1 with priority classes (the request a lower class, 30% of the burst kept back)",
     "T1M": "T1 with an srTCM meter in place of the bucket (never red)",
+    "T1A": "T1 with a supplier credential (a static `X-Api-Key` field)",
+    "T1H": "T1 to a several-host upstream (three addresses, least outstanding)",
+    "T1I": "T1 with the client's own `X-Request-Id` on each request (checked, kept)",
     "T2": "Tollgate, a never-binding rule, Redis store, 8 clients on one bucket (the gateway only)",
     "T2C1": "T2 with one client (nothing to coalesce)",
     "T2B": "T2 over 100 never-binding rules, requests spread round-robin",
@@ -121,11 +124,12 @@ def instructions(d, F):
                   f"{100 * (max(vals) - min(vals)) / min(vals):.2f}%", "%")
     ratio = lambda a, b: F.add(f"ratio.{a}_{b}", F.v(f"ir.{a}") / F.v(f"ir.{b}"),
                                f"{F.v(f'ir.{a}') / F.v(f'ir.{b}'):.2f}") if f"ir.{a}" in F and f"ir.{b}" in F else None
-    for a, b in (("T1", "N1"), ("T0", "N0"), ("T2", "T1"), ("T2", "N1"), ("T1R", "T1"), ("T1P", "T1"), ("T1M", "T1"), ("T2K", "T2B"), ("RKB", "RK1"),
+    for a, b in (("T1", "N1"), ("T0", "N0"), ("T2", "T1"), ("T2", "N1"), ("T1R", "T1"), ("T1P", "T1"), ("T1M", "T1"), ("T1A", "T1"), ("T1H", "T1"), ("T1I", "T1"), ("T2K", "T2B"), ("RKB", "RK1"),
                  ("T1s", "N1s"), ("T1s", "N1s3"), ("T1sN", "N1sN"), ("T1sN", "N1sN3"), ("RL", "RM"), ("RT1", "RM"),
                  ("RA", "RS"), ("RT", "RM")):
         ratio(a, b)
-    for a, b in (("T1", "T0"), ("N1", "N0"), ("T1s", "T1"), ("N1s", "N1")):
+    for a, b in (("T1", "T0"), ("N1", "N0"), ("T1s", "T1"), ("N1s", "N1"), ("T1P", "T1"), ("T1M", "T1"), ("T1A", "T1"),
+                 ("T1H", "T1"), ("T1I", "T1")):
         if f"ir.{a}" in F and f"ir.{b}" in F:
             F.add(f"diff.{a}_{b}", F.v(f"ir.{a}") - F.v(f"ir.{b}"), thousands(F.v(f"ir.{a}") - F.v(f"ir.{b}")), "Ir")
 
@@ -300,6 +304,8 @@ def targets(F):
         lambda: abs(F.v("wall.T3.admitted") / (1000 + 200 / 5) - 1) <= 0.01 and F.v("wall.T3.errors") == 0)
     row("instructions per request: T1 ≤ N1", ["ir.T1", "ir.N1"], lambda: f"{F.t('ir.T1')} against {F.t('ir.N1')} ({F.t('ratio.T1_N1')})",
         lambda: F.v("ir.T1") <= F.v("ir.N1"), lambda: f"{F.v('ir.N1') - F.v('ir.T1'):,.0f} to spare")
+    row("off means free: T1 (a rule using none of the newer features) ≤ 18,500", ["ir.T1"], lambda: F.t("ir.T1"),
+        lambda: F.v("ir.T1") <= 18500, lambda: f"{18500 - F.v('ir.T1'):,.0f} to spare")
     for case, what in (("T1P", "priority classes"), ("T1M", "a meter")):
         row(f"a decision with {what} within 10% of today's rule step ({case} ≤ 1.1 × T1)", [f"ir.{case}", "ir.T1"],
             lambda case=case: f"{F.t(f'ir.{case}')} against {F.t('ir.T1')} ({F.t(f'ratio.{case}_T1')})",

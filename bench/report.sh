@@ -77,7 +77,7 @@ if [[ $STEPS != none ]]; then
 
   if step instructions; then
     STAMP=$STAMP-main TOLLGATE_BIN=$B/tollgate \
-      CASES="N0 N1 T0 T1 T1R T1P T1M T2 T2C1 T2B R0 R1 K T1s N1s N1s3 T1sN N1sN N1sN3" bench/instructions.sh >"$OUT/instructions.log" 2>&1
+      CASES="N0 N1 T0 T1 T1R T1P T1M T1A T1H T1I T2 T2C1 T2B R0 R1 K T1s N1s N1s3 T1sN N1sN N1sN3" bench/instructions.sh >"$OUT/instructions.log" 2>&1
     cp "bench/results/instructions-$STAMP-main.json" "$OUT/instructions.json"
     for r in 2 3; do
       STAMP=$STAMP-repeat$r TOLLGATE_BIN=$B/tollgate CASES="T0 T1 N1" PROFILES="" bench/instructions.sh \
