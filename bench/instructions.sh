@@ -492,8 +492,9 @@ run_redis_bench() { # CASE N ARGS...: redis-benchmark -c 1 (one call per read: n
   local cmd=()
   case $case in
     # permits 1, timeout 0.5 s, pay now, Redis TIME, one bucket, no parent, no quota, no maxShare,
-    # then the bucket: 1 µs interval, a bucket that never empties, not warm (bench/run.sh's shape).
-    RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 0 1 1000000000000 1 0 0 0 0) ;;
+    # not adaptive, the channel's cost 1 (none here), no reserved shares, no meter, then the bucket:
+    # 1 µs interval, a bucket that never empties, not warm (bench/run.sh's shape).
+    RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 0 1 0 0 0 1 1000000000000 1 0 0 0 0) ;;
     # The lean script, as the store sends a decision alone for that bucket: Redis TIME, pay now,
     # interval, size, then permits and timeout.
     RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000 1 500000) ;;

@@ -55,11 +55,14 @@ run() {
   esac
   case $case in
     # permits 1, timeout 0.5 s, pay now, Redis TIME, one bucket, no parent, no quota, no maxShare,
-    # not adaptive, then its shape: 1 µs interval, 1e12 permits (never empties), cool-down 1 µs, not warm.
-    RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 0 1 1000000000000 1 0 0 0 0) ;;
-    # The same bucket, adaptive (on): its hash as the second key, its rate (1e6/s) and burst after its shape.
-    RA) cmd=(EVALSHA "$sha" 2 "tollgate:{bench}" "tollgate:{bench}r:bench" 1 500000 0 "" 1 0 0 0 1 1 1000000000000 1 0 0 0 0 \
-             1000000 1000000000000) ;;
+    # not adaptive, the channel's cost 1 (none here), no reserved shares, no meter, then its shape:
+    # 1 µs interval, 1e12 permits (never empties), cool-down 1 µs, not warm.
+    RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 0 1 0 0 0 1 1000000000000 1 0 0 0 0) ;;
+    # The same bucket, adaptive (on): its hash as the second key; after its shape its rate (1e6/s) and
+    # burst, the caller (1), nothing admitted since the last decision, not asked again, no advertised
+    # allowance (five empty arguments) and no learned window pair (0 0), as RedisStore sends them.
+    RA) cmd=(EVALSHA "$sha" 2 "tollgate:{bench}" "tollgate:{bench}r:bench" 1 500000 0 "" 1 0 0 0 1 1 0 0 0 1 1000000000000 1 0 0 0 0 \
+             1000000 1000000000000 1 0 0 0 "" "" "" "" "" 0 0) ;;
     # Redis TIME, pay now, interval 1 µs, 1e12 permits, then one decision: permits 1, timeout 0.5 s
     # (what the store sends for a decision alone).
     RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000 1 500000) ;;
