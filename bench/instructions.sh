@@ -445,6 +445,7 @@ start_redis_cg() { # NAME FILE: sets REDIS_PORT, LAST_PID
     redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$W/$1.dir"
   wait_listen "$REDIS_PORT" "$LAST_PID" "$1"
 }
+source bench/script_calls.sh  # the script calls RS, RL, RM, RP (shared with bench/redis_script_cost.sh)
 MINIMAL_LUA=$(cat bench/minimal_bucket.lua)  # the reference token bucket (read from the repository root)
 # With Redis under callgrind, probing Redis would count; the gateway is not measured here, so its
 # metrics say when its scripts are loaded (store up), and its first heartbeat is already sent.
@@ -483,24 +484,14 @@ run_redis_bench() { # CASE N ARGS...: redis-benchmark -c 1 (one call per read: n
   local case=$1 n=$2; shift 2
   local file=$OUT/$case.$n.callgrind
   start_redis_cg "redis-$case-$n" "$file"
-  local rpid=$LAST_PID sha
+  local rpid=$LAST_PID sha=""
   case $case in
     RS) sha=$(redis_cli SCRIPT LOAD "$("$TOLLGATE_SIM" --redis-script)") ;;
     RL) sha=$(redis_cli SCRIPT LOAD "$("$TOLLGATE_SIM" --redis-lean-script)") ;;
     RM) sha=$(redis_cli SCRIPT LOAD "$MINIMAL_LUA") ;;
   esac
-  local cmd=()
-  case $case in
-    # permits 1, timeout 0.5 s, pay now, Redis TIME, one bucket, no parent, no quota, no maxShare,
-    # not adaptive, the channel's cost 1 (none here), no reserved shares, no meter, then the bucket:
-    # 1 µs interval, a bucket that never empties, not warm (bench/run.sh's shape).
-    RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 0 1 0 0 0 1 1000000000000 1 0 0 0 0) ;;
-    # The lean script, as the store sends a decision alone for that bucket: Redis TIME, pay now,
-    # interval, size, then permits and timeout.
-    RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000 1 500000) ;;
-    RM) cmd=(EVALSHA "$sha" 1 "bench:{bucket}" 1000000 1000000) ;;
-    RP) cmd=(PING) ;;
-  esac
+  script_call "$case" "$sha"
+  local cmd=("${CALL[@]}")
   redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c 1 -n "$n" -q "${cmd[@]}" >"$W/redis-$case-$n.bench" 2>&1 ||
     { cat "$W/redis-$case-$n.bench" >&2; fail "redis-benchmark $case failed"; }
   if grep -qi 'error' "$W/redis-$case-$n.bench"; then cat "$W/redis-$case-$n.bench" >&2; fail "redis-benchmark $case: errors"; fi

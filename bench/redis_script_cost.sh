@@ -35,6 +35,7 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
+source bench/script_calls.sh
 MINIMAL_LUA=$(cat bench/minimal_bucket.lua)  # the reference token bucket (read from the repository root)
 
 # CASE N: prints the Ir of one redis-server run that served N calls of CASE.
@@ -53,23 +54,8 @@ run() {
     RL|RF) sha=$(redis-cli -p "$port" SCRIPT LOAD "$("$SIM" --redis-lean-script)") ;;
     RM) sha=$(redis-cli -p "$port" SCRIPT LOAD "$MINIMAL_LUA") ;;
   esac
-  case $case in
-    # permits 1, timeout 0.5 s, pay now, Redis TIME, one bucket, no parent, no quota, no maxShare,
-    # not adaptive, the channel's cost 1 (none here), no reserved shares, no meter, then its shape:
-    # 1 µs interval, 1e12 permits (never empties), cool-down 1 µs, not warm.
-    RS) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" 1 500000 0 "" 1 0 0 0 0 1 0 0 0 1 1000000000000 1 0 0 0 0) ;;
-    # The same bucket, adaptive (on): its hash as the second key; after its shape its rate (1e6/s) and
-    # burst, the caller (1), nothing admitted since the last decision, not asked again, no advertised
-    # allowance (five empty arguments) and no learned window pair (0 0), as RedisStore sends them.
-    RA) cmd=(EVALSHA "$sha" 2 "tollgate:{bench}" "tollgate:{bench}r:bench" 1 500000 0 "" 1 0 0 0 1 1 0 0 0 1 1000000000000 1 0 0 0 0 \
-             1000000 1000000000000 1 0 0 0 "" "" "" "" "" 0 0) ;;
-    # Redis TIME, pay now, interval 1 µs, 1e12 permits, then one decision: permits 1, timeout 0.5 s
-    # (what the store sends for a decision alone).
-    RL) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000 1 500000) ;;
-    RF) cmd=(EVALSHA "$sha" 1 "tollgate:{bench}" "" 0 1 1000000000000.5 1 500000) ;;
-    RM) cmd=(EVALSHA "$sha" 1 "bench:{bucket}" 1000000 1000000) ;;
-    RP) cmd=(PING) ;;
-  esac
+  script_call "$case" "$sha"
+  cmd=("${CALL[@]}")
   # One call by hand first: it must succeed (and grant), or the count means nothing.
   local check
   check=$(redis-cli -p "$port" "${cmd[@]}" 2>&1 | head -1)

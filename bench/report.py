@@ -104,6 +104,10 @@ IR_CASES = {
 }
 
 
+# T1 with one newer feature on, each: what that feature costs a request when a rule uses it.
+FEATURE_CASES = ("T1P", "T1M", "T1A", "T1H", "T1I")
+
+
 def instructions(d, F):
     main = load_json(os.path.join(d, "instructions.json"))
     runs = [main] + [load_json(p) for p in sorted(glob.glob(os.path.join(d, "instructions-repeat*.json")))]
@@ -124,12 +128,12 @@ def instructions(d, F):
                   f"{100 * (max(vals) - min(vals)) / min(vals):.2f}%", "%")
     ratio = lambda a, b: F.add(f"ratio.{a}_{b}", F.v(f"ir.{a}") / F.v(f"ir.{b}"),
                                f"{F.v(f'ir.{a}') / F.v(f'ir.{b}'):.2f}") if f"ir.{a}" in F and f"ir.{b}" in F else None
-    for a, b in (("T1", "N1"), ("T0", "N0"), ("T2", "T1"), ("T2", "N1"), ("T1R", "T1"), ("T1P", "T1"), ("T1M", "T1"), ("T1A", "T1"), ("T1H", "T1"), ("T1I", "T1"), ("T2K", "T2B"), ("RKB", "RK1"),
+    features = tuple((case, "T1") for case in FEATURE_CASES)  # each one's cost beside T1's
+    for a, b in (("T1", "N1"), ("T0", "N0"), ("T2", "T1"), ("T2", "N1"), ("T1R", "T1")) + features + (("T2K", "T2B"), ("RKB", "RK1"),
                  ("T1s", "N1s"), ("T1s", "N1s3"), ("T1sN", "N1sN"), ("T1sN", "N1sN3"), ("RL", "RM"), ("RT1", "RM"),
                  ("RA", "RS"), ("RT", "RM")):
         ratio(a, b)
-    for a, b in (("T1", "T0"), ("N1", "N0"), ("T1s", "T1"), ("N1s", "N1"), ("T1P", "T1"), ("T1M", "T1"), ("T1A", "T1"),
-                 ("T1H", "T1"), ("T1I", "T1")):
+    for a, b in (("T1", "T0"), ("N1", "N0"), ("T1s", "T1"), ("N1s", "N1")) + features:
         if f"ir.{a}" in F and f"ir.{b}" in F:
             F.add(f"diff.{a}_{b}", F.v(f"ir.{a}") - F.v(f"ir.{b}"), thousands(F.v(f"ir.{a}") - F.v(f"ir.{b}")), "Ir")
 
