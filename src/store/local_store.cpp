@@ -44,8 +44,6 @@ LocalStore::LocalStore(const limiter::Clock& clock, std::size_t max_client_keys,
     // At least 8 entries per shard (a configured cap is at least 512).
     : clock_(clock), per_shard_cap_(std::max<std::size_t>(8, max_client_keys / kShards)), max_abandoned_(max_abandoned) {}
 
-std::size_t LocalStore::shard_index(std::string_view key) const { return std::hash<std::string_view>{}(key) % kShards; }
-
 void LocalStore::sweep(Shard& shard, Micros now) {
   std::erase_if(shard.map, [now](const auto& kv) {
     const Entry& e = kv.second;
@@ -64,13 +62,13 @@ void LocalStore::sweep(Shard& shard, Micros now) {
   shard.sweep_at = std::max<std::size_t>(1024, shard.map.size() * 2);
 }
 
-LocalStore::Entry& LocalStore::slot(Shard& shard, std::string_view key, bool client, Kind kind, bool& created) {
+LocalStore::Entry& LocalStore::slot(Shard& shard, const Key& key, bool client, Kind kind, bool& created) {
   created = false;
   if (!client) {
     auto it = shard.map.find(key);
     if (it != shard.map.end()) return it->second;
     created = true;
-    Entry& e = shard.map.emplace(std::string(key), Entry{}).first->second;
+    Entry& e = shard.map.emplace(std::string(key.name), Entry{}).first->second;
     e.kind = kind;
     return e;
   }
@@ -80,7 +78,7 @@ LocalStore::Entry& LocalStore::slot(Shard& shard, std::string_view key, bool cli
     return it->second->entry;
   }
   created = true;  // the table is trimmed to its cap after the decision (see trim)
-  shard.lru.push_front(ClientSlot{std::string(key), Entry{}});
+  shard.lru.push_front(ClientSlot{std::string(key.name), Entry{}});
   shard.clients.emplace(shard.lru.front().key, shard.lru.begin());
   Entry& e = shard.lru.front().entry;
   e.kind = kind;
@@ -94,9 +92,10 @@ void LocalStore::trim(Shard& shard) const {
   }
 }
 
-LocalStore::Entry& LocalStore::bucket_entry(Shard& shard, const BucketRef& ref, bool client, Micros now) {
+LocalStore::Entry& LocalStore::bucket_entry(Shard& shard, const BucketRef& ref, const Key& key, bool client,
+                                             Micros now) {
   bool created = false;
-  Entry& e = slot(shard, ref.name, client, Kind::bucket, created);
+  Entry& e = slot(shard, key, client, Kind::bucket, created);
   if (created) {
     e.params = ref.params;
     e.shape = limiter::shape_of(ref.params);
@@ -111,11 +110,12 @@ LocalStore::Entry& LocalStore::bucket_entry(Shard& shard, const BucketRef& ref, 
   return e;
 }
 
-LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& req, Micros now, StoreDecision& out) {
-  if (req.adaptive == limiter::Adaptive::off) return bucket_entry(shard, req.bucket, req.per_client_bucket, now);
+LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& req, const Key& key, Micros now,
+                                           StoreDecision& out) {
+  if (req.adaptive == limiter::Adaptive::off) return bucket_entry(shard, req.bucket, key, req.per_client_bucket, now);
   // The rate is worked out before the bucket is touched, so that it is rescaled once, straight
   // from the shape it was in to the one of this rate (as the Redis script does).
-  Entry* found = find(shard, req.bucket.name, false);
+  Entry* found = find(shard, key, false);
   limiter::AdaptiveState st = found && found->adaptive ? *found->adaptive : new_adaptive();
   out.windows = limiter::WindowPhase::share(st.windows, now, req.window_pair);
   if (req.admitted > 0) limiter::note_admitted(st, now, req.admitted, req.admitted_before);
@@ -132,7 +132,7 @@ LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& re
     if (st.pause_until > now) out.paused_us = st.pause_until - now;
     out.last_cut_us = st.last_signal > 0 ? st.last_signal : 0;
   }
-  Entry& e = bucket_entry(shard, ref, false, now);
+  Entry& e = bucket_entry(shard, ref, key, false, now);
   if (req.adaptive == limiter::Adaptive::on && al.closed_until > now) {
     e.state.stored = 0;
     if (e.state.next_free < al.closed_until) e.state.next_free = al.closed_until;
@@ -142,7 +142,7 @@ LocalStore::Entry& LocalStore::own_bucket(Shard& shard, const AcquireRequest& re
   return e;
 }
 
-LocalStore::Entry* LocalStore::find(Shard& shard, std::string_view key, bool client) {
+LocalStore::Entry* LocalStore::find(Shard& shard, const Key& key, bool client) {
   if (!client) {
     auto it = shard.map.find(key);
     return it == shard.map.end() ? nullptr : &it->second;
@@ -151,7 +151,7 @@ LocalStore::Entry* LocalStore::find(Shard& shard, std::string_view key, bool cli
   return it == shard.clients.end() ? nullptr : &it->second->entry;
 }
 
-LocalStore::Entry& LocalStore::meter_entry(Shard& shard, const std::string& key, const MeterRef& ref, Micros now) {
+LocalStore::Entry& LocalStore::meter_entry(Shard& shard, const Key& key, const MeterRef& ref, Micros now) {
   bool created = false;
   Entry& e = slot(shard, key, false, Kind::meter, created);
   if (created || !e.meter || e.meter->two_rate != ref.two_rate) {
@@ -203,10 +203,9 @@ limiter::TcmDecision LocalStore::MeterSlot::mark(const MeterRef& ref, double per
                         : limiter::srtcm_mark_aware(srs, sr, permits, ref.pre, now);
 }
 
-LocalStore::Entry& LocalStore::window_entry(const QuotaRef& q, Micros now) {
-  Shard& shard = shards_[shard_index(q.key)];
+LocalStore::Entry& LocalStore::window_entry(const QuotaRef& q, const Key& key, Micros now) {
   bool created = false;
-  Entry& e = slot(shard, q.key, !q.shared, Kind::window, created);
+  Entry& e = slot(shard_of(key), key, !q.shared, Kind::window, created);
   if (created || !(e.window_params == q.params)) {
     // New, or the quota was edited: counts of another period or limit start over.
     e.window = {limiter::window_index(now, q.params.period_us), 0, 0};
@@ -249,9 +248,10 @@ class MultiLock {
   }
 
  private:
-  std::array<std::size_t, 64> idx_{};
-  std::array<std::mutex*, 64> mus_{};
-  std::array<std::size_t, 64> locked_{};
+  // Left uninitialised (1.5 KiB a decision otherwise): only the first n_ and held_ are ever read.
+  std::array<std::size_t, 64> idx_;
+  std::array<std::mutex*, 64> mus_;
+  std::array<std::size_t, 64> locked_;
   std::size_t n_ = 0, held_ = 0;
 };
 }  // namespace
@@ -259,16 +259,24 @@ class MultiLock {
 // The general path: buckets, quotas and maxShare decided on copies; charged only if all admit.
 StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   StoreDecision out;
-  MultiLock locks;
-  if (req.use_bucket) locks.add(shard_index(req.bucket.name));
-  if (req.parent) locks.add(shard_index(req.parent->name));
-  for (const QuotaRef& q : req.quotas) {
-    if (locks.full()) break;
-    locks.add(shard_index(q.key));
-  }
-  if (req.share && !locks.full()) locks.add(shard_index(req.share->key));
+  // Every key hashed once, for its shard's lock and for its lookup.
+  const Key bucket_key(req.use_bucket ? std::string_view(req.bucket.name) : std::string_view());
+  const Key parent_key(req.parent ? std::string_view(req.parent->name) : std::string_view());
+  const Key share_key(req.share ? std::string_view(req.share->key) : std::string_view());
   const std::string meter_key = req.meter ? meter_name(req.meter->name) : std::string();
-  if (req.meter && !locks.full()) locks.add(shard_index(meter_key));
+  const Key meter_hashed(meter_key);
+  thread_local std::vector<Key> quota_keys;  // scratch space reused by this thread's decisions
+  quota_keys.clear();
+  for (const QuotaRef& q : req.quotas) quota_keys.emplace_back(q.key);
+  MultiLock locks;
+  if (req.use_bucket) locks.add(shard_index(bucket_key));
+  if (req.parent) locks.add(shard_index(parent_key));
+  for (const Key& k : quota_keys) {
+    if (locks.full()) break;
+    locks.add(shard_index(k));
+  }
+  if (req.share && !locks.full()) locks.add(shard_index(share_key));
+  if (req.meter && !locks.full()) locks.add(shard_index(meter_hashed));
   if (locks.full()) locks.all();  // more checks than shards: take them all
   locks.lock(shards_);
   // The clock is read under the locks, so that each bucket sees time only move forward: a `now`
@@ -291,8 +299,8 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   } trim_on_exit{*this, locks, shards_};
 
   // Buckets: the rule's own (if any) and its channel's, on copies of their states.
-  Entry* a = req.use_bucket ? &own_bucket(shards_[shard_index(req.bucket.name)], req, now, out) : nullptr;
-  Entry* b = req.parent ? &bucket_entry(shards_[shard_index(req.parent->name)], *req.parent, false, now) : nullptr;
+  Entry* a = req.use_bucket ? &own_bucket(shard_of(bucket_key), req, bucket_key, now, out) : nullptr;
+  Entry* b = req.parent ? &bucket_entry(shard_of(parent_key), *req.parent, parent_key, false, now) : nullptr;
   limiter::BucketState sa = a ? a->state : limiter::BucketState{};
   limiter::BucketState sb = b ? b->state : limiter::BucketState{};
   limiter::Decision bd;
@@ -321,7 +329,7 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   Micros retry = bd.granted ? 0 : bd.retry_after_us;
 
   // A meter in place of the rule's bucket, decided on a copy of its counts.
-  Entry* me = req.meter ? &meter_entry(shards_[shard_index(meter_key)], meter_key, *req.meter, now) : nullptr;
+  Entry* me = req.meter ? &meter_entry(shard_of(meter_hashed), meter_hashed, *req.meter, now) : nullptr;
   MeterSlot ms;
   double meter_left = 0;  // C after the update, before this request takes anything
   if (me) {
@@ -360,7 +368,7 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   out.quotas.reserve(req.quotas.size());
   const std::int64_t permits = 1;  // a quota counts requests, whatever their cost
   for (std::size_t i = 0; i < req.quotas.size(); ++i) {
-    Entry& e = window_entry(req.quotas[i], now);
+    Entry& e = window_entry(req.quotas[i], quota_keys[i], now);
     limiter::WindowState w = e.window;
     limiter::roll(w, req.quotas[i].params, now);
     const limiter::WindowDecision d = limiter::window_check(w, req.quotas[i].params, permits, now);
@@ -381,7 +389,7 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   Entry* share = nullptr;
   if (req.share && bd.granted && bd.wait_us > 0) {
     bool created = false;
-    share = &slot(shards_[shard_index(req.share->key)], req.share->key, true, Kind::share, created);
+    share = &slot(shard_of(share_key), share_key, true, Kind::share, created);
     std::erase_if(share->holds, [now](Micros r) { return r <= now; });
     if (static_cast<std::int64_t>(share->holds.size()) >= req.share->max_held) {
       const Micros free_at = *std::min_element(share->holds.begin(), share->holds.end()) - now;
@@ -435,27 +443,29 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
 StoreDecision LocalStore::decide(const AcquireRequest& req) {
   if (!simple(req)) return decide_all(req);
   StoreDecision out;
-  const std::size_t ia = shard_index(req.bucket.name);
+  const Key ka(req.bucket.name);
+  const std::size_t ia = shard_index(ka);
   if (!req.parent) {
     Shard& shard = shards_[ia];
     std::lock_guard lock(shard.mu);
     const Micros now = clock_.now_us();  // under the lock: see decide_all
     if (shard.map.size() >= shard.sweep_at) sweep(shard, now);
-    Entry& e = bucket_entry(shard, req.bucket, false, now);
+    Entry& e = bucket_entry(shard, req.bucket, ka, false, now);
     out.decision = limiter::try_acquire(e.state, e.shape, e.params.mode, req.permits, req.timeout_us, now,
                                         req.reserve_share * e.shape.max_permits);
     out.max_permits = e.shape.max_permits;
     out.reservation = {out.decision.next_free, out.decision.cost_us, out.decision.spent, 0, 0, 0};
     return out;
   }
-  const std::size_t ib = shard_index(req.parent->name);
+  const Key kb(req.parent->name);
+  const std::size_t ib = shard_index(kb);
   ShardLocks locks(shards_[ia].mu, &shards_[ib].mu, ia < ib);
   const Micros now = clock_.now_us();
   // Sweep first: a sweep while creating the second entry could remove the first (rested) one.
   for (Shard* sh : {&shards_[ia], &shards_[ib]})
     if (sh->map.size() >= sh->sweep_at) sweep(*sh, now);
-  Entry& a = bucket_entry(shards_[ia], req.bucket, false, now);
-  Entry& b = bucket_entry(shards_[ib], *req.parent, false, now);
+  Entry& a = bucket_entry(shards_[ia], req.bucket, ka, false, now);
+  Entry& b = bucket_entry(shards_[ib], *req.parent, kb, false, now);
   const limiter::PairDecision pd =
       limiter::try_acquire_pair(a.state, a.shape, b.state, b.shape, a.params.mode, ask_of(req, a.shape, b.shape),
                                 req.timeout_us, now);
@@ -472,8 +482,10 @@ bool LocalStore::give_back(const AcquireRequest& req, const Reservation& r) { re
 RefundResult LocalStore::give_back_slots(const AcquireRequest& req, const Reservation& r) {
   RefundResult out;
   {
-    const std::size_t ia = shard_index(req.bucket.name);
-    const std::size_t ib = req.parent ? shard_index(req.parent->name) : ia;
+    const Key ka(req.bucket.name);
+    const Key kb(req.parent ? std::string_view(req.parent->name) : std::string_view());
+    const std::size_t ia = shard_index(ka);
+    const std::size_t ib = req.parent ? shard_index(kb) : ia;
     ShardLocks locks(shards_[ia].mu, req.parent ? &shards_[ib].mu : nullptr, ia < ib);
     const Micros now = clock_.now_us();
     // Found as they are now: a refund never reconciles parameters (the request's may be older).
@@ -486,7 +498,7 @@ RefundResult LocalStore::give_back_slots(const AcquireRequest& req, const Reserv
       out.remembered = out.remembered || g.remembered;
     };
     if (req.use_bucket) {
-      Entry* e = find(shards_[ia], req.bucket.name, req.per_client_bucket);
+      Entry* e = find(shards_[ia], ka, req.per_client_bucket);
       abandon(e, {r.release, r.cost, r.spent}, out.bucket);
       // A pause applied to the bucket: what comes back never reopens it early (as kRefund).
       if (e && e->pause_floor > now && e->state.next_free < e->pause_floor && out.bucket > 0) {
@@ -495,14 +507,15 @@ RefundResult LocalStore::give_back_slots(const AcquireRequest& req, const Reserv
       }
     }
     if (req.parent)
-      abandon(find(shards_[ib], req.parent->name, false), {r.parent_release, r.parent_cost, r.parent_spent}, out.parent);
+      abandon(find(shards_[ib], kb, false), {r.parent_release, r.parent_cost, r.parent_spent}, out.parent);
   }
   if (req.share && r.share_release != 0) {
     // The caller left: its waiting grant no longer counts against its share (bucket locks released
     // first, so that shards are only ever taken in index order).
-    Shard& shard = shards_[shard_index(req.share->key)];
+    const Key ks(req.share->key);
+    Shard& shard = shard_of(ks);
     std::lock_guard lock(shard.mu);
-    if (Entry* e = find(shard, req.share->key, true)) {
+    if (Entry* e = find(shard, ks, true)) {
       if (auto h = std::find(e->holds.begin(), e->holds.end(), r.share_release); h != e->holds.end()) e->holds.erase(h);
     }
   }
@@ -511,8 +524,10 @@ RefundResult LocalStore::give_back_slots(const AcquireRequest& req, const Reserv
 
 RefundResult LocalStore::give_back_unused(const AcquireRequest& req) {
   RefundResult out;
-  const std::size_t ia = shard_index(req.bucket.name);
-  const std::size_t ib = req.parent ? shard_index(req.parent->name) : ia;
+  const Key ka(req.bucket.name);
+  const Key kb(req.parent ? std::string_view(req.parent->name) : std::string_view());
+  const std::size_t ia = shard_index(ka);
+  const std::size_t ib = req.parent ? shard_index(kb) : ia;
   ShardLocks locks(shards_[ia].mu, req.parent ? &shards_[ib].mu : nullptr, ia < ib);
   const Micros now = clock_.now_us();
   auto restore = [&](Entry* e, double permits, std::uint32_t& returned) {
@@ -520,8 +535,8 @@ RefundResult LocalStore::give_back_unused(const AcquireRequest& req) {
     if (e->pause_floor > now) return;  // an adaptive pause: never reopened early (as restore.lua)
     returned = limiter::restore(e->state, e->shape, permits) ? 1 : 0;
   };
-  if (req.use_bucket) restore(find(shards_[ia], req.bucket.name, req.per_client_bucket), req.permits, out.bucket);
-  if (req.parent) restore(find(shards_[ib], req.parent->name, false), req.parent_permits, out.parent);
+  if (req.use_bucket) restore(find(shards_[ia], ka, req.per_client_bucket), req.permits, out.bucket);
+  if (req.parent) restore(find(shards_[ib], kb, false), req.parent_permits, out.parent);
   return out;
 }
 
@@ -539,11 +554,12 @@ AdaptOutcome LocalStore::adapt(const AcquireRequest& req, Micros pause_us, Micro
     out.error = "not an adaptive bucket";
     return out;
   }
-  Shard& shard = shards_[shard_index(req.bucket.name)];
+  const Key key(req.bucket.name);
+  Shard& shard = shard_of(key);
   std::lock_guard lock(shard.mu);
   const Micros now = clock_.now_us();
-  Entry* e = find(shard, req.bucket.name, false);
-  if (e == nullptr) e = &bucket_entry(shard, req.bucket, false, now);  // a full, rested bucket
+  Entry* e = find(shard, key, false);
+  if (e == nullptr) e = &bucket_entry(shard, req.bucket, key, false, now);  // a full, rested bucket
   if (!e->adaptive) e->adaptive = std::make_unique<limiter::AdaptiveState>(new_adaptive());
   limiter::AdaptiveState& st = *e->adaptive;
   const double configured = req.bucket.params.rate;
@@ -577,9 +593,10 @@ boost::asio::awaitable<RefundResult> LocalStore::refund_slots(AcquireRequest req
 }
 
 bool LocalStore::reset_adaptive(const BucketRef& ref, std::string_view) {
-  Shard& shard = shards_[shard_index(ref.name)];
+  const Key key(ref.name);
+  Shard& shard = shard_of(key);
   std::lock_guard lock(shard.mu);
-  Entry* e = find(shard, ref.name, false);
+  Entry* e = find(shard, key, false);
   if (e != nullptr && e->adaptive) {
     e->adaptive.reset();
     e->pause_floor = 0;
@@ -592,9 +609,10 @@ std::optional<BucketSnapshot> LocalStore::inspect(const BucketRef& ref, std::str
   const BucketParams& params = ref.params;
   BucketSnapshot snap;
   snap.now = clock_.now_us();
-  Shard& shard = shards_[shard_index(bucket)];
+  const Key key(bucket);
+  Shard& shard = shard_of(key);
   std::lock_guard lock(shard.mu);
-  auto it = shard.map.find(bucket);
+  auto it = shard.map.find(key);
   if (it == shard.map.end()) {
     const limiter::Shape shape = limiter::shape_of(params);
     snap.stored = shape.max_permits;

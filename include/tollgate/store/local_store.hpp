@@ -72,11 +72,12 @@ class LocalStore final : public BucketStore {
   };
   struct Entry {
     Kind kind = Kind::bucket;
+    // window: first, so that a per-client quota's counts share the cache lines of its key
+    limiter::WindowState window;
+    limiter::WindowParams window_params;
     limiter::BucketState state;
     BucketParams params;
     limiter::Shape shape;
-    limiter::WindowState window;
-    limiter::WindowParams window_params;
     std::vector<Micros> holds;  // share: release times of grants still waiting
     // bucket: departed callers' slots behind live ones; allocated on the first one and released when
     // none is left, so that a bucket nobody left costs one pointer
@@ -92,26 +93,42 @@ class LocalStore final : public BucketStore {
     std::string key;
     Entry entry;
   };
+  // A key hashed once: the same hash picks its shard and its place in the shard's tables.
+  struct Key {
+    explicit Key(std::string_view s) : name(s), hash(std::hash<std::string_view>{}(s)) {}
+    std::string_view name;
+    std::size_t hash;
+  };
   struct StringHash {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    std::size_t operator()(const Key& k) const { return k.hash; }
+  };
+  struct KeyEqual {
+    using is_transparent = void;
+    bool operator()(std::string_view a, std::string_view b) const { return a == b; }
+    bool operator()(std::string_view a, const Key& b) const { return a == b.name; }
+    bool operator()(const Key& a, std::string_view b) const { return a.name == b; }
   };
   struct Shard {
     mutable std::mutex mu;
-    std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> map;
+    std::unordered_map<std::string, Entry, StringHash, KeyEqual> map;
     std::size_t sweep_at = 1024;  // next size at which idle entries are swept
     std::list<ClientSlot> lru;    // per-client entries, most recently used first
-    std::unordered_map<std::string_view, std::list<ClientSlot>::iterator> clients;  // keys point into lru
+    // keys point into lru
+    std::unordered_map<std::string_view, std::list<ClientSlot>::iterator, StringHash, KeyEqual> clients;
   };
   static constexpr std::size_t kShards = 64;
 
-  std::size_t shard_index(std::string_view key) const;
-  // The bucket entry for `ref` (shared, or in the client table), created full or rescaled to
-  // changed params. The shard must be locked.
-  Entry& bucket_entry(Shard& shard, const BucketRef& ref, bool client, Micros now);
-  // The request's own bucket: bucket_entry at the configured rate or, for an adaptive rule, at the
-  // rate its adapted state gives now (the arrival counted as demand; `out` told the rate and pause).
-  Entry& own_bucket(Shard& shard, const AcquireRequest& req, Micros now, StoreDecision& out);
+  static std::size_t shard_index(const Key& key) { return key.hash % kShards; }
+  Shard& shard_of(const Key& key) { return shards_[shard_index(key)]; }
+  // The bucket entry for `ref` (stored under `key`, ref.name hashed; shared, or in the client
+  // table), created full or rescaled to changed params. The shard must be locked.
+  Entry& bucket_entry(Shard& shard, const BucketRef& ref, const Key& key, bool client, Micros now);
+  // The request's own bucket (under `key`): bucket_entry at the configured rate or, for an adaptive
+  // rule, at the rate its adapted state gives now (the arrival counted as demand; `out` told the rate
+  // and pause).
+  Entry& own_bucket(Shard& shard, const AcquireRequest& req, const Key& key, Micros now, StoreDecision& out);
   // A bucket's adaptive state before its first signal: its seconds on the wall clock's (the clock's phase).
   limiter::AdaptiveState new_adaptive() const {
     limiter::AdaptiveState st;
@@ -119,15 +136,16 @@ class LocalStore final : public BucketStore {
     return st;
   }
   // The entry under `key` without touching LRU order, or null. The shard must be locked.
-  static Entry* find(Shard& shard, std::string_view key, bool client);
+  static Entry* find(Shard& shard, const Key& key, bool client);
   static void sweep(Shard& shard, Micros now);
   void trim(Shard& shard) const;  // client table back to its cap, oldest idle first
   // The entry stored under `key`: in the shared map, or (client) in the capped LRU table.
-  Entry& slot(Shard& shard, std::string_view key, bool client, Kind kind, bool& created);
-  Entry& window_entry(const QuotaRef& q, Micros now);
+  static Entry& slot(Shard& shard, const Key& key, bool client, Kind kind, bool& created);
+  // The quota's window stored under `key` (q.key hashed). The shard must be locked.
+  Entry& window_entry(const QuotaRef& q, const Key& key, Micros now);
   // The meter stored under `key` (meter_name), created full, its counts kept within changed sizes.
   // The shard must be locked.
-  Entry& meter_entry(Shard& shard, const std::string& key, const MeterRef& ref, Micros now);
+  Entry& meter_entry(Shard& shard, const Key& key, const MeterRef& ref, Micros now);
   StoreDecision decide_all(const AcquireRequest& req);
   bool simple(const AcquireRequest& req) const {
     return req.use_bucket && !req.per_client_bucket && req.quotas.empty() && !req.share &&
