@@ -628,23 +628,20 @@ std::vector<RawRow> parse_rule_rows(const std::string& text, const std::string& 
   return rows_from_json(parse_config_json(text, origin_prefix), origin_prefix);
 }
 
-GatewayConfig parse_gateway_config(const std::string& text, const std::string& origin) {
-  const json doc = parse_config_json(text, origin);
-  GatewayConfig c;
-  c.path = origin;
-  check_keys(doc, "", "");
-  c.access_log = get_string(doc, "", "access_log", "off");
-  c.listen = parse_endpoint(get_string(doc, "", "listen", "0.0.0.0:8080"), "listen");
-  c.threads = static_cast<unsigned>(get_uint(doc, "", "threads", 0, 0, 256));
-  if (doc.contains("tls")) {
-    const json& t = doc["tls"];
-    check_keys(t, "tls", "tls");
-    c.tls.cert_file = get_string(t, "tls", "cert_file", "");
-    c.tls.key_file = get_string(t, "tls", "key_file", "");
-    if (c.tls.cert_file.empty()) fail("tls.cert_file", "is required");
-    if (c.tls.key_file.empty()) fail("tls.key_file", "is required");
-  }
+namespace {
+// tls: the certificate the listener presents to clients.
+void parse_listener_tls(const json& doc, GatewayConfig& c) {
+  if (!doc.contains("tls")) return;
+  const json& t = doc["tls"];
+  check_keys(t, "tls", "tls");
+  c.tls.cert_file = get_string(t, "tls", "cert_file", "");
+  c.tls.key_file = get_string(t, "tls", "key_file", "");
+  if (c.tls.cert_file.empty()) fail("tls.cert_file", "is required");
+  if (c.tls.key_file.empty()) fail("tls.key_file", "is required");
+}
 
+// admin: the admin listener, its token and the Host names it answers.
+void parse_admin(const json& doc, GatewayConfig& c) {
   if (doc.contains("admin")) {
     const json& a = doc["admin"];
     check_keys(a, "admin", "admin");
@@ -669,7 +666,11 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
   if (!c.admin.token_env.empty()) {
     if (const char* t = std::getenv(c.admin.token_env.c_str())) c.admin.token = t;
   }
+}
 
+// upstreams: each supplier's URLs, TLS, pool, ejection, timeouts, rate-limit fields and credential
+// (a token endpoint becoming an upstream of its own).
+void parse_upstreams(const json& doc, GatewayConfig& c) {
   if (!doc.contains("upstreams")) fail("upstreams", "is required");
   const json& ups = doc["upstreams"];
   if (!ups.is_object() || ups.empty()) fail("upstreams", "must be an object with at least one upstream");
@@ -709,7 +710,10 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     if (!t.token_endpoint_of.empty() && ups.contains(t.name))
       fail("upstreams." + t.token_endpoint_of + ".auth",
            "needs the name '" + t.name + "' for its token requests, and an upstream has it: rename that one");
+}
 
+// routes: path prefixes to upstreams (after the upstreams, whose names they use).
+void parse_routes(const json& doc, GatewayConfig& c) {
   if (!doc.contains("routes")) fail("routes", "is required");
   const json& routes = doc["routes"];
   if (!routes.is_array() || routes.empty()) fail("routes", "must be an array with at least one route");
@@ -728,27 +732,33 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     if (!known) fail(path + ".upstream", "names no upstream: '" + r.upstream + "'");
     c.routes.push_back(std::move(r));
   }
+}
 
-  if (doc.contains("dns")) {
-    const json& d = doc["dns"];
-    check_keys(d, "dns", "dns");
-    if (d.contains("servers")) {
-      const json& list = d["servers"];
-      if (!list.is_array()) fail("dns.servers", "must be an array of \"ip:port\" strings");
-      for (std::size_t i = 0; i < list.size(); ++i) {
-        const std::string item = "dns.servers[" + std::to_string(i) + "]";
-        if (!list[i].is_string()) fail(item, "must be an \"ip:port\" string");
-        Endpoint e = parse_endpoint(list[i].get<std::string>(), item);
-        in_addr a4;
-        in6_addr a6;
-        if (inet_pton(AF_INET, e.host.c_str(), &a4) != 1 && inet_pton(AF_INET6, e.host.c_str(), &a6) != 1)
-          fail(item, "must be an IP address and port (a resolver is not found by name)");
-        if (e.port == 0) fail(item, "needs a port other than 0");
-        c.dns.servers.push_back(std::move(e));
-      }
+// dns: the resolvers asked for upstream names, by address.
+void parse_dns(const json& doc, GatewayConfig& c) {
+  if (!doc.contains("dns")) return;
+  const json& d = doc["dns"];
+  check_keys(d, "dns", "dns");
+  if (d.contains("servers")) {
+    const json& list = d["servers"];
+    if (!list.is_array()) fail("dns.servers", "must be an array of \"ip:port\" strings");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string item = "dns.servers[" + std::to_string(i) + "]";
+      if (!list[i].is_string()) fail(item, "must be an \"ip:port\" string");
+      Endpoint e = parse_endpoint(list[i].get<std::string>(), item);
+      in_addr a4;
+      in6_addr a6;
+      if (inet_pton(AF_INET, e.host.c_str(), &a4) != 1 && inet_pton(AF_INET6, e.host.c_str(), &a6) != 1)
+        fail(item, "must be an IP address and port (a resolver is not found by name)");
+      if (e.port == 0) fail(item, "needs a port other than 0");
+      c.dns.servers.push_back(std::move(e));
     }
   }
+}
 
+// proxy: the listener's limits and timeouts, the upstream pools' sizes, forwarding and trust (after
+// the upstreams: a pool's warm connections are checked against its size).
+void parse_proxy(const json& doc, GatewayConfig& c) {
   if (doc.contains("proxy")) {
     const json& p = doc["proxy"];
     const std::string path = "proxy";
@@ -802,121 +812,152 @@ GatewayConfig parse_gateway_config(const std::string& text, const std::string& o
     if (u.min_idle_conns > c.proxy.max_idle_upstream_conns)
       fail("upstreams." + u.name + ".min_idle_conns",
            "must not exceed proxy.max_idle_upstream_conns (" + std::to_string(c.proxy.max_idle_upstream_conns) + ")");
+}
 
-  if (doc.contains("limits")) {
-    const json& l = doc["limits"];
-    check_keys(l, "limits", "limits");
-    c.limits.missing_key = get_enum(l, "limits", "missing_key", c.limits.missing_key,
-                                    {{"anonymous", MissingKey::anonymous}, {"reject", MissingKey::reject}});
-    c.limits.max_client_keys = get_uint(l, "limits", "max_client_keys", c.limits.max_client_keys, 512, 100'000'000);
-    c.limits.source = get_enum(l, "limits", "source", RuleSource::file, {{"file", RuleSource::file}, {"mysql", RuleSource::mysql}});
-    if (c.limits.source == RuleSource::mysql && !l.contains("mysql")) fail("limits.mysql", "is required when source is \"mysql\"");
-    if (l.contains("mysql")) {
-      const json& m = l["mysql"];
-      const std::string path = "limits.mysql";
-      check_keys(m, path, "limits.mysql");
-      auto& my = c.limits.mysql;
-      my.host = get_string(m, path, "host", my.host);
-      my.port = static_cast<std::uint16_t>(get_uint(m, path, "port", my.port, 1, 65535));
-      my.user = get_string(m, path, "user", my.user);
-      my.database = get_string(m, path, "database", my.database);
-      my.password_env = get_string(m, path, "password_env", my.password_env);
-      my.poll_interval_ms = static_cast<std::uint32_t>(get_uint(m, path, "poll_interval_ms", my.poll_interval_ms, 50, 600'000));
-      my.connect_timeout_ms =
-          static_cast<std::uint32_t>(get_uint(m, path, "connect_timeout_ms", my.connect_timeout_ms, 100, 600'000));
-      my.query_timeout_ms =
-          static_cast<std::uint32_t>(get_uint(m, path, "query_timeout_ms", my.query_timeout_ms, 100, 600'000));
-      my.switch_name = get_string(m, path, "switch_name", my.switch_name);
-      if (my.host.empty()) fail(path + ".host", "must not be empty");
-      if (my.database.empty()) fail(path + ".database", "must not be empty");
-      if (!my.password_env.empty())
-        if (const char* pw = std::getenv(my.password_env.c_str())) my.password = pw;
-    }
-    c.limits.store = get_enum(l, "limits", "store", StoreKind::local, {{"local", StoreKind::local}, {"redis", StoreKind::redis}});
-    if (c.limits.store == StoreKind::redis && !l.contains("redis")) fail("limits.redis", "is required when store is \"redis\"");
-    if (l.contains("redis")) {
-      const json& r = l["redis"];
-      const std::string path = "limits.redis";
-      check_keys(r, path, "limits.redis");
-      auto& rc = c.limits.redis;
-      rc.mode = get_enum(r, path, "mode", rc.mode,
-                         {{"standalone", RedisMode::standalone}, {"cluster", RedisMode::cluster},
-                          {"sentinel", RedisMode::sentinel}});
-      // A list of "host:port" addresses, required (non-empty) in its own mode and refused in another.
-      const auto endpoints = [&](const char* key, RedisMode owner, const char* owner_name) {
-        std::vector<Endpoint> out;
-        const std::string field = path + "." + key;
-        if (!r.contains(key)) {
-          if (rc.mode == owner) fail(field, std::string("is required when mode is \"") + owner_name + "\"");
-          return out;
-        }
-        if (rc.mode != owner) fail(field, std::string("is only read when mode is \"") + owner_name + "\"");
-        const json& list = r[key];
-        if (!list.is_array() || list.empty()) fail(field, "must be a non-empty array of \"host:port\" strings");
-        for (std::size_t i = 0; i < list.size(); ++i) {
-          const std::string item = field + "[" + std::to_string(i) + "]";
-          if (!list[i].is_string()) fail(item, "must be a \"host:port\" string");
-          Endpoint e = parse_endpoint(list[i].get<std::string>(), item);
-          if (e.host.empty()) fail(item, "must name a host");
-          if (e.port == 0) fail(item, "must name a port (1-65535)");
-          out.push_back(std::move(e));
-        }
-        return out;
-      };
-      rc.nodes = endpoints("nodes", RedisMode::cluster, "cluster");
-      rc.sentinels = endpoints("sentinels", RedisMode::sentinel, "sentinel");
-      rc.master_name = get_string(r, path, "master_name", rc.master_name);
-      if (rc.mode == RedisMode::sentinel && rc.master_name.empty())
-        fail(path + ".master_name", "is required when mode is \"sentinel\"");
-      if (rc.mode != RedisMode::sentinel && r.contains("master_name"))
-        fail(path + ".master_name", "is only read when mode is \"sentinel\"");
-      rc.sentinel_password_env = get_string(r, path, "sentinel_password_env", rc.sentinel_password_env);
-      if (rc.mode != RedisMode::standalone && (r.contains("host") || r.contains("port")))
-        fail(path + (r.contains("host") ? ".host" : ".port"),
-             rc.mode == RedisMode::cluster ? "is not read in cluster mode: list the seed nodes in \"nodes\""
-                                           : "is not read in sentinel mode: the sentinels name the primary");
-      rc.host = get_string(r, path, "host", rc.host);
-      rc.port = static_cast<std::uint16_t>(get_uint(r, path, "port", rc.port, 1, 65535));
-      rc.password_env = get_string(r, path, "password_env", rc.password_env);
-      rc.database = static_cast<int>(get_uint(r, path, "database", 0, 0, 15));
-      rc.key_prefix = get_string(r, path, "key_prefix", rc.key_prefix);
-      rc.decision_timeout_ms =
-          static_cast<std::uint32_t>(get_uint(r, path, "decision_timeout_ms", rc.decision_timeout_ms, 1, 60'000));
-      rc.connect_timeout_ms =
-          static_cast<std::uint32_t>(get_uint(r, path, "connect_timeout_ms", rc.connect_timeout_ms, 10, 60'000));
-      rc.failure_policy = get_enum(r, path, "failure_policy", rc.failure_policy,
-                                   {{"fail_open", FailurePolicy::fail_open}, {"fail_closed", FailurePolicy::fail_closed},
-                                    {"local", FailurePolicy::local}});
-      rc.local_divisor = static_cast<unsigned>(get_uint(r, path, "local_divisor", 0, 0, 10'000));
-      rc.heartbeat_ms = static_cast<std::uint32_t>(get_uint(r, path, "heartbeat_ms", rc.heartbeat_ms, 100, 60'000));
-      if (rc.host.empty()) fail(path + ".host", "must not be empty");
-      if (rc.key_prefix.find_first_of("{}") != std::string::npos) fail(path + ".key_prefix", "must not contain '{' or '}'");
-      if (rc.mode == RedisMode::cluster && rc.database != 0)
-        fail(path + ".database", "must be 0 in cluster mode (Redis Cluster has one database)");
-      if (!rc.password_env.empty())
-        if (const char* pw = std::getenv(rc.password_env.c_str())) rc.password = pw;
-      if (!rc.sentinel_password_env.empty())
-        if (const char* pw = std::getenv(rc.sentinel_password_env.c_str())) rc.sentinel_password = pw;
-    }
-    if (l.contains("switch")) {
-      const json& sw = l["switch"];
-      if (sw.is_boolean()) {
-        c.limits.switch_mode = sw.get<bool>() ? SwitchMode::enforce : SwitchMode::off;
-      } else if (sw.is_string() && parse_switch_mode(sw.get<std::string>())) {
-        c.limits.switch_mode = *parse_switch_mode(sw.get<std::string>());
-      } else {
-        fail("limits.switch", "must be true, false, \"enforce\", \"shadow\" or \"off\"");
-      }
-    }
-    if (l.contains("match")) {
-      check_keys(l["match"], "limits.match", "limits.match");
-      c.limits.match_case = get_enum(l["match"], "limits.match", "case", MatchCase::sensitive,
-                                     {{"sensitive", MatchCase::sensitive}, {"insensitive", MatchCase::insensitive}});
-    }
-    c.limits.mysql.match_case = c.limits.match_case;
-    if (l.contains("rules")) c.limits.rows = rows_from_json(l["rules"], "limits.rules");
-    for (RawRow& r : c.limits.rows) r.default_case = c.limits.match_case;
+// limits.redis.<key>: a list of "host:port" addresses, required (non-empty) in its own mode and
+// refused in another.
+std::vector<Endpoint> redis_endpoints(const json& r, const std::string& path, RedisMode mode, const char* key,
+                                      RedisMode owner, const char* owner_name) {
+  std::vector<Endpoint> out;
+  const std::string field = path + "." + key;
+  if (!r.contains(key)) {
+    if (mode == owner) fail(field, std::string("is required when mode is \"") + owner_name + "\"");
+    return out;
   }
+  if (mode != owner) fail(field, std::string("is only read when mode is \"") + owner_name + "\"");
+  const json& list = r[key];
+  if (!list.is_array() || list.empty()) fail(field, "must be a non-empty array of \"host:port\" strings");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string item = field + "[" + std::to_string(i) + "]";
+    if (!list[i].is_string()) fail(item, "must be a \"host:port\" string");
+    Endpoint e = parse_endpoint(list[i].get<std::string>(), item);
+    if (e.host.empty()) fail(item, "must name a host");
+    if (e.port == 0) fail(item, "must name a port (1-65535)");
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// limits.mysql: where the rules are read from when limits.source is "mysql".
+void parse_mysql(const json& l, GatewayConfig& c) {
+  if (!l.contains("mysql")) return;
+  const json& m = l["mysql"];
+  const std::string path = "limits.mysql";
+  check_keys(m, path, "limits.mysql");
+  auto& my = c.limits.mysql;
+  my.host = get_string(m, path, "host", my.host);
+  my.port = static_cast<std::uint16_t>(get_uint(m, path, "port", my.port, 1, 65535));
+  my.user = get_string(m, path, "user", my.user);
+  my.database = get_string(m, path, "database", my.database);
+  my.password_env = get_string(m, path, "password_env", my.password_env);
+  my.poll_interval_ms = static_cast<std::uint32_t>(get_uint(m, path, "poll_interval_ms", my.poll_interval_ms, 50, 600'000));
+  my.connect_timeout_ms =
+      static_cast<std::uint32_t>(get_uint(m, path, "connect_timeout_ms", my.connect_timeout_ms, 100, 600'000));
+  my.query_timeout_ms =
+      static_cast<std::uint32_t>(get_uint(m, path, "query_timeout_ms", my.query_timeout_ms, 100, 600'000));
+  my.switch_name = get_string(m, path, "switch_name", my.switch_name);
+  if (my.host.empty()) fail(path + ".host", "must not be empty");
+  if (my.database.empty()) fail(path + ".database", "must not be empty");
+  if (!my.password_env.empty())
+    if (const char* pw = std::getenv(my.password_env.c_str())) my.password = pw;
+}
+
+// limits.redis: the fleet's shared store when limits.store is "redis".
+void parse_redis(const json& l, GatewayConfig& c) {
+  if (!l.contains("redis")) return;
+  const json& r = l["redis"];
+  const std::string path = "limits.redis";
+  check_keys(r, path, "limits.redis");
+  auto& rc = c.limits.redis;
+  rc.mode = get_enum(r, path, "mode", rc.mode,
+                     {{"standalone", RedisMode::standalone}, {"cluster", RedisMode::cluster},
+                      {"sentinel", RedisMode::sentinel}});
+  rc.nodes = redis_endpoints(r, path, rc.mode, "nodes", RedisMode::cluster, "cluster");
+  rc.sentinels = redis_endpoints(r, path, rc.mode, "sentinels", RedisMode::sentinel, "sentinel");
+  rc.master_name = get_string(r, path, "master_name", rc.master_name);
+  if (rc.mode == RedisMode::sentinel && rc.master_name.empty())
+    fail(path + ".master_name", "is required when mode is \"sentinel\"");
+  if (rc.mode != RedisMode::sentinel && r.contains("master_name"))
+    fail(path + ".master_name", "is only read when mode is \"sentinel\"");
+  rc.sentinel_password_env = get_string(r, path, "sentinel_password_env", rc.sentinel_password_env);
+  if (rc.mode != RedisMode::standalone && (r.contains("host") || r.contains("port")))
+    fail(path + (r.contains("host") ? ".host" : ".port"),
+         rc.mode == RedisMode::cluster ? "is not read in cluster mode: list the seed nodes in \"nodes\""
+                                       : "is not read in sentinel mode: the sentinels name the primary");
+  rc.host = get_string(r, path, "host", rc.host);
+  rc.port = static_cast<std::uint16_t>(get_uint(r, path, "port", rc.port, 1, 65535));
+  rc.password_env = get_string(r, path, "password_env", rc.password_env);
+  rc.database = static_cast<int>(get_uint(r, path, "database", 0, 0, 15));
+  rc.key_prefix = get_string(r, path, "key_prefix", rc.key_prefix);
+  rc.decision_timeout_ms =
+      static_cast<std::uint32_t>(get_uint(r, path, "decision_timeout_ms", rc.decision_timeout_ms, 1, 60'000));
+  rc.connect_timeout_ms =
+      static_cast<std::uint32_t>(get_uint(r, path, "connect_timeout_ms", rc.connect_timeout_ms, 10, 60'000));
+  rc.failure_policy = get_enum(r, path, "failure_policy", rc.failure_policy,
+                               {{"fail_open", FailurePolicy::fail_open}, {"fail_closed", FailurePolicy::fail_closed},
+                                {"local", FailurePolicy::local}});
+  rc.local_divisor = static_cast<unsigned>(get_uint(r, path, "local_divisor", 0, 0, 10'000));
+  rc.heartbeat_ms = static_cast<std::uint32_t>(get_uint(r, path, "heartbeat_ms", rc.heartbeat_ms, 100, 60'000));
+  if (rc.host.empty()) fail(path + ".host", "must not be empty");
+  if (rc.key_prefix.find_first_of("{}") != std::string::npos) fail(path + ".key_prefix", "must not contain '{' or '}'");
+  if (rc.mode == RedisMode::cluster && rc.database != 0)
+    fail(path + ".database", "must be 0 in cluster mode (Redis Cluster has one database)");
+  if (!rc.password_env.empty())
+    if (const char* pw = std::getenv(rc.password_env.c_str())) rc.password = pw;
+  if (!rc.sentinel_password_env.empty())
+    if (const char* pw = std::getenv(rc.sentinel_password_env.c_str())) rc.sentinel_password = pw;
+}
+
+// limits: the rule source and store, the switch at start, matching, and the file's own rules.
+void parse_limits(const json& doc, GatewayConfig& c) {
+  if (!doc.contains("limits")) return;
+  const json& l = doc["limits"];
+  check_keys(l, "limits", "limits");
+  c.limits.missing_key = get_enum(l, "limits", "missing_key", c.limits.missing_key,
+                                  {{"anonymous", MissingKey::anonymous}, {"reject", MissingKey::reject}});
+  c.limits.max_client_keys = get_uint(l, "limits", "max_client_keys", c.limits.max_client_keys, 512, 100'000'000);
+  c.limits.source = get_enum(l, "limits", "source", RuleSource::file, {{"file", RuleSource::file}, {"mysql", RuleSource::mysql}});
+  if (c.limits.source == RuleSource::mysql && !l.contains("mysql")) fail("limits.mysql", "is required when source is \"mysql\"");
+  parse_mysql(l, c);
+  c.limits.store = get_enum(l, "limits", "store", StoreKind::local, {{"local", StoreKind::local}, {"redis", StoreKind::redis}});
+  if (c.limits.store == StoreKind::redis && !l.contains("redis")) fail("limits.redis", "is required when store is \"redis\"");
+  parse_redis(l, c);
+  if (l.contains("switch")) {
+    const json& sw = l["switch"];
+    if (sw.is_boolean()) {
+      c.limits.switch_mode = sw.get<bool>() ? SwitchMode::enforce : SwitchMode::off;
+    } else if (sw.is_string() && parse_switch_mode(sw.get<std::string>())) {
+      c.limits.switch_mode = *parse_switch_mode(sw.get<std::string>());
+    } else {
+      fail("limits.switch", "must be true, false, \"enforce\", \"shadow\" or \"off\"");
+    }
+  }
+  if (l.contains("match")) {
+    check_keys(l["match"], "limits.match", "limits.match");
+    c.limits.match_case = get_enum(l["match"], "limits.match", "case", MatchCase::sensitive,
+                                   {{"sensitive", MatchCase::sensitive}, {"insensitive", MatchCase::insensitive}});
+  }
+  c.limits.mysql.match_case = c.limits.match_case;
+  if (l.contains("rules")) c.limits.rows = rows_from_json(l["rules"], "limits.rules");
+  for (RawRow& r : c.limits.rows) r.default_case = c.limits.match_case;
+}
+}  // namespace
+
+GatewayConfig parse_gateway_config(const std::string& text, const std::string& origin) {
+  const json doc = parse_config_json(text, origin);
+  GatewayConfig c;
+  c.path = origin;
+  check_keys(doc, "", "");
+  c.access_log = get_string(doc, "", "access_log", "off");
+  c.listen = parse_endpoint(get_string(doc, "", "listen", "0.0.0.0:8080"), "listen");
+  c.threads = static_cast<unsigned>(get_uint(doc, "", "threads", 0, 0, 256));
+  parse_listener_tls(doc, c);
+  parse_admin(doc, c);
+  parse_upstreams(doc, c);
+  parse_routes(doc, c);
+  parse_dns(doc, c);
+  parse_proxy(doc, c);
+  parse_limits(doc, c);
   return c;
 }
 
