@@ -677,155 +677,201 @@ AdminApi::Selection AdminApi::select(const config::Snapshot& snap, std::string_v
   return out;
 }
 
-SimpleResponse AdminApi::get_overview(std::string_view query) const {
-  auto snap = deps_.snapshots.get();
-  Selection sel;
-  if (snap) {
-    sel = select(*snap, query, kOverviewTop);
-    if (!sel.error.empty()) return error(400, "bad_request", sel.error);
-  }
-  json out = {{"now_ms", config::SwitchState::now_ms()}, {"history_seq", deps_.history ? deps_.history->seq() : 0}};
-  out["switch"] = json::parse(get_switch().body);
-  const store::StoreHealth h = deps_.store.health();
+namespace {
+// The store's health: which store, whether it is up, its incidents and nodes.
+json store_json(const store::StoreHealth& h) {
   json nodes = json::array();
   for (const auto& [node, up] : h.nodes) nodes.push_back({{"node", node}, {"up", up}});
-  out["store"] = {{"name", h.name},
-                  {"shared", h.shared},
-                  {"up", h.up},
-                  {"incidents", h.incidents},
-                  {"live_instances", h.live_instances},
-                  {"last_error", h.last_error},
-                  {"failure_policy", h.failure_policy},
-                  {"policy_decisions", h.policy_decisions},
-                  {"nodes", std::move(nodes)}};
-  if (deps_.config) out["config_source"] = status_json(deps_.config->status());
-  out["held"] = deps_.metrics.held.Value();
-  out["connections"] = deps_.metrics.connections.Value();
-  out["refusals_total"] = deps_.refusals ? deps_.refusals->total() : 0;
+  return {{"name", h.name},
+          {"shared", h.shared},
+          {"up", h.up},
+          {"incidents", h.incidents},
+          {"live_instances", h.live_instances},
+          {"last_error", h.last_error},
+          {"failure_policy", h.failure_policy},
+          {"policy_decisions", h.policy_decisions},
+          {"nodes", std::move(nodes)}};
+}
 
-  json buckets = json::array();
-  std::set<std::string_view> shown;
-  if (snap) {
-    out["config"] = {{"version", snap->version}, {"source", snap->source}, {"rejected_rows", snap->rejected.size()}};
-    // The listed buckets only: the busiest first, or those asked for.
-    out["buckets_total"] = sel.total;
-    out["buckets_matched"] = sel.matched;
-    out["buckets_omitted"] = sel.matched - sel.rules.size();
-    // The stored permits and debt of every listed shared bucket, in one store read.
-    std::map<const config::Rule*, std::size_t> probed;
-    std::vector<store::BucketProbe> probes;
-    for (const config::Rule* rp : sel.rules) {
-      const config::Rule& r = *rp;
-      if (!r.enabled || !r.has_bucket || r.key_by.kind != config::KeySpec::Kind::none) continue;
-      const config::Rule* channel = r.channel ? &r : snap->channel_of(r);
-      probed.emplace(&r, probes.size());
-      probes.push_back({{r.bucket, r.params},
-                        channel ? std::string_view(channel->channel_type) : std::string_view(r.bucket)});
-    }
-    const auto views = deps_.store.inspect_many(probes);
-    for (const config::Rule* rp : sel.rules) {
-      const config::Rule& r = *rp;
-      shown.insert(r.bucket);
-      json b = {{"bucket", r.bucket},
-                {"configId", r.config_id},
-                {"channelType", r.channel_type},
-                {"scope", r.channel ? "channel" : "interface"},
-                {"status", r.enabled ? 1 : 0},
-                {"cache_s", r.cache_s}};
-      if (r.has_bucket) {
-        b["rateLimit"] = r.rate_limit;
-        b["burst"] = limiter::shape_of(r.params).max_permits;
-      } else if (r.meter) {
-        b["rateLimit"] = r.rate_limit;  // its committed rate, as the console shows it
-        b["burst"] = r.meter->committed_burst();
-      } else {
-        b["rateLimit"] = nullptr;
-        b["burst"] = nullptr;
-      }
-      if (r.key_by.kind != config::KeySpec::Kind::none) b["keyBy"] = r.key_by.text();
-      b["stored_permits"] = nullptr;
-      b["debt_s"] = nullptr;
-      if (const auto p = probed.find(&r); p != probed.end() && views[p->second]) {
-        const auto& v = views[p->second];
-        b["stored_permits"] = v->stored;
-        b["debt_s"] = static_cast<double>(std::max<limiter::Micros>(0, v->next_free - v->now)) / 1e6;
-      }
-      // Its upstream's response time (p90, last minute): what deadline admission reckons with.
-      const auto p90 = deps_.metrics.bucket(r.bucket).upstream_latency.p90_us(limiter::steady_now_us());
-      b["upstream_p90_ms"] = p90 ? json(static_cast<double>(*p90) / 1e3) : json(nullptr);
-      if (r.meter) {
-        json m = meter_json(*r.meter);
-        const proxy::BucketMetrics& bm = deps_.metrics.bucket(r.bucket);
-        m["requests"] = {{"green", bm.color_total(limiter::Color::green)},
-                         {"yellow", bm.color_total(limiter::Color::yellow)},
-                         {"red", bm.color_total(limiter::Color::red)}};
-        b["meter"] = std::move(m);
-      }
-      if (r.priority) {
-        // Its priority classes, highest first: their reserves and their requests by outcome.
-        json classes = json::array();
-        std::map<std::string, json, std::less<>> counts;
-        deps_.metrics.bucket(r.bucket).each_class([&](const std::string& name, const proxy::ClassSeries& c) {
-          json o = json::object();
-          for (std::size_t i = 0; i < proxy::kOutcomes; ++i)
-            if (const double n = c.total(static_cast<proxy::Outcome>(i)); n > 0)
-              o[proxy::outcome_name(static_cast<proxy::Outcome>(i))] = n;
-          counts[name] = std::move(o);
-        });
-        for (std::size_t i = 0; i < r.priority->classes.size(); ++i) {
-          const std::string& name = r.priority->classes[i];
-          const auto c = counts.find(name);
-          classes.push_back({{"class", name},
-                             {"reserve", r.priority->reserve[i]},
-                             {"keeps", r.priority->keep[i]},
-                             {"default", i == r.priority->default_class},
-                             {"requests", c == counts.end() ? json::object() : c->second}});
-        }
-        b["priority"] = {{"by", r.priority->by == config::Priority::By::method ? "method" : "header:" + r.priority->header},
-                         {"classes", std::move(classes)}};
-      }
-      b["adaptive"] = limiter::adaptive_name(r.adaptive);
-      if (r.adaptive != limiter::Adaptive::off) b["adaptive_state"] = adaptive_state_json(deps_.metrics.bucket(r.bucket));
-      bool saturated = false;
-      if (deps_.history) {
-        if (auto w = deps_.history->window(r.bucket)) {
-          b["held"] = w->last.held;
-          b["last_second"] = sample_json(w->last);
-          b["last_minute"] = sample_json(w->sum);
-          b["wait_p50_ms"] = opt(w->wait_p50_ms);
-          b["wait_p99_ms"] = opt(w->wait_p99_ms);
-          saturated = w->rejected_10s > 0;
-        }
-      }
-      // Saturated: it refused a request in the last ten seconds, or its queue is past half its
-      // wait window (the next arrivals wait long or are refused).
-      if (b["debt_s"].is_number() && b["debt_s"].get<double>() > r.cache_s / 2) saturated = true;
-      b["saturated"] = saturated;
-      buckets.push_back(std::move(b));
+// A priority-classed rule's classes, highest first: their reserves and their requests by outcome.
+json priority_json(const config::Priority& pr, proxy::BucketMetrics& bm) {
+  json classes = json::array();
+  std::map<std::string, json, std::less<>> counts;
+  bm.each_class([&](const std::string& name, const proxy::ClassSeries& c) {
+    json o = json::object();
+    for (std::size_t i = 0; i < proxy::kOutcomes; ++i)
+      if (const double n = c.total(static_cast<proxy::Outcome>(i)); n > 0)
+        o[proxy::outcome_name(static_cast<proxy::Outcome>(i))] = n;
+    counts[name] = std::move(o);
+  });
+  for (std::size_t i = 0; i < pr.classes.size(); ++i) {
+    const std::string& name = pr.classes[i];
+    const auto c = counts.find(name);
+    classes.push_back({{"class", name},
+                       {"reserve", pr.reserve[i]},
+                       {"keeps", pr.keep[i]},
+                       {"default", i == pr.default_class},
+                       {"requests", c == counts.end() ? json::object() : c->second}});
+  }
+  return {{"by", pr.by == config::Priority::By::method ? "method" : "header:" + pr.header}, {"classes", std::move(classes)}};
+}
+
+// One listed bucket: its rule's numbers, its stored permits and debt (`view`, null when not read),
+// its upstream's response time, its meter, classes and adaptive state, its last second and
+// minute, and whether it is saturated.
+json bucket_json(const AdminDeps& deps, const config::Rule& r, const std::optional<store::BucketSnapshot>* view) {
+  json b = {{"bucket", r.bucket},
+            {"configId", r.config_id},
+            {"channelType", r.channel_type},
+            {"scope", r.channel ? "channel" : "interface"},
+            {"status", r.enabled ? 1 : 0},
+            {"cache_s", r.cache_s}};
+  if (r.has_bucket) {
+    b["rateLimit"] = r.rate_limit;
+    b["burst"] = limiter::shape_of(r.params).max_permits;
+  } else if (r.meter) {
+    b["rateLimit"] = r.rate_limit;  // its committed rate, as the console shows it
+    b["burst"] = r.meter->committed_burst();
+  } else {
+    b["rateLimit"] = nullptr;
+    b["burst"] = nullptr;
+  }
+  if (r.key_by.kind != config::KeySpec::Kind::none) b["keyBy"] = r.key_by.text();
+  b["stored_permits"] = nullptr;
+  b["debt_s"] = nullptr;
+  if (view && *view) {
+    const auto& v = *view;
+    b["stored_permits"] = v->stored;
+    b["debt_s"] = static_cast<double>(std::max<limiter::Micros>(0, v->next_free - v->now)) / 1e6;
+  }
+  proxy::BucketMetrics& bm = deps.metrics.bucket(r.bucket);
+  // Its upstream's response time (p90, last minute): what deadline admission reckons with.
+  const auto p90 = bm.upstream_latency.p90_us(limiter::steady_now_us());
+  b["upstream_p90_ms"] = p90 ? json(static_cast<double>(*p90) / 1e3) : json(nullptr);
+  if (r.meter) {
+    json m = meter_json(*r.meter);
+    m["requests"] = {{"green", bm.color_total(limiter::Color::green)},
+                     {"yellow", bm.color_total(limiter::Color::yellow)},
+                     {"red", bm.color_total(limiter::Color::red)}};
+    b["meter"] = std::move(m);
+  }
+  if (r.priority) b["priority"] = priority_json(*r.priority, bm);
+  b["adaptive"] = limiter::adaptive_name(r.adaptive);
+  if (r.adaptive != limiter::Adaptive::off) b["adaptive_state"] = adaptive_state_json(bm);
+  bool saturated = false;
+  if (deps.history) {
+    if (auto w = deps.history->window(r.bucket)) {
+      b["held"] = w->last.held;
+      b["last_second"] = sample_json(w->last);
+      b["last_minute"] = sample_json(w->sum);
+      b["wait_p50_ms"] = opt(w->wait_p50_ms);
+      b["wait_p99_ms"] = opt(w->wait_p99_ms);
+      saturated = w->rejected_10s > 0;
     }
   }
-  out["buckets"] = std::move(buckets);
+  // Saturated: it refused a request in the last ten seconds, or its queue is past half its
+  // wait window (the next arrivals wait long or are refused).
+  if (b["debt_s"].is_number() && b["debt_s"].get<double>() > r.cache_s / 2) saturated = true;
+  b["saturated"] = saturated;
+  return b;
+}
 
+// The listed buckets (the busiest first, or those asked for), their names added to `shown`.
+json buckets_json(const AdminDeps& deps, const config::Snapshot& snap, const std::vector<const config::Rule*>& rules,
+                  std::set<std::string_view>& shown) {
+  // The stored permits and debt of every listed shared bucket, in one store read.
+  std::map<const config::Rule*, std::size_t> probed;
+  std::vector<store::BucketProbe> probes;
+  for (const config::Rule* rp : rules) {
+    const config::Rule& r = *rp;
+    if (!r.enabled || !r.has_bucket || r.key_by.kind != config::KeySpec::Kind::none) continue;
+    const config::Rule* channel = r.channel ? &r : snap.channel_of(r);
+    probed.emplace(&r, probes.size());
+    probes.push_back({{r.bucket, r.params}, channel ? std::string_view(channel->channel_type) : std::string_view(r.bucket)});
+  }
+  const auto views = deps.store.inspect_many(probes);
+  json buckets = json::array();
+  for (const config::Rule* rp : rules) {
+    shown.insert(rp->bucket);
+    const auto p = probed.find(rp);
+    buckets.push_back(bucket_json(deps, *rp, p == probed.end() ? nullptr : &views[p->second]));
+  }
+  return buckets;
+}
+
+// The listed buckets' policies (quotas and the like): how often each bound, passed and failed.
+json policies_json(const AdminDeps& deps, const std::set<std::string_view>& shown) {
   json policies = json::array();
-  deps_.metrics.each_policy([&](std::string_view rule, std::string_view policy, const proxy::PolicyMetrics& p) {
-    if (!shown.contains(rule)) return;  // the listed buckets' policies only
+  deps.metrics.each_policy([&](std::string_view rule, std::string_view policy, const proxy::PolicyMetrics& p) {
+    if (!shown.contains(rule)) return;
     json j = {{"rule", rule}, {"policy", policy}, {"bound", p.bound ? p.bound->Value() : 0.0}};
     if (p.passed) j["passed"] = p.passed->Value();
     if (p.failed) j["failed"] = p.failed->Value();
     policies.push_back(std::move(j));
   });
-  out["policies"] = std::move(policies);
+  return policies;
+}
 
+// The entry of `upstreams` for `name`, added when there is none.
+json& upstream_entry(json& upstreams, const std::string& name) {
+  for (json& u : upstreams)
+    if (u["upstream"] == name) return u;
+  upstreams.push_back({{"upstream", name}});
+  return upstreams.back();
+}
+
+// TLS: the listener's certificate (into `out`) and each upstream's (into `upstreams`), with days
+// to expiry for the console's tint; insecure upstreams stand out.
+void add_tls_status(proxy::TlsProfiles& tls, json& out, json& upstreams) {
+  const auto now_s = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto days = [now_s](std::int64_t not_after) {
+    return not_after > 0 ? json(static_cast<double>(not_after - now_s) / 86400.0) : json(nullptr);
+  };
+  for (const proxy::TlsProfiles::Status& t : tls.status()) {
+    json j = {{"verify", t.verify}, {"insecure_skip_verify", t.insecure}, {"min_version", t.min_version}};
+    if (t.upstream.empty()) {
+      j["certificate_days_left"] = days(t.cert_not_after);
+      out["listener_tls"] = std::move(j);
+      continue;
+    }
+    j["server_name"] = t.server_name;
+    j["client_certificate_days_left"] = days(t.cert_not_after);
+    j["peer_certificate_days_left"] = days(t.peer_not_after);
+    upstream_entry(upstreams, t.upstream)["tls"] = std::move(j);
+  }
+}
+
+// An upstream's endpoints (in use or ejected, and the requests on each now) and its credential.
+void add_endpoints(const proxy::UpstreamView& v, json& u) {
+  json eps = json::array();
+  for (const auto& e : v.endpoints) eps.push_back({{"endpoint", e.endpoint}, {"up", e.up}, {"outstanding", e.outstanding}});
+  json auth;  // null: none
+  if (v.auth) {
+    auth = {{"type", v.auth->type}};
+    if (v.auth->type != "header") {
+      auth["expires_in_s"] = v.auth->expires_in_s >= 0 ? json(v.auth->expires_in_s) : json(nullptr);
+      auth["last_refresh_unix"] = v.auth->last_refresh_unix > 0 ? json(v.auth->last_refresh_unix) : json(nullptr);
+      auth["failures"] = v.auth->failures;
+      auth["last_error"] = v.auth->last_error;
+    }
+  }
+  u["resolved"] = v.resolved;
+  u["endpoints"] = std::move(eps);
+  u["auth"] = std::move(auth);
+}
+
+// The running route table's upstreams (one a SIGHUP removed keeps its series, not its place here):
+// their last minute of answers and errors, TLS and endpoints.
+json upstreams_json(const AdminDeps& deps, json& out) {
   json upstreams = json::array();
-  // The running route table's upstreams (one a SIGHUP removed keeps its series, not its place here).
   std::vector<proxy::UpstreamView> running;
-  if (deps_.upstreams_view) running = deps_.upstreams_view();
+  if (deps.upstreams_view) running = deps.upstreams_view();
   auto is_running = [&](const std::string& name) {
-    return !deps_.upstreams_view ||
+    return !deps.upstreams_view ||
            std::any_of(running.begin(), running.end(), [&](const proxy::UpstreamView& v) { return v.name == name; });
   };
-  if (deps_.history) {
-    for (const auto& [name, w] : deps_.history->upstreams()) {
+  if (deps.history) {
+    for (const auto& [name, w] : deps.history->upstreams()) {
       if (!is_running(name)) continue;
       json errors = json::object(), totals = json::object();
       for (std::size_t e = 0; e < proxy::kUpstreamErrors; ++e) {
@@ -840,59 +886,38 @@ SimpleResponse AdminApi::get_overview(std::string_view query) const {
                            {"errors_total", std::move(totals)}});
     }
   }
-  if (deps_.tls) {
-    // Days to expiry, for the console's tint; insecure upstreams stand out.
-    const auto now_s = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    auto days = [now_s](std::int64_t not_after) {
-      return not_after > 0 ? json(static_cast<double>(not_after - now_s) / 86400.0) : json(nullptr);
-    };
-    for (const proxy::TlsProfiles::Status& t : deps_.tls->status()) {
-      json j = {{"verify", t.verify}, {"insecure_skip_verify", t.insecure}, {"min_version", t.min_version}};
-      if (t.upstream.empty()) {
-        j["certificate_days_left"] = days(t.cert_not_after);
-        out["listener_tls"] = std::move(j);
-        continue;
-      }
-      j["server_name"] = t.server_name;
-      j["client_certificate_days_left"] = days(t.cert_not_after);
-      j["peer_certificate_days_left"] = days(t.peer_not_after);
-      bool found = false;
-      for (json& u : upstreams)
-        if (u["upstream"] == t.upstream) {
-          u["tls"] = j;
-          found = true;
-        }
-      if (!found) upstreams.push_back({{"upstream", t.upstream}, {"tls", std::move(j)}});
-    }
+  if (deps.tls) add_tls_status(*deps.tls, out, upstreams);
+  for (const proxy::UpstreamView& v : running) add_endpoints(v, upstream_entry(upstreams, v.name));
+  return upstreams;
+}
+}  // namespace
+
+SimpleResponse AdminApi::get_overview(std::string_view query) const {
+  auto snap = deps_.snapshots.get();
+  Selection sel;
+  if (snap) {
+    sel = select(*snap, query, kOverviewTop);
+    if (!sel.error.empty()) return error(400, "bad_request", sel.error);
   }
-  if (deps_.upstreams_view) {
-    // Each upstream's endpoints: in use or ejected, and the requests on each now.
-    for (const proxy::UpstreamView& v : running) {
-      json eps = json::array();
-      for (const auto& e : v.endpoints) eps.push_back({{"endpoint", e.endpoint}, {"up", e.up}, {"outstanding", e.outstanding}});
-      json auth;  // null: none
-      if (v.auth) {
-        auth = {{"type", v.auth->type}};
-        if (v.auth->type != "header") {
-          auth["expires_in_s"] = v.auth->expires_in_s >= 0 ? json(v.auth->expires_in_s) : json(nullptr);
-          auth["last_refresh_unix"] = v.auth->last_refresh_unix > 0 ? json(v.auth->last_refresh_unix) : json(nullptr);
-          auth["failures"] = v.auth->failures;
-          auth["last_error"] = v.auth->last_error;
-        }
-      }
-      bool found = false;
-      for (json& u : upstreams)
-        if (u["upstream"] == v.name) {
-          u["resolved"] = v.resolved;
-          u["endpoints"] = eps;
-          u["auth"] = auth;
-          found = true;
-        }
-      if (!found)
-        upstreams.push_back({{"upstream", v.name}, {"resolved", v.resolved}, {"endpoints", std::move(eps)}, {"auth", auth}});
-    }
+  json out = {{"now_ms", config::SwitchState::now_ms()}, {"history_seq", deps_.history ? deps_.history->seq() : 0}};
+  out["switch"] = json::parse(get_switch().body);
+  out["store"] = store_json(deps_.store.health());
+  if (deps_.config) out["config_source"] = status_json(deps_.config->status());
+  out["held"] = deps_.metrics.held.Value();
+  out["connections"] = deps_.metrics.connections.Value();
+  out["refusals_total"] = deps_.refusals ? deps_.refusals->total() : 0;
+  json buckets = json::array();
+  std::set<std::string_view> shown;
+  if (snap) {
+    out["config"] = {{"version", snap->version}, {"source", snap->source}, {"rejected_rows", snap->rejected.size()}};
+    out["buckets_total"] = sel.total;
+    out["buckets_matched"] = sel.matched;
+    out["buckets_omitted"] = sel.matched - sel.rules.size();
+    buckets = buckets_json(deps_, *snap, sel.rules, shown);
   }
-  out["upstreams"] = std::move(upstreams);
+  out["buckets"] = std::move(buckets);
+  out["policies"] = policies_json(deps_, shown);
+  out["upstreams"] = upstreams_json(deps_, out);
   return compact_json(out);
 }
 
