@@ -331,6 +331,194 @@ std::optional<std::pair<std::string, std::string>> check_meter(const RawRow& row
   return std::nullopt;
 }
 
+// The field at fault and why (a step of check, which names the row).
+using Why = std::pair<std::string, std::string>;
+std::optional<Why> bad_field(std::string field, std::string reason) { return Why{std::move(field), std::move(reason)}; }
+
+// What the row names and how it matches: scope, mode, adaptive, the interface or channel, matchCase.
+std::optional<Why> check_names(const RawRow& row, Rule& rule) {
+  const std::string scope = row.scope.value_or("interface");
+  if (scope != "interface" && scope != "channel") return bad_field("scope", "must be \"interface\" or \"channel\"");
+  rule.channel = scope == "channel";
+  if (row.mode) {
+    auto m = parse_switch_mode(*row.mode);
+    if (!m) return bad_field("mode", "must be \"enforce\", \"shadow\" or \"off\"");
+    rule.mode = *m;
+  }
+  if (row.adaptive) {
+    // Exact lower-case words, like mode; NULL/absent is off (the original behaviour).
+    if (*row.adaptive == "on") rule.adaptive = limiter::Adaptive::on;
+    else if (*row.adaptive == "shadow") rule.adaptive = limiter::Adaptive::shadow;
+    else if (*row.adaptive == "off") rule.adaptive = limiter::Adaptive::off;
+    else return bad_field("adaptive", "must be \"on\", \"shadow\" or \"off\"");
+  }
+  if (rule.channel) {
+    if (!row.channel_type || row.channel_type->empty()) return bad_field("channelType", "is required for a channel limit");
+  } else {
+    if (!row.interface_url) return bad_field("interfaceUrl", "is required");
+    if (auto why = check_interface_url(*row.interface_url); !why.empty()) return bad_field("interfaceUrl", why);
+  }
+  // An interface row's channelType names the channel limit it draws from, so it is held to the
+  // same rule as a channel row's (which makes the bucket "channel:<channelType>"); empty: none.
+  if (row.channel_type && !row.channel_type->empty()) {
+    if (auto why = check_channel_type(*row.channel_type); !why.empty()) return bad_field("channelType", why);
+  }
+  if (row.interface_no) {
+    if (auto why = check_interface_no(*row.interface_no); !why.empty()) return bad_field("interfaceNo", why);
+  }
+  if (!rule.channel) rule.match_case = row.default_case;
+  if (row.match_case) {
+    // Exact lower-case words, like mode; NULL/absent is limits.match.case.
+    if (*row.match_case == "sensitive") rule.match_case = MatchCase::sensitive;
+    else if (*row.match_case == "insensitive") rule.match_case = MatchCase::insensitive;
+    else return bad_field("matchCase", "must be \"sensitive\" or \"insensitive\"");
+    if (rule.channel) return bad_field("matchCase", "applies to an interfaceUrl, not to a channel limit");
+  }
+  return std::nullopt;
+}
+
+// Its algorithm: a token bucket, or a meter (whose own fields are checked by check_meter).
+std::optional<Why> check_algorithm(const RawRow& row, Rule& rule) {
+  const std::string algorithm = row.algorithm.value_or("bucket");
+  if (algorithm != "bucket" && algorithm != "srtcm" && algorithm != "trtcm")
+    return bad_field("algorithm", "must be \"bucket\", \"srtcm\" or \"trtcm\"");
+  const bool metered = algorithm != "bucket";
+  if (metered) {
+    if (auto bad = check_meter(row, algorithm == "trtcm", rule)) return bad_field(bad->first, bad->second);
+  } else {
+    for (const auto& [field, given] : {std::pair<const char*, bool>{"cir", row.cir.has_value()}, {"cbs", row.cbs.has_value()},
+                                       {"ebs", row.ebs.has_value()}, {"pir", row.pir.has_value()},
+                                       {"pbs", row.pbs.has_value()}, {"yellow", row.yellow.has_value()}})
+      if (given) return bad_field(field, "applies to a meter: \"algorithm\": \"srtcm\" or \"trtcm\"");
+  }
+  return std::nullopt;
+}
+
+// The token bucket and what shares it: rateLimit (`rate`), cache (`cache`), burst, warm-up, keyBy,
+// maxShare, and what adaptive needs of it.
+std::optional<Why> check_bucket(const RawRow& row, Rule& rule, bool metered, double& rate, double& cache) {
+  rule.has_bucket = !metered && (row.rate_limit.has_value() || row.quotas.empty());
+  if (!metered && !row.rate_limit && row.quotas.empty())
+    return bad_field("rateLimit", "is required (or give the rule quotas)");
+  rate = row.rate_limit.value_or(1.0);
+  if (!std::isfinite(rate) || rate <= 0) return bad_field("rateLimit", "must be > 0");
+  if (rate > kMaxRate) return bad_field("rateLimit", "must be <= 1000000 (one permit per microsecond)");
+  cache = row.cache.value_or(kDefaultCache);
+  if (!std::isfinite(cache) || cache < 0 || cache > kMaxCache) return bad_field("cache", "must be within [0, 60] seconds");
+  if (row.burst) {
+    // Bounded so that the bucket's size stays a valid sf-integer in RateLimit-Policy (at most 15
+    // digits) and its permits a whole number the request path can hold.
+    if (!std::isfinite(*row.burst) || *row.burst < 1 || *row.burst > kMaxBurst)
+      return bad_field("burst", "must be within [1, 1000000000]");
+  }
+  if (row.warmup_seconds) {
+    if (!std::isfinite(*row.warmup_seconds) || *row.warmup_seconds < 0 || *row.warmup_seconds > 3600)
+      return bad_field("warmupSeconds", "must be within [0, 3600]");
+    if (row.burst && *row.warmup_seconds > 0)
+      return bad_field("burst", "cannot be combined with warmupSeconds (warm-up sizes the bucket itself)");
+  }
+  if (row.key_by) {
+    std::string why;
+    auto k = parse_key_by(*row.key_by, why);
+    if (!k) return bad_field("keyBy", why);
+    if (rule.channel && k->kind != KeySpec::Kind::none) return bad_field("keyBy", "is not supported on a channel limit");
+    rule.key_by = *k;
+  }
+  if (row.max_share) {
+    if (!std::isfinite(*row.max_share) || *row.max_share <= 0 || *row.max_share > 1)
+      return bad_field("maxShare", "must be within (0, 1]");
+    if (rule.channel) return bad_field("maxShare", "is not supported on a channel limit");
+    if (!row.rate_limit) return bad_field("maxShare", "needs a token bucket (rateLimit) whose wait window it shares");
+    rule.max_share = row.max_share;
+    rule.share_key = rule.key_by.kind == KeySpec::Kind::none ? KeySpec{KeySpec::Kind::client_ip, {}} : rule.key_by;
+    rule.max_held_per_client =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(*row.max_share * rate * cache + 1e-9)));
+  }
+  if (rule.adaptive != limiter::Adaptive::off) {
+    // The adaptive state is one per bucket, kept for an interface's own shared
+    // SmoothBursty bucket (effective_params scales rate and burst; a warm-up bucket does not adapt).
+    if (rule.channel) return bad_field("adaptive", "applies to an interface's own bucket, not a channel's");
+    if (rule.key_by.kind != KeySpec::Kind::none) return bad_field("adaptive", "needs the shared bucket: not with keyBy");
+    if (row.warmup_seconds && *row.warmup_seconds > 0)
+      return bad_field("adaptive", "needs a SmoothBursty bucket: not with warmupSeconds");
+    if (!row.rate_limit) return bad_field("adaptive", "needs a rateLimit");
+  }
+  if (!rule.has_bucket && rule.key_by.kind != KeySpec::Kind::none)
+    return bad_field("keyBy", "keys the token bucket, and this rule has none (rateLimit is NULL)");
+  return std::nullopt;
+}
+
+// What a request takes: its cost, its channel's cost, and its priority classes.
+std::optional<Why> check_costs(const RawRow& row, Rule& rule) {
+  // Request cost: whole permits, so that RateLimit's remaining count and the bounds stay whole.
+  auto whole_cost = [](double c) { return std::isfinite(c) && c >= 1 && c <= kMaxCost && c == std::floor(c); };
+  if (row.cost) {
+    if (!whole_cost(*row.cost)) return bad_field("cost", "must be a whole number of permits within [1, 1000000]");
+    if (rule.channel) return bad_field("cost", "is what an interface's request takes; on a channel limit use the interfaces' channelCost");
+    if (!row.rate_limit && !rule.meter) return bad_field("cost", "needs a token bucket (rateLimit) or a meter to take permits from");
+    rule.cost = *row.cost;
+  }
+  if (row.channel_cost) {
+    if (!whole_cost(*row.channel_cost))
+      return bad_field("channelCost", "must be a whole number of permits within [1, 1000000]");
+    if (rule.channel) return bad_field("channelCost", "is set on the interface rows that draw from the channel limit");
+    if (!row.channel_type || row.channel_type->empty())
+      return bad_field("channelCost", "needs a channelType: the channel limit it is charged to");
+  }
+  rule.channel_cost = row.channel_cost.value_or(rule.cost);
+  if (row.priority) {
+    std::string field, why;
+    auto p = parse_priority(*row.priority, field, why);
+    if (!p) return bad_field(field, why);
+    if (rule.meter) {
+      // A meter's classes are its pre-colours (colour-aware): the highest green, the others yellow.
+      if (std::any_of(p->reserve.begin(), p->reserve.end(), [](double r) { return r > 0; }))
+        return bad_field("priority.reserve", "applies to a token bucket; a meter's classes are its pre-colours");
+    } else if (!row.rate_limit) {
+      return bad_field("priority", "needs a token bucket (rateLimit) whose burst the classes share");
+    }
+    if (row.warmup_seconds && *row.warmup_seconds > 0)
+      return bad_field("priority", "needs a SmoothBursty bucket: not with warmupSeconds");
+    rule.priority = std::move(*p);
+  }
+  return std::nullopt;
+}
+
+// A cost no request could ever be given (every request red, or more than the bucket gives within
+// its wait window) is refused, not applied.
+std::optional<Why> check_cost_fits(const RawRow& row, const Rule& rule, double rate, double cache) {
+  if (rule.meter) {
+    // Never anything but red: a cost above every bucket that could pass it.
+    const Meter& m = *rule.meter;
+    if (m.two_rate ? rule.cost > m.tr.pbs : rule.cost > std::max(m.sr.cbs, m.sr.ebs))
+      return bad_field("cost", m.two_rate ? "is more than pbs: every request would be red"
+                                       : "is more than both cbs and ebs: every request would be red");
+    // With classes the lower ones are pre-coloured yellow: an srTCM passes them only through E.
+    if (!m.two_rate && rule.priority && rule.cost > m.sr.ebs)
+      return bad_field("cost", "is more than ebs: with priority classes, every request below the highest class would be red");
+  }
+  if ((row.cost || rule.priority) && rule.has_bucket) {
+    // A cost that even a full, rested bucket could not give within the wait window (to the lowest
+    // class, after the reserves above it) would refuse every request: refused, not applied. Decided
+    // by the bucket arithmetic itself, so a warm-up bucket's cold permits count at their price.
+    const limiter::Shape shape = limiter::shape_of(rule.params);
+    limiter::BucketState full = limiter::full_state(shape, 0);
+    const double keep = rule.priority ? rule.priority->keep.back() * shape.max_permits : 0.0;
+    if (!limiter::try_acquire(full, shape, rule.params.mode, rule.cost, rule.timeout_us(), 0, keep).granted) {
+      const std::string most = std::to_string(static_cast<long long>(std::floor(shape.max_permits + rate * cache + 1e-9)));
+      if (keep > 0 && limiter::try_acquire(full, shape, rule.params.mode, rule.cost, rule.timeout_us(), 0).granted)
+        return bad_field("cost", "leaves the lowest priority class nothing: cost + the reserves above it is more than the "
+                              "bucket can give within its wait window (burst + rateLimit * cache = " + most + ")");
+      return bad_field("cost", rule.params.warmup_us > 0
+                                ? "is more than a rested warm-up bucket can give within its wait window (its cold "
+                                  "permits cost up to warm-up's cold interval each)"
+                                : "is more than the bucket can give within its wait window (burst + rateLimit * cache = " +
+                                      most + ")");
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   auto reject = [&](std::string field, std::string reason) {
     return RejectedRow{row.config_id, row.origin, std::move(field), std::move(reason)};
@@ -341,136 +529,14 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
     return reject(e.substr(0, colon), colon == std::string::npos ? e : e.substr(colon + 2));
   }
   if (!row.config_id) return reject("configId", "is required");
-  const std::string scope = row.scope.value_or("interface");
-  if (scope != "interface" && scope != "channel") return reject("scope", "must be \"interface\" or \"channel\"");
-  rule.channel = scope == "channel";
-  if (row.mode) {
-    auto m = parse_switch_mode(*row.mode);
-    if (!m) return reject("mode", "must be \"enforce\", \"shadow\" or \"off\"");
-    rule.mode = *m;
-  }
-  if (row.adaptive) {
-    // Exact lower-case words, like mode; NULL/absent is off (the original behaviour).
-    if (*row.adaptive == "on") rule.adaptive = limiter::Adaptive::on;
-    else if (*row.adaptive == "shadow") rule.adaptive = limiter::Adaptive::shadow;
-    else if (*row.adaptive == "off") rule.adaptive = limiter::Adaptive::off;
-    else return reject("adaptive", "must be \"on\", \"shadow\" or \"off\"");
-  }
-  if (rule.channel) {
-    if (!row.channel_type || row.channel_type->empty()) return reject("channelType", "is required for a channel limit");
-  } else {
-    if (!row.interface_url) return reject("interfaceUrl", "is required");
-    if (auto why = check_interface_url(*row.interface_url); !why.empty()) return reject("interfaceUrl", why);
-  }
-  // An interface row's channelType names the channel limit it draws from, so it is held to the
-  // same rule as a channel row's (which makes the bucket "channel:<channelType>"); empty: none.
-  if (row.channel_type && !row.channel_type->empty()) {
-    if (auto why = check_channel_type(*row.channel_type); !why.empty()) return reject("channelType", why);
-  }
-  if (row.interface_no) {
-    if (auto why = check_interface_no(*row.interface_no); !why.empty()) return reject("interfaceNo", why);
-  }
-  if (!rule.channel) rule.match_case = row.default_case;
-  if (row.match_case) {
-    // Exact lower-case words, like mode; NULL/absent is limits.match.case.
-    if (*row.match_case == "sensitive") rule.match_case = MatchCase::sensitive;
-    else if (*row.match_case == "insensitive") rule.match_case = MatchCase::insensitive;
-    else return reject("matchCase", "must be \"sensitive\" or \"insensitive\"");
-    if (rule.channel) return reject("matchCase", "applies to an interfaceUrl, not to a channel limit");
-  }
+  if (auto bad = check_names(row, rule)) return reject(bad->first, bad->second);
   const std::int64_t status = row.status.value_or(0);  // NOT NULL DEFAULT 0 in the table
   if (status != 0 && status != 1) return reject("status", "must be 0 or 1");
-  const std::string algorithm = row.algorithm.value_or("bucket");
-  if (algorithm != "bucket" && algorithm != "srtcm" && algorithm != "trtcm")
-    return reject("algorithm", "must be \"bucket\", \"srtcm\" or \"trtcm\"");
-  const bool metered = algorithm != "bucket";
-  if (metered) {
-    if (auto bad = check_meter(row, algorithm == "trtcm", rule)) return reject(bad->first, bad->second);
-  } else {
-    for (const auto& [field, given] : {std::pair<const char*, bool>{"cir", row.cir.has_value()}, {"cbs", row.cbs.has_value()},
-                                       {"ebs", row.ebs.has_value()}, {"pir", row.pir.has_value()},
-                                       {"pbs", row.pbs.has_value()}, {"yellow", row.yellow.has_value()}})
-      if (given) return reject(field, "applies to a meter: \"algorithm\": \"srtcm\" or \"trtcm\"");
-  }
-  rule.has_bucket = !metered && (row.rate_limit.has_value() || row.quotas.empty());
-  if (!metered && !row.rate_limit && row.quotas.empty())
-    return reject("rateLimit", "is required (or give the rule quotas)");
-  const double rate = row.rate_limit.value_or(1.0);
-  if (!std::isfinite(rate) || rate <= 0) return reject("rateLimit", "must be > 0");
-  if (rate > kMaxRate) return reject("rateLimit", "must be <= 1000000 (one permit per microsecond)");
-  const double cache = row.cache.value_or(kDefaultCache);
-  if (!std::isfinite(cache) || cache < 0 || cache > kMaxCache) return reject("cache", "must be within [0, 60] seconds");
-  if (row.burst) {
-    // Bounded so that the bucket's size stays a valid sf-integer in RateLimit-Policy (at most 15
-    // digits) and its permits a whole number the request path can hold.
-    if (!std::isfinite(*row.burst) || *row.burst < 1 || *row.burst > kMaxBurst)
-      return reject("burst", "must be within [1, 1000000000]");
-  }
-  if (row.warmup_seconds) {
-    if (!std::isfinite(*row.warmup_seconds) || *row.warmup_seconds < 0 || *row.warmup_seconds > 3600)
-      return reject("warmupSeconds", "must be within [0, 3600]");
-    if (row.burst && *row.warmup_seconds > 0)
-      return reject("burst", "cannot be combined with warmupSeconds (warm-up sizes the bucket itself)");
-  }
-  if (row.key_by) {
-    std::string why;
-    auto k = parse_key_by(*row.key_by, why);
-    if (!k) return reject("keyBy", why);
-    if (rule.channel && k->kind != KeySpec::Kind::none) return reject("keyBy", "is not supported on a channel limit");
-    rule.key_by = *k;
-  }
-  if (row.max_share) {
-    if (!std::isfinite(*row.max_share) || *row.max_share <= 0 || *row.max_share > 1)
-      return reject("maxShare", "must be within (0, 1]");
-    if (rule.channel) return reject("maxShare", "is not supported on a channel limit");
-    if (!row.rate_limit) return reject("maxShare", "needs a token bucket (rateLimit) whose wait window it shares");
-    rule.max_share = row.max_share;
-    rule.share_key = rule.key_by.kind == KeySpec::Kind::none ? KeySpec{KeySpec::Kind::client_ip, {}} : rule.key_by;
-    rule.max_held_per_client =
-        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(*row.max_share * rate * cache + 1e-9)));
-  }
-  if (rule.adaptive != limiter::Adaptive::off) {
-    // The adaptive state is one per bucket, kept for an interface's own shared
-    // SmoothBursty bucket (effective_params scales rate and burst; a warm-up bucket does not adapt).
-    if (rule.channel) return reject("adaptive", "applies to an interface's own bucket, not a channel's");
-    if (rule.key_by.kind != KeySpec::Kind::none) return reject("adaptive", "needs the shared bucket: not with keyBy");
-    if (row.warmup_seconds && *row.warmup_seconds > 0)
-      return reject("adaptive", "needs a SmoothBursty bucket: not with warmupSeconds");
-    if (!row.rate_limit) return reject("adaptive", "needs a rateLimit");
-  }
-  if (!rule.has_bucket && rule.key_by.kind != KeySpec::Kind::none)
-    return reject("keyBy", "keys the token bucket, and this rule has none (rateLimit is NULL)");
-  // Request cost: whole permits, so that RateLimit's remaining count and the bounds stay whole.
-  auto whole_cost = [](double c) { return std::isfinite(c) && c >= 1 && c <= kMaxCost && c == std::floor(c); };
-  if (row.cost) {
-    if (!whole_cost(*row.cost)) return reject("cost", "must be a whole number of permits within [1, 1000000]");
-    if (rule.channel) return reject("cost", "is what an interface's request takes; on a channel limit use the interfaces' channelCost");
-    if (!row.rate_limit && !rule.meter) return reject("cost", "needs a token bucket (rateLimit) or a meter to take permits from");
-    rule.cost = *row.cost;
-  }
-  if (row.channel_cost) {
-    if (!whole_cost(*row.channel_cost))
-      return reject("channelCost", "must be a whole number of permits within [1, 1000000]");
-    if (rule.channel) return reject("channelCost", "is set on the interface rows that draw from the channel limit");
-    if (!row.channel_type || row.channel_type->empty())
-      return reject("channelCost", "needs a channelType: the channel limit it is charged to");
-  }
-  rule.channel_cost = row.channel_cost.value_or(rule.cost);
-  if (row.priority) {
-    std::string field, why;
-    auto p = parse_priority(*row.priority, field, why);
-    if (!p) return reject(field, why);
-    if (rule.meter) {
-      // A meter's classes are its pre-colours (colour-aware): the highest green, the others yellow.
-      if (std::any_of(p->reserve.begin(), p->reserve.end(), [](double r) { return r > 0; }))
-        return reject("priority.reserve", "applies to a token bucket; a meter's classes are its pre-colours");
-    } else if (!row.rate_limit) {
-      return reject("priority", "needs a token bucket (rateLimit) whose burst the classes share");
-    }
-    if (row.warmup_seconds && *row.warmup_seconds > 0)
-      return reject("priority", "needs a SmoothBursty bucket: not with warmupSeconds");
-    rule.priority = std::move(*p);
-  }
+  if (auto bad = check_algorithm(row, rule)) return reject(bad->first, bad->second);
+  const bool metered = row.algorithm.value_or("bucket") != "bucket";
+  double rate = 0, cache = 0;
+  if (auto bad = check_bucket(row, rule, metered, rate, cache)) return reject(bad->first, bad->second);
+  if (auto bad = check_costs(row, rule)) return reject(bad->first, bad->second);
   rule.config_id = *row.config_id;
   rule.channel_type = row.channel_type.value_or("");
   rule.interface_no = row.interface_no.value_or("");
@@ -483,35 +549,7 @@ std::optional<RejectedRow> check(const RawRow& row, Rule& rule) {
   rule.params.burst = row.burst;
   rule.params.warmup_us = static_cast<limiter::Micros>(row.warmup_seconds.value_or(0) * 1e6);
   rule.params.mode = limiter::Mode::pay_now;
-  if (rule.meter) {
-    // Never anything but red: a cost above every bucket that could pass it.
-    const Meter& m = *rule.meter;
-    if (m.two_rate ? rule.cost > m.tr.pbs : rule.cost > std::max(m.sr.cbs, m.sr.ebs))
-      return reject("cost", m.two_rate ? "is more than pbs: every request would be red"
-                                       : "is more than both cbs and ebs: every request would be red");
-    // With classes the lower ones are pre-coloured yellow: an srTCM passes them only through E.
-    if (!m.two_rate && rule.priority && rule.cost > m.sr.ebs)
-      return reject("cost", "is more than ebs: with priority classes, every request below the highest class would be red");
-  }
-  if ((row.cost || rule.priority) && rule.has_bucket) {
-    // A cost that even a full, rested bucket could not give within the wait window (to the lowest
-    // class, after the reserves above it) would refuse every request: refused, not applied. Decided
-    // by the bucket arithmetic itself, so a warm-up bucket's cold permits count at their price.
-    const limiter::Shape shape = limiter::shape_of(rule.params);
-    limiter::BucketState full = limiter::full_state(shape, 0);
-    const double keep = rule.priority ? rule.priority->keep.back() * shape.max_permits : 0.0;
-    if (!limiter::try_acquire(full, shape, rule.params.mode, rule.cost, rule.timeout_us(), 0, keep).granted) {
-      const std::string most = std::to_string(static_cast<long long>(std::floor(shape.max_permits + rate * cache + 1e-9)));
-      if (keep > 0 && limiter::try_acquire(full, shape, rule.params.mode, rule.cost, rule.timeout_us(), 0).granted)
-        return reject("cost", "leaves the lowest priority class nothing: cost + the reserves above it is more than the "
-                              "bucket can give within its wait window (burst + rateLimit * cache = " + most + ")");
-      return reject("cost", rule.params.warmup_us > 0
-                                ? "is more than a rested warm-up bucket can give within its wait window (its cold "
-                                  "permits cost up to warm-up's cold interval each)"
-                                : "is more than the bucket can give within its wait window (burst + rateLimit * cache = " +
-                                      most + ")");
-    }
-  }
+  if (auto bad = check_cost_fits(row, rule, rate, cache)) return reject(bad->first, bad->second);
   return std::nullopt;
 }
 
