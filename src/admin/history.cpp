@@ -58,6 +58,82 @@ History::History(proxy::Metrics& metrics, config::SnapshotHolder& snapshots) : m
   bounds_.push_back(std::numeric_limits<double>::infinity());
 }
 
+void History::retrack(std::shared_ptr<const config::Snapshot> snap, std::uint64_t seq) {
+  std::set<std::string_view> names;
+  if (snap)
+    for (const auto& r : snap->rules) names.insert(r.bucket);
+  for (auto it = series_.begin(); it != series_.end();) it = names.contains(it->first) ? std::next(it) : series_.erase(it);
+  tracked_.clear();
+  tracked_.reserve(names.size());
+  for (std::string_view name : names) {
+    proxy::BucketMetrics* bm = &metrics_.bucket(name);  // made here if no request has yet
+    auto [it, fresh] = series_.try_emplace(std::string(name));
+    Series& x = it->second;
+    if (fresh || x.metrics != bm) {
+      x = Series{};
+      x.metrics = bm;
+      x.first_seq = seq;
+      bool seen = false;
+      for (std::size_t o = 0; o < proxy::kOutcomes; ++o) {
+        x.counts[o] = bm->total(static_cast<proxy::Outcome>(o));
+        seen = seen || x.counts[o] > 0;
+      }
+      // A wait is observed only with an outcome: no outcome yet, no observation to read.
+      if (seen) x.wait_at = cumulative_counts(bm->wait.histogram());
+    }
+    tracked_.push_back(&x);
+  }
+  tracked_of_ = std::move(snap);
+}
+
+void History::sample_bucket(Series& x, std::size_t slot, std::uint64_t seq) {
+  proxy::BucketMetrics& bm = *x.metrics;
+  std::array<double, proxy::kOutcomes> counts{};
+  bool moved = false;
+  for (std::size_t o = 0; o < proxy::kOutcomes; ++o) {
+    counts[o] = bm.total(static_cast<proxy::Outcome>(o));
+    moved = moved || counts[o] != x.counts[o];
+  }
+  const auto held = static_cast<float>(bm.held.Value());
+  if (!moved && held == 0) {
+    // A zero sample: nothing to write while the ring holds only zeros; the busy part goes once
+    // its last non-zero sample has left the ring.
+    if (!x.busy) return;
+    if (seq - x.busy_seq >= kSeconds) {
+      x.busy.reset();
+      return;
+    }
+    x.busy->ring[slot] = Sample{};
+    x.busy->wait.push(x.wait_at);
+    return;
+  }
+  if (!x.busy) {
+    x.busy = std::make_unique<Busy>();
+    x.busy->wait.push(x.wait_at);  // where the histogram stood while the bucket was quiet
+  }
+  auto delta = [&](proxy::Outcome o) {
+    const auto i = static_cast<std::size_t>(o);
+    return static_cast<float>(std::max(0.0, counts[i] - x.counts[i]));
+  };
+  Sample v;
+  v.forwarded = delta(proxy::Outcome::forwarded);
+  v.delayed = delta(proxy::Outcome::delayed);
+  v.rejected = delta(proxy::Outcome::rejected);
+  v.shadow_rejected = delta(proxy::Outcome::shadow_rejected);
+  v.bypassed = delta(proxy::Outcome::bypassed);
+  v.store_error = delta(proxy::Outcome::store_error);
+  v.held = held;
+  std::vector<double> hist = moved ? cumulative_counts(bm.wait.histogram()) : x.wait_at;
+  const std::vector<double> second = minus(hist, x.busy->wait.newest());
+  v.wait_p50_ms = as_float(histogram_quantile(0.5, bounds_, second));
+  v.wait_p99_ms = as_float(histogram_quantile(0.99, bounds_, second));
+  x.wait_at = hist;
+  x.busy->wait.push(std::move(hist));
+  x.counts = counts;
+  x.busy->ring[slot] = v;
+  x.busy_seq = seq;
+}
+
 void History::sample(std::int64_t now_ms) {
   std::shared_ptr<const config::Snapshot> snap = snapshots_.get();
   std::vector<std::pair<std::string, std::vector<double>>> upstream_now;
@@ -72,82 +148,8 @@ void History::sample(std::int64_t now_ms) {
   const std::size_t slot = seq % kSeconds;
   at_ms_[slot] = now_ms;
   if (seq == 0) started_ms_ = now_ms;
-  if (snap != tracked_of_) {
-    // A new snapshot: buckets no rule has any more leave, new ones start from their counts now.
-    std::set<std::string_view> names;
-    if (snap)
-      for (const auto& r : snap->rules) names.insert(r.bucket);
-    for (auto it = series_.begin(); it != series_.end();) it = names.contains(it->first) ? std::next(it) : series_.erase(it);
-    tracked_.clear();
-    tracked_.reserve(names.size());
-    for (std::string_view name : names) {
-      proxy::BucketMetrics* bm = &metrics_.bucket(name);  // made here if no request has yet
-      auto [it, fresh] = series_.try_emplace(std::string(name));
-      Series& x = it->second;
-      if (fresh || x.metrics != bm) {
-        x = Series{};
-        x.metrics = bm;
-        x.first_seq = seq;
-        bool seen = false;
-        for (std::size_t o = 0; o < proxy::kOutcomes; ++o) {
-          x.counts[o] = bm->total(static_cast<proxy::Outcome>(o));
-          seen = seen || x.counts[o] > 0;
-        }
-        // A wait is observed only with an outcome: no outcome yet, no observation to read.
-        if (seen) x.wait_at = cumulative_counts(bm->wait.histogram());
-      }
-      tracked_.push_back(&x);
-    }
-    tracked_of_ = std::move(snap);
-  }
-  for (Series* const tracked : tracked_) {
-    Series& x = *tracked;
-    proxy::BucketMetrics& bm = *x.metrics;
-    std::array<double, proxy::kOutcomes> counts{};
-    bool moved = false;
-    for (std::size_t o = 0; o < proxy::kOutcomes; ++o) {
-      counts[o] = bm.total(static_cast<proxy::Outcome>(o));
-      moved = moved || counts[o] != x.counts[o];
-    }
-    const auto held = static_cast<float>(bm.held.Value());
-    if (!moved && held == 0) {
-      // A zero sample: nothing to write while the ring holds only zeros; the busy part goes once
-      // its last non-zero sample has left the ring.
-      if (!x.busy) continue;
-      if (seq - x.busy_seq >= kSeconds) {
-        x.busy.reset();
-        continue;
-      }
-      x.busy->ring[slot] = Sample{};
-      x.busy->wait.push(x.wait_at);
-      continue;
-    }
-    if (!x.busy) {
-      x.busy = std::make_unique<Busy>();
-      x.busy->wait.push(x.wait_at);  // where the histogram stood while the bucket was quiet
-    }
-    auto delta = [&](proxy::Outcome o) {
-      const auto i = static_cast<std::size_t>(o);
-      return static_cast<float>(std::max(0.0, counts[i] - x.counts[i]));
-    };
-    Sample v;
-    v.forwarded = delta(proxy::Outcome::forwarded);
-    v.delayed = delta(proxy::Outcome::delayed);
-    v.rejected = delta(proxy::Outcome::rejected);
-    v.shadow_rejected = delta(proxy::Outcome::shadow_rejected);
-    v.bypassed = delta(proxy::Outcome::bypassed);
-    v.store_error = delta(proxy::Outcome::store_error);
-    v.held = held;
-    std::vector<double> hist = moved ? cumulative_counts(bm.wait.histogram()) : x.wait_at;
-    const std::vector<double> second = minus(hist, x.busy->wait.newest());
-    v.wait_p50_ms = as_float(histogram_quantile(0.5, bounds_, second));
-    v.wait_p99_ms = as_float(histogram_quantile(0.99, bounds_, second));
-    x.wait_at = hist;
-    x.busy->wait.push(std::move(hist));
-    x.counts = counts;
-    x.busy->ring[slot] = v;
-    x.busy_seq = seq;
-  }
+  if (snap != tracked_of_) retrack(std::move(snap), seq);
+  for (Series* const tracked : tracked_) sample_bucket(*tracked, slot, seq);
 
   std::map<std::string, UpstreamSeries, std::less<>> ups;
   for (auto& [name, v] : upstream_now) {

@@ -138,6 +138,56 @@ struct Gateway::Impl {
     access_log.reset();
   }
 
+  // SIGHUP: TLS files, the file's upstreams, routes and dns (a new route table), and the rules (the
+  // file's or MySQL's) read again; what only a restart applies is named.
+  void reload_on_sighup() {
+    if (tls->any()) {
+      // Certificates, keys and CA files: new handshakes use what loads, a file that does not
+      // load leaves its old context in force.
+      const proxy::TlsProfiles::ReloadReport t = tls->reload();
+      for (const auto& e : t.errors) std::cout << "tollgate: SIGHUP: TLS reload refused, keeping the old context: " << e << std::endl;
+      if (!t.reloaded.empty()) std::cout << "tollgate: SIGHUP: TLS files re-read (" << t.reloaded.size() << " contexts)" << std::endl;
+    }
+    // The file's upstreams, routes and dns (a new route table) and its rules (a file source) or
+    // MySQL's. With the file source the table is applied inside the rules' load, after the rules
+    // loaded and before they are swapped in: a file that does not parse, whose rules are rejected
+    // or whose table cannot be made (a TLS file that does not load) is refused whole, counted as
+    // a failed load, and table and rules both stay.
+    auto apply_table = [this] {
+      const config::GatewayConfig next = config::load_gateway_config(cfg.path);
+      if (proxy->replace_routes(next))
+        std::cout << "tollgate: SIGHUP: route table replaced (" << next.upstreams.size() << " upstreams, "
+                  << next.routes.size() << " routes); requests in flight finish on the old one" << std::endl;
+    };
+    config::ReloadResult r;
+    if (cfg.limits.source == config::RuleSource::file) {
+      r = config_manager->reload(apply_table);
+      if (!r.ok)
+        std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << " and the route table: " << r.error
+                  << std::endl;
+    } else {
+      try {
+        apply_table();
+      } catch (const std::exception& e) {
+        std::cout << "tollgate: SIGHUP: " << cfg.path << " refused, keeping the route table: " << e.what() << std::endl;
+      }
+      r = config_manager->reload();
+      if (!r.ok) std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << ": " << r.error << std::endl;
+    }
+    if (r.ok) std::cout << "tollgate: SIGHUP: config v" << r.version << " loaded" << std::endl;
+    if (std::ifstream in{cfg.path}) {
+      const std::string now{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      const std::vector<std::string> fields = config::fields_needing_restart(cfg.text, now);
+      if (!fields.empty()) {
+        std::string list;
+        for (const auto& f : fields) list += (list.empty() ? "" : ", ") + f;
+        std::cout << "tollgate: SIGHUP: " << cfg.path << " changes " << list
+                  << ": read only at start, so not applied; running with the values it started with until a restart"
+                  << std::endl;
+      }
+    }
+  }
+
   // One history sample a second, on the admin thread (it only reads counters: never blocks), on
   // a fixed grid so that samples do not drift.
   void sample_history(std::chrono::steady_clock::time_point due) {
@@ -360,51 +410,7 @@ int Gateway::run() {
                                                                               int sig) {
     if (ec) return;
     if (sig == SIGHUP) {
-      if (m.tls->any()) {
-        // Certificates, keys and CA files: new handshakes use what loads, a file that does not
-        // load leaves its old context in force.
-        const proxy::TlsProfiles::ReloadReport t = m.tls->reload();
-        for (const auto& e : t.errors) std::cout << "tollgate: SIGHUP: TLS reload refused, keeping the old context: " << e << std::endl;
-        if (!t.reloaded.empty()) std::cout << "tollgate: SIGHUP: TLS files re-read (" << t.reloaded.size() << " contexts)" << std::endl;
-      }
-      // The file's upstreams, routes and dns (a new route table) and its rules (a file source) or
-      // MySQL's. With the file source the table is applied inside the rules' load, after the rules
-      // loaded and before they are swapped in: a file that does not parse, whose rules are rejected
-      // or whose table cannot be made (a TLS file that does not load) is refused whole, counted as
-      // a failed load, and table and rules both stay.
-      auto apply_table = [&m] {
-        const config::GatewayConfig next = config::load_gateway_config(m.cfg.path);
-        if (m.proxy->replace_routes(next))
-          std::cout << "tollgate: SIGHUP: route table replaced (" << next.upstreams.size() << " upstreams, "
-                    << next.routes.size() << " routes); requests in flight finish on the old one" << std::endl;
-      };
-      config::ReloadResult r;
-      if (m.cfg.limits.source == config::RuleSource::file) {
-        r = m.config_manager->reload(apply_table);
-        if (!r.ok)
-          std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << " and the route table: " << r.error
-                    << std::endl;
-      } else {
-        try {
-          apply_table();
-        } catch (const std::exception& e) {
-          std::cout << "tollgate: SIGHUP: " << m.cfg.path << " refused, keeping the route table: " << e.what() << std::endl;
-        }
-        r = m.config_manager->reload();
-        if (!r.ok) std::cout << "tollgate: SIGHUP: reload failed, keeping config v" << r.version << ": " << r.error << std::endl;
-      }
-      if (r.ok) std::cout << "tollgate: SIGHUP: config v" << r.version << " loaded" << std::endl;
-      if (std::ifstream in{m.cfg.path}) {
-        const std::string now{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-        const std::vector<std::string> fields = config::fields_needing_restart(m.cfg.text, now);
-        if (!fields.empty()) {
-          std::string list;
-          for (const auto& f : fields) list += (list.empty() ? "" : ", ") + f;
-          std::cout << "tollgate: SIGHUP: " << m.cfg.path << " changes " << list
-                    << ": read only at start, so not applied; running with the values it started with until a restart"
-                    << std::endl;
-        }
-      }
+      m.reload_on_sighup();
       signals.async_wait(on_signal);
       return;
     }

@@ -334,48 +334,43 @@ bool loopback_host(const UpstreamTarget& t) {
   return inet_pton(AF_INET, t.host.c_str(), &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
 }
 
-// upstreams.<name>.auth. An oauth2 one also makes the internal upstream its token requests take
-// ("<name>.token"), returned to be listed after the upstream.
-std::optional<UpstreamConfig> parse_upstream_auth(const json& obj, UpstreamConfig& u, const std::string& path) {
-  if (!obj.contains("auth")) return std::nullopt;
-  const std::string ap = path + ".auth";
-  const json& a = obj["auth"];
-  check_keys(a, ap, "upstreams.<name>.auth");
-  UpstreamAuthConfig& c = u.auth;
-  if (!a.contains("type")) fail(ap + ".type", "is required (\"header\" or \"oauth2_client_credentials\")");
-  c.type = get_enum(a, ap, "type", AuthType::header,
-                    {{"header", AuthType::header}, {"oauth2_client_credentials", AuthType::oauth2_client_credentials}});
-  const auto only = [&](std::initializer_list<const char*> keys, const char* type) {
-    for (const char* k : keys)
-      if (a.contains(k)) fail(ap + "." + k, std::string("does not apply to type \"") + type + "\"");
-  };
-  if (c.type == AuthType::header) {
-    only({"token_url", "client_id_env", "client_secret_env", "scope", "auth_style", "refresh_before_s", "token_rate"},
-         "header");
-    c.name = get_string(a, ap, "name", "");
-    if (c.name.empty()) fail(ap + ".name", "is required (the field to send, e.g. \"X-Api-Key\")");
-    for (const char ch : c.name)
-      if (!is_token_char(ch)) fail(ap + ".name", "is not a field name: '" + c.name + "'");
-    std::string lower = c.name;
-    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    for (const char* own : {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
-                            "trailer", "expect", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip",
-                            "forwarded", "x-request-id", "x-tollgate-shadow", "proxy-authorization"})
-      if (lower == own) fail(ap + ".name", "'" + c.name + "' is a field the gateway sets or removes itself");
-    const bool env = a.contains("value_env"), file = a.contains("value_file");
-    if (env == file) fail(ap + ".value_env", env ? "and .value_file are both given: use one" : "(or .value_file) is required");
-    if (env) {
-      c.value_env = get_string(a, ap, "value_env", "");
-      c.value = secret_from_env(a, ap, "value_env");
-    } else {
-      c.value_file = get_string(a, ap, "value_file", "");
-      if (c.value_file.empty()) fail(ap + ".value_file", "must name a file");
-      c.value = secret_from_file(c.value_file, ap + ".value_file");
-    }
-    check_field_value(c.value, ap + (env ? ".value_env" : ".value_file"));
-    return std::nullopt;
+// Refuses each of `keys` given in `a` (they belong to another credential type than `type`).
+void refuse_keys(const json& a, const std::string& ap, std::initializer_list<const char*> keys, const char* type) {
+  for (const char* k : keys)
+    if (a.contains(k)) fail(ap + "." + k, std::string("does not apply to type \"") + type + "\"");
+}
+
+// upstreams.<name>.auth of type "header": a field and its secret value (from the environment or a file).
+void parse_header_auth(const json& a, const std::string& ap, UpstreamAuthConfig& c) {
+  refuse_keys(a, ap, {"token_url", "client_id_env", "client_secret_env", "scope", "auth_style", "refresh_before_s", "token_rate"},
+              "header");
+  c.name = get_string(a, ap, "name", "");
+  if (c.name.empty()) fail(ap + ".name", "is required (the field to send, e.g. \"X-Api-Key\")");
+  for (const char ch : c.name)
+    if (!is_token_char(ch)) fail(ap + ".name", "is not a field name: '" + c.name + "'");
+  std::string lower = c.name;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* own : {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
+                          "trailer", "expect", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip",
+                          "forwarded", "x-request-id", "x-tollgate-shadow", "proxy-authorization"})
+    if (lower == own) fail(ap + ".name", "'" + c.name + "' is a field the gateway sets or removes itself");
+  const bool env = a.contains("value_env"), file = a.contains("value_file");
+  if (env == file) fail(ap + ".value_env", env ? "and .value_file are both given: use one" : "(or .value_file) is required");
+  if (env) {
+    c.value_env = get_string(a, ap, "value_env", "");
+    c.value = secret_from_env(a, ap, "value_env");
+  } else {
+    c.value_file = get_string(a, ap, "value_file", "");
+    if (c.value_file.empty()) fail(ap + ".value_file", "must name a file");
+    c.value = secret_from_file(c.value_file, ap + ".value_file");
   }
-  only({"name", "value_env", "value_file"}, "oauth2_client_credentials");
+  check_field_value(c.value, ap + (env ? ".value_env" : ".value_file"));
+}
+
+// upstreams.<name>.auth of type "oauth2_client_credentials": the token endpoint, the client's
+// credentials and refresh; returns the internal upstream its token requests take ("<name>.token").
+UpstreamConfig parse_oauth2_auth(const json& a, const std::string& ap, const UpstreamConfig& u, UpstreamAuthConfig& c) {
+  refuse_keys(a, ap, {"name", "value_env", "value_file"}, "oauth2_client_credentials");
   c.token_url = get_string(a, ap, "token_url", "");
   if (c.token_url.empty()) fail(ap + ".token_url", "is required");
   c.client_id_env = get_string(a, ap, "client_id_env", "");
@@ -417,6 +412,24 @@ std::optional<UpstreamConfig> parse_upstream_auth(const json& obj, UpstreamConfi
   t.response_timeout_ms = u.response_timeout_ms;
   t.dns_refresh_ms = u.dns_refresh_ms;
   return t;
+}
+
+// upstreams.<name>.auth. An oauth2 one also makes the internal upstream its token requests take
+// ("<name>.token"), returned to be listed after the upstream.
+std::optional<UpstreamConfig> parse_upstream_auth(const json& obj, UpstreamConfig& u, const std::string& path) {
+  if (!obj.contains("auth")) return std::nullopt;
+  const std::string ap = path + ".auth";
+  const json& a = obj["auth"];
+  check_keys(a, ap, "upstreams.<name>.auth");
+  UpstreamAuthConfig& c = u.auth;
+  if (!a.contains("type")) fail(ap + ".type", "is required (\"header\" or \"oauth2_client_credentials\")");
+  c.type = get_enum(a, ap, "type", AuthType::header,
+                    {{"header", AuthType::header}, {"oauth2_client_credentials", AuthType::oauth2_client_credentials}});
+  if (c.type == AuthType::header) {
+    parse_header_auth(a, ap, c);
+    return std::nullopt;
+  }
+  return parse_oauth2_auth(a, ap, u, c);
 }
 
 // A field name the gateway reads: an HTTP token (compared in any case when read).

@@ -631,6 +631,54 @@ ValidatedRules validate_rows(const std::vector<RawRow>& rows, std::vector<Reject
   return settle_rows(std::move(checked), nullptr);
 }
 
+namespace {
+// Which enabled row limits each bucket, and each interfaceUrl's letters (a row matched
+// case-insensitively holds every other spelling of them).
+class UrlClaims {
+ public:
+  struct Holder {
+    std::int64_t config_id;
+    bool kept;  // a rejected row's last valid version
+    bool folds = false;  // an interface rule matched case-insensitively
+    bool by_case = false;  // (a claim's answer) the URLs differ, but only in case
+  };
+  // Claims a rule's URL (channel) for it; returns the earlier row that holds it instead, if any.
+  std::optional<Holder> claim(const Rule& rule, bool kept) {
+    if (!rule.enabled) return std::nullopt;
+    const Holder me{rule.config_id, kept, !rule.channel && rule.match_case == MatchCase::insensitive};
+    std::string low;
+    if (!rule.channel) {
+      low = rule.interface_url;
+      for (char& c : low)  // ASCII letters only, as the suffix index folds them
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      auto it = folded_.find(low);
+      if (it != folded_.end() && (it->second.folds || me.folds) && !holders_.count(rule.bucket)) {
+        Holder h = it->second;
+        h.by_case = true;
+        return h;
+      }
+    }
+    auto [it, fresh] = holders_.emplace(rule.bucket, me);
+    if (!fresh) return it->second;
+    if (!rule.channel) folded_.emplace(std::move(low), me);
+    return std::nullopt;
+  }
+
+ private:
+  std::map<std::string, Holder> holders_;  // enabled bucket -> the row that limits it
+  std::map<std::string, Holder> folded_;   // enabled interfaceUrl in lower case -> its first row
+};
+
+// The rejection of a row whose URL (channel) an earlier row `h` already limits.
+RejectedRow already_limited(const Rule& rule, const std::string& origin, const UrlClaims::Holder& h) {
+  return RejectedRow{rule.config_id, origin, rule.channel ? "channelType" : "interfaceUrl",
+                     "another enabled row (configId " + std::to_string(h.config_id) + ") already limits " +
+                         (rule.channel ? "channel " + rule.channel_type : rule.interface_url) +
+                         (h.by_case ? " in another case, and one of them matches case-insensitively (matchCase)" : "") +
+                         (h.kept ? " (its last valid version, in force while its edit is rejected)" : "")};
+}
+}  // namespace
+
 ValidatedRules settle_rows(std::vector<CheckedRow> checked, const std::vector<Rule>* in_force) {
   ValidatedRules out;
   std::map<std::int64_t, const Rule*> in_force_by_id;
@@ -645,38 +693,8 @@ ValidatedRules settle_rows(std::vector<CheckedRow> checked, const std::vector<Ru
   std::map<std::int64_t, int> passed;
   for (const CheckedRow& c : checked)
     if (c.rule) ++passed[c.rule->config_id];
-  struct Holder {
-    std::int64_t config_id;
-    bool kept;  // a rejected row's last valid version
-    bool folds = false;  // an interface rule matched case-insensitively
-    bool by_case = false;  // (a claim's answer) the URLs differ, but only in case
-  };
-  std::map<std::string, Holder> holders;  // enabled bucket -> the row that limits it
-  std::map<std::string, Holder> folded;   // enabled interfaceUrl in lower case -> its first row
+  UrlClaims claims;
   std::map<std::int64_t, bool> ids;
-  // Claims a rule's URL (channel) for it; returns the earlier row that holds it instead, if any.
-  // An interfaceUrl matched case-insensitively also holds every other spelling of its letters.
-  auto claim = [&holders, &folded](const Rule& rule, bool kept) -> std::optional<Holder> {
-    if (!rule.enabled) return std::nullopt;
-    const Holder me{rule.config_id, kept, !rule.channel && rule.match_case == MatchCase::insensitive};
-    std::string low;
-    if (!rule.channel) {
-      low = rule.interface_url;
-      for (char& c : low)  // ASCII letters only, as the suffix index folds them
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-      auto it = folded.find(low);
-      if (it != folded.end() && (it->second.folds || me.folds) && !holders.count(rule.bucket)) {
-        Holder h = it->second;
-        h.by_case = true;
-        return h;
-      }
-    }
-    auto [it, fresh] = holders.emplace(rule.bucket, me);
-    if (!fresh) return it->second;
-    if (!rule.channel) folded.emplace(std::move(low), me);
-    return std::nullopt;
-  };
-
   for (const CheckedRow& c : checked) {
     const std::optional<std::int64_t> id = id_of(c);
     const Rule* old = c.failure && c.failure->quota_id ? nullptr : old_version(id);
@@ -689,13 +707,8 @@ ValidatedRules settle_rows(std::vector<CheckedRow> checked, const std::vector<Ru
       Rule rule = *c.rule;
       if (!ids.emplace(rule.config_id, true).second) {
         failure = RejectedRow{rule.config_id, c.origin, "configId", "duplicate configId"};
-      } else if (const std::optional<Holder> h = claim(rule, false)) {
-        failure = RejectedRow{rule.config_id, c.origin, rule.channel ? "channelType" : "interfaceUrl",
-                              "another enabled row (configId " + std::to_string(h->config_id) + ") already limits " +
-                                  (rule.channel ? "channel " + rule.channel_type : rule.interface_url) +
-                                  (h->by_case ? " in another case, and one of them matches case-insensitively (matchCase)"
-                                              : "") +
-                                  (h->kept ? " (its last valid version, in force while its edit is rejected)" : "")};
+      } else if (const std::optional<UrlClaims::Holder> h = claims.claim(rule, false)) {
+        failure = already_limited(rule, c.origin, *h);
         may_keep = passed[rule.config_id] == 1;  // only this row has its configId
       } else {
         if (old) keep_quotas(rule, *old, quota_failures);
@@ -706,7 +719,7 @@ ValidatedRules settle_rows(std::vector<CheckedRow> checked, const std::vector<Ru
     if (!failure) continue;
     // Rejected: the row's last valid version stays in force in its place, if it has one and no
     // earlier row holds that version's URL.
-    if (may_keep && old != nullptr && !claim(*old, true)) {
+    if (may_keep && old != nullptr && !claims.claim(*old, true)) {
       ids.emplace(old->config_id, true);
       out.rules.push_back(*old);
       failure->kept_previous = true;

@@ -372,12 +372,41 @@ net::awaitable<void> UpstreamAuth::refresh_steps(std::shared_ptr<UpstreamAuth> s
   self->settle(a, sent, true);
 }
 
+namespace {
+std::int64_t whole_ms(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+}  // namespace
+
+// This gateway holds the fleet's lease: it asks the token endpoint and puts the answer in the store
+// for the others (or that it failed, so that they answer 502 until the fleet's next request may go).
+net::awaitable<void> UpstreamAuth::fetch_for_fleet(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w) {
+  const auto interval = std::chrono::microseconds(static_cast<std::int64_t>(1e6 / self->conf_.token_rate));
+  Clock::time_point sent;
+  const TokenAnswer a = co_await request_token(self, px, w, sent);
+  store::SharedTokenOp done;
+  done.name = self->fleet_name_;
+  done.holder = self->holder_;
+  done.hold_ms = whole_ms(interval) + 1;  // the fleet's next token request waits its turn
+  done.kind = store::SharedTokenOp::fail;
+  if (a.result == TokenAnswer::ok) {
+    done.ttl_ms = whole_ms(sent + a.lifetime - Clock::now());
+    if (done.ttl_ms > 0) {
+      done.kind = store::SharedTokenOp::put;
+      done.token = a.token;
+    }
+  }
+  // Not stored (the lease ran out meanwhile): this gateway keeps its token, the fleet's stays as
+  // another put it.
+  co_await px.deps.store.shared_token(done);
+  self->settle(a, sent, true);
+}
+
 net::awaitable<bool> UpstreamAuth::from_fleet(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w) {
   // One token for the fleet: taken from the store while it is not due; else one gateway (the
   // lease's holder) asks the token endpoint and puts the answer there, and the others wait for
   // it. The lease covers this gateway's wait for its token bucket and the whole request.
   store::BucketStore& store = px.deps.store;
-  const auto interval = std::chrono::microseconds(static_cast<std::int64_t>(1e6 / self->conf_.token_rate));
   Clock::duration bucket_wait{};
   {
     std::lock_guard lock(self->mu_);
@@ -385,7 +414,6 @@ net::awaitable<bool> UpstreamAuth::from_fleet(std::shared_ptr<UpstreamAuth> self
   }
   const auto lease = bucket_wait + kFetchTimeout + std::chrono::seconds(1);
   const auto give_up = Clock::now() + lease + std::chrono::seconds(1);
-  const auto ms = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
   for (;;) {
     std::string refused;
     {
@@ -396,7 +424,7 @@ net::awaitable<bool> UpstreamAuth::from_fleet(std::shared_ptr<UpstreamAuth> self
     op.name = self->fleet_name_;
     op.holder = self->holder_;
     op.token = refused;
-    op.lease_ms = ms(lease);
+    op.lease_ms = whole_ms(lease);
     op.before_ms = static_cast<std::int64_t>(self->conf_.refresh_before_s) * 1000;
     const store::SharedTokenReply r = co_await store.shared_token(op);
     if (!r.answered) {
@@ -416,24 +444,7 @@ net::awaitable<bool> UpstreamAuth::from_fleet(std::shared_ptr<UpstreamAuth> self
       const bool usable = !r.token.empty() && bearer_token(r.token) && r.ttl_ms > 0 && !self->refused_here(r.token);
       if (r.leased) {
         if (usable) self->offer(r.token, r.ttl_ms);
-        Clock::time_point sent;
-        const TokenAnswer a = co_await request_token(self, px, w, sent);
-        store::SharedTokenOp done;
-        done.name = self->fleet_name_;
-        done.holder = self->holder_;
-        done.hold_ms = ms(interval) + 1;  // the fleet's next token request waits its turn
-        done.kind = store::SharedTokenOp::fail;
-        if (a.result == TokenAnswer::ok) {
-          done.ttl_ms = ms(sent + a.lifetime - Clock::now());
-          if (done.ttl_ms > 0) {
-            done.kind = store::SharedTokenOp::put;
-            done.token = a.token;
-          }
-        }
-        // Not stored (the lease ran out meanwhile): this gateway keeps its token, the fleet's
-        // stays as another put it.
-        co_await store.shared_token(done);
-        self->settle(a, sent, true);
+        co_await fetch_for_fleet(self, px, w);
         co_return true;
       }
       if (usable) {

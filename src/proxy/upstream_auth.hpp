@@ -81,6 +81,8 @@ class UpstreamAuth : public std::enable_shared_from_this<UpstreamAuth> {
   // With a shared store: the fleet's token, or this gateway's turn to fetch it. False: the store
   // could not answer (the caller fetches its own).
   static net::awaitable<bool> from_fleet(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w);
+  // The fleet lease's holder: asks the token endpoint and puts the answer in the store.
+  static net::awaitable<void> fetch_for_fleet(std::shared_ptr<UpstreamAuth> self, ProxyContext& px, Worker& w);
   // Whether `w`'s running table still holds this credential (unchanged since it was made).
   bool current_in(const Worker& w) const;
   // One request to the token endpoint, in the token bucket's turn (`sent`: when it went).

@@ -98,6 +98,11 @@ class History {
   struct UpstreamSeries {
     Cumulative latency;  // cumulative bucket counts, then the error counters
   };
+  // The tracked buckets made again from a new snapshot (mu_ held): buckets no rule has any more
+  // leave, new ones start from their counts now.
+  void retrack(std::shared_ptr<const config::Snapshot> snap, std::uint64_t seq);
+  // One bucket's second into its ring at `slot` (mu_ held).
+  void sample_bucket(Series& x, std::size_t slot, std::uint64_t seq);
 
   proxy::Metrics& metrics_;
   config::SnapshotHolder& snapshots_;
