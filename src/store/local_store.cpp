@@ -256,6 +256,10 @@ class MultiLock {
 };
 }  // namespace
 
+namespace {
+constexpr std::int64_t kQuotaPermits = 1;  // a quota counts requests, whatever their cost
+}  // namespace
+
 // The general path: buckets, quotas and maxShare decided on copies; charged only if all admit.
 StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   StoreDecision out;
@@ -298,146 +302,160 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
     }
   } trim_on_exit{*this, locks, shards_};
 
-  // Buckets: the rule's own (if any) and its channel's, on copies of their states.
-  Entry* a = req.use_bucket ? &own_bucket(shard_of(bucket_key), req, bucket_key, now, out) : nullptr;
-  Entry* b = req.parent ? &bucket_entry(shard_of(parent_key), *req.parent, parent_key, false, now) : nullptr;
-  limiter::BucketState sa = a ? a->state : limiter::BucketState{};
-  limiter::BucketState sb = b ? b->state : limiter::BucketState{};
-  limiter::Decision bd;
-  bd.granted = true;
+  // Each check decided on copies, in turn; charged only if all admit.
+  Pending p;
+  p.a = req.use_bucket ? &own_bucket(shard_of(bucket_key), req, bucket_key, now, out) : nullptr;
+  p.b = req.parent ? &bucket_entry(shard_of(parent_key), *req.parent, parent_key, false, now) : nullptr;
+  decide_buckets(req, p, now, out);
+  p.me = req.meter ? &meter_entry(shard_of(meter_hashed), meter_hashed, *req.meter, now) : nullptr;
+  if (p.me) decide_meter(req, p, now, out);
+  decide_quotas(req, quota_keys, p, now, out);
+  if (req.share && p.bd.granted && p.bd.wait_us > 0) decide_share(req, share_key, p, now, out);
+  out.decision = p.bd;
+  if (p.all) charge(req, p, now, out);
+  else refuse(req, p, now, out);
+  out.parent_bound = out.bound == Bound::parent;
+  return out;
+}
+
+// Buckets: the rule's own (if any) and its channel's, on copies of their states.
+void LocalStore::decide_buckets(const AcquireRequest& req, Pending& p, Micros now, StoreDecision& out) const {
+  Entry* a = p.a;
+  Entry* b = p.b;
+  p.sa = a ? a->state : limiter::BucketState{};
+  p.sb = b ? b->state : limiter::BucketState{};
+  p.bd.granted = true;
   if (a && b) {
     const limiter::PairDecision pd =
-        limiter::try_acquire_pair(sa, a->shape, sb, b->shape, a->params.mode, ask_of(req, a->shape, b->shape),
+        limiter::try_acquire_pair(p.sa, a->shape, p.sb, b->shape, a->params.mode, ask_of(req, a->shape, b->shape),
                                   req.timeout_us, now);
-    bd = pd.combined;
+    p.bd = pd.combined;
     out.bound = pd.bound == 1 ? Bound::parent : Bound::bucket;
     out.max_permits = pd.bound == 1 ? b->shape.max_permits : a->shape.max_permits;
     out.reservation = {pd.first.next_free, pd.first.cost_us, pd.first.spent,
                        pd.second.next_free, pd.second.cost_us, pd.second.spent};
   } else if (a || b) {
     Entry* e = a ? a : b;
-    bd = a ? limiter::try_acquire(sa, e->shape, e->params.mode, req.permits, req.timeout_us, now,
-                                  req.reserve_share * e->shape.max_permits)
-           : limiter::try_acquire(sb, e->shape, e->params.mode, req.parent_permits, req.timeout_us, now,
-                                  req.parent_reserve_share * e->shape.max_permits);
+    p.bd = a ? limiter::try_acquire(p.sa, e->shape, e->params.mode, req.permits, req.timeout_us, now,
+                                    req.reserve_share * e->shape.max_permits)
+             : limiter::try_acquire(p.sb, e->shape, e->params.mode, req.parent_permits, req.timeout_us, now,
+                                    req.parent_reserve_share * e->shape.max_permits);
     out.bound = a ? Bound::bucket : Bound::parent;
     out.max_permits = e->shape.max_permits;
-    if (a) out.reservation = {bd.next_free, bd.cost_us, bd.spent, 0, 0, 0};
-    else out.reservation = {0, 0, 0, bd.next_free, bd.cost_us, bd.spent};
+    if (a) out.reservation = {p.bd.next_free, p.bd.cost_us, p.bd.spent, 0, 0, 0};
+    else out.reservation = {0, 0, 0, p.bd.next_free, p.bd.cost_us, p.bd.spent};
   }
-  bool all = bd.granted;
-  Micros retry = bd.granted ? 0 : bd.retry_after_us;
+  p.all = p.bd.granted;
+  p.retry = p.bd.granted ? 0 : p.bd.retry_after_us;
+}
 
-  // A meter in place of the rule's bucket, decided on a copy of its counts.
-  Entry* me = req.meter ? &meter_entry(shard_of(meter_hashed), meter_hashed, *req.meter, now) : nullptr;
-  MeterSlot ms;
-  double meter_left = 0;  // C after the update, before this request takes anything
-  if (me) {
-    const MeterRef& ref = *req.meter;
-    ms = *me->meter;  // meter_entry made its numbers the request's
-    ms.update(now);
-    meter_left = ms.committed();
-    const limiter::TcmDecision md = ms.mark(ref, req.permits, req.timeout_us, now);
-    out.color = md.color;
-    out.meter_committed = md.tc_left;
-    out.meter_excess = md.te_or_tp_left;
-    const double committed = ref.two_rate ? ref.tr.cbs : ref.sr.cbs;
-    if (md.color == limiter::Color::red) {
-      if (all || md.retry_after_us > retry) {
-        out.bound = Bound::bucket;
-        out.max_permits = committed;
-        retry = md.retry_after_us;
-      }
-      all = false;
-    } else if (bd.granted) {
-      if (!b || md.wait_us >= bd.wait_us) {  // the meter's green is the later: it decides
-        out.bound = Bound::bucket;
-        out.max_permits = committed;
-      }
-      bd.wait_us = std::max(bd.wait_us, md.wait_us);
-      bd.remaining = b ? std::min(bd.remaining, md.tc_left) : md.tc_left;
+// A meter in place of the rule's bucket, decided on a copy of its counts.
+void LocalStore::decide_meter(const AcquireRequest& req, Pending& p, Micros now, StoreDecision& out) const {
+  const MeterRef& ref = *req.meter;
+  p.ms = *p.me->meter;  // meter_entry made its numbers the request's
+  p.ms.update(now);
+  p.meter_left = p.ms.committed();
+  const limiter::TcmDecision md = p.ms.mark(ref, req.permits, req.timeout_us, now);
+  out.color = md.color;
+  out.meter_committed = md.tc_left;
+  out.meter_excess = md.te_or_tp_left;
+  const double committed = ref.two_rate ? ref.tr.cbs : ref.sr.cbs;
+  if (md.color == limiter::Color::red) {
+    if (p.later(md.retry_after_us)) {
+      out.bound = Bound::bucket;
+      out.max_permits = committed;
+      p.retry = md.retry_after_us;
     }
+    p.all = false;
+  } else if (p.bd.granted) {
+    if (!p.b || md.wait_us >= p.bd.wait_us) {  // the meter's green is the later: it decides
+      out.bound = Bound::bucket;
+      out.max_permits = committed;
+    }
+    p.bd.wait_us = std::max(p.bd.wait_us, md.wait_us);
+    p.bd.remaining = p.b ? std::min(p.bd.remaining, md.tc_left) : md.tc_left;
   }
+}
 
-  // Quotas: never hold; each admits now or names when it would.
+// Quotas: never hold; each admits now or names when it would.
+void LocalStore::decide_quotas(const AcquireRequest& req, const std::vector<Key>& keys, Pending& p, Micros now,
+                               StoreDecision& out) {
   // Scratch space reused by this thread's decisions.
   thread_local std::vector<limiter::WindowState> rolled;
   thread_local std::vector<Entry*> windows;
   rolled.clear();
   windows.clear();
+  p.rolled = &rolled;
+  p.windows = &windows;
   out.quotas.reserve(req.quotas.size());
-  const std::int64_t permits = 1;  // a quota counts requests, whatever their cost
   for (std::size_t i = 0; i < req.quotas.size(); ++i) {
-    Entry& e = window_entry(req.quotas[i], quota_keys[i], now);
+    Entry& e = window_entry(req.quotas[i], keys[i], now);
     limiter::WindowState w = e.window;
     limiter::roll(w, req.quotas[i].params, now);
-    const limiter::WindowDecision d = limiter::window_check(w, req.quotas[i].params, permits, now);
+    const limiter::WindowDecision d = limiter::window_check(w, req.quotas[i].params, kQuotaPermits, now);
     if (!d.admitted) {
-      if (all || d.retry_after_us > retry) {
+      if (p.later(d.retry_after_us)) {
         out.bound = Bound::quota;
         out.bound_quota = i;
-        retry = d.retry_after_us;
+        p.retry = d.retry_after_us;
       }
-      all = false;
+      p.all = false;
     }
     out.quotas.push_back(d);
     rolled.push_back(w);
     windows.push_back(&e);
   }
+}
 
-  // maxShare: a caller with max_held grants still waiting gets only an immediate permit.
-  Entry* share = nullptr;
-  if (req.share && bd.granted && bd.wait_us > 0) {
-    bool created = false;
-    share = &slot(shard_of(share_key), share_key, true, Kind::share, created);
-    std::erase_if(share->holds, [now](Micros r) { return r <= now; });
-    if (static_cast<std::int64_t>(share->holds.size()) >= req.share->max_held) {
-      const Micros free_at = *std::min_element(share->holds.begin(), share->holds.end()) - now;
-      if (all || free_at > retry) {
-        out.bound = Bound::share;
-        retry = free_at;
-      }
-      all = false;
+// maxShare: a caller with max_held grants still waiting gets only an immediate permit.
+void LocalStore::decide_share(const AcquireRequest& req, const Key& key, Pending& p, Micros now, StoreDecision& out) {
+  bool created = false;
+  p.share = &slot(shard_of(key), key, true, Kind::share, created);
+  std::erase_if(p.share->holds, [now](Micros r) { return r <= now; });
+  if (static_cast<std::int64_t>(p.share->holds.size()) >= req.share->max_held) {
+    const Micros free_at = *std::min_element(p.share->holds.begin(), p.share->holds.end()) - now;
+    if (p.later(free_at)) {
+      out.bound = Bound::share;
+      p.retry = free_at;
     }
+    p.all = false;
   }
+}
 
-  out.decision = bd;
-  if (!all) {
-    out.decision.granted = false;
-    out.decision.wait_us = 0;
-    out.decision.retry_after_us = retry;
-    if (bd.granted) {  // the buckets would have granted: report their state as it stays
-      double remaining = std::numeric_limits<double>::infinity();
-      for (Entry* e : {a, b}) {
-        if (e == nullptr) continue;
-        limiter::BucketState st = e->state;
-        limiter::resync(st, e->shape, now);
-        remaining = std::min(remaining, st.stored);
-      }
-      out.decision.remaining = (a || b) ? remaining : 0;
+void LocalStore::refuse(const AcquireRequest&, const Pending& p, Micros now, StoreDecision& out) {
+  out.decision.granted = false;
+  out.decision.wait_us = 0;
+  out.decision.retry_after_us = p.retry;
+  if (p.bd.granted) {  // the buckets would have granted: report their state as it stays
+    double remaining = std::numeric_limits<double>::infinity();
+    for (Entry* e : {p.a, p.b}) {
+      if (e == nullptr) continue;
+      limiter::BucketState st = e->state;
+      limiter::resync(st, e->shape, now);
+      remaining = std::min(remaining, st.stored);
     }
-    if (me) out.decision.remaining = b ? std::min(out.decision.remaining, meter_left) : meter_left;
-    out.reservation = {};
-    out.parent_bound = out.bound == Bound::parent;
-    return out;
+    out.decision.remaining = (p.a || p.b) ? remaining : 0;
   }
-  if (a) a->state = sa;
-  if (b) b->state = sb;
-  if (a && a->adaptive && req.adaptive != limiter::Adaptive::off) {
-    limiter::advert_granted(a->adaptive->adv, req.permits, now + bd.wait_us);
-    out.grant_seq = a->adaptive->adv.granted;
+  if (p.me) out.decision.remaining = p.b ? std::min(out.decision.remaining, p.meter_left) : p.meter_left;
+  out.reservation = {};
+}
+
+void LocalStore::charge(const AcquireRequest& req, Pending& p, Micros now, StoreDecision& out) {
+  if (p.a) p.a->state = p.sa;
+  if (p.b) p.b->state = p.sb;
+  if (p.a && p.a->adaptive && req.adaptive != limiter::Adaptive::off) {
+    limiter::advert_granted(p.a->adaptive->adv, req.permits, now + p.bd.wait_us);
+    out.grant_seq = p.a->adaptive->adv.granted;
   }
-  if (me) *me->meter = ms;
-  for (std::size_t i = 0; i < windows.size(); ++i) {
-    windows[i]->window = rolled[i];
-    windows[i]->window.current += permits;
+  if (p.me) *p.me->meter = p.ms;
+  for (std::size_t i = 0; i < p.windows->size(); ++i) {
+    (*p.windows)[i]->window = (*p.rolled)[i];
+    (*p.windows)[i]->window.current += kQuotaPermits;
   }
-  if (share) {
-    out.reservation.share_release = now + bd.wait_us;
-    share->holds.push_back(out.reservation.share_release);
+  if (p.share) {
+    out.reservation.share_release = now + p.bd.wait_us;
+    p.share->holds.push_back(out.reservation.share_release);
   }
-  out.parent_bound = out.bound == Bound::parent;
-  return out;
 }
 
 StoreDecision LocalStore::decide(const AcquireRequest& req) {

@@ -147,6 +147,33 @@ class LocalStore final : public BucketStore {
   // The shard must be locked.
   Entry& meter_entry(Shard& shard, const Key& key, const MeterRef& ref, Micros now);
   StoreDecision decide_all(const AcquireRequest& req);
+  // A general decision in progress (the shards locked): every check decided on copies, charged
+  // only if all admit.
+  struct Pending {
+    Entry* a = nullptr;  // the rule's own bucket, and its state as this request would leave it
+    limiter::BucketState sa;
+    Entry* b = nullptr;  // its channel's
+    limiter::BucketState sb;
+    limiter::Decision bd;  // the buckets' (granted when there are none)
+    Entry* me = nullptr;   // a meter in place of the rule's bucket, and its counts as it would leave them
+    MeterSlot ms;
+    double meter_left = 0;  // C after the update, before this request takes anything
+    std::vector<limiter::WindowState>* rolled = nullptr;  // the quotas' windows as they would be left
+    std::vector<Entry*>* windows = nullptr;
+    Entry* share = nullptr;  // the caller's maxShare entry, when it was checked
+    bool all = true;         // every check admits
+    Micros retry = 0;        // when the latest refusing check would admit
+    // A check that refuses, with when it would admit: the latest such names the bound.
+    bool later(Micros retry_after) const { return all || retry_after > retry; }
+  };
+  void decide_buckets(const AcquireRequest& req, Pending& p, Micros now, StoreDecision& out) const;
+  void decide_meter(const AcquireRequest& req, Pending& p, Micros now, StoreDecision& out) const;
+  void decide_quotas(const AcquireRequest& req, const std::vector<Key>& keys, Pending& p, Micros now, StoreDecision& out);
+  void decide_share(const AcquireRequest& req, const Key& key, Pending& p, Micros now, StoreDecision& out);
+  // The request refused: the buckets' state reported as it stays, nothing charged.
+  static void refuse(const AcquireRequest& req, const Pending& p, Micros now, StoreDecision& out);
+  // The request admitted: every check's copy written back.
+  static void charge(const AcquireRequest& req, Pending& p, Micros now, StoreDecision& out);
   bool simple(const AcquireRequest& req) const {
     return req.use_bucket && !req.per_client_bucket && req.quotas.empty() && !req.share &&
            req.adaptive == limiter::Adaptive::off && !req.meter;
