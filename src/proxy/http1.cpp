@@ -327,14 +327,83 @@ Bounds find_head(std::string_view buf, std::size_t max, std::size_t& scanned, bo
   return {n > max ? Error::header_too_large : Error::need_more, start, 0};
 }
 
+// What the field lines say of the message's framing, gathered while they are read.
+struct Framing {
+  std::string_view te_value;  // the last Transfer-Encoding's
+  std::size_t te_count = 0;
+  bool keep_alive_token = false;  // Connection: keep-alive
+};
+
+// A recognised field's part in the framing (Host, Content-Length, Transfer-Encoding, Connection,
+// Expect), noted in `h` and `fr`.
+inline Error note_field(Name id, std::string_view value, Head& h, Framing& fr) {
+  switch (id) {
+    case Name::host:
+      ++h.host_count;
+      break;
+    case Name::content_length: {
+      // Two, even equal, or a list: which one would the next hop believe? Refused.
+      std::uint64_t n = 0;
+      if (h.content_length || !parse_content_length(value, n)) return Error::bad_content_length;
+      h.content_length = n;
+      break;
+    }
+    case Name::transfer_encoding:
+      ++fr.te_count;
+      fr.te_value = value;
+      break;
+    case Name::connection:
+      for_each_element(value, [&](std::string_view t) {
+        if (value_is(t, "close")) {
+          h.connection_close = true;
+        } else if (value_is(t, "keep-alive")) {
+          fr.keep_alive_token = true;
+        } else {
+          h.connection_names_other = true;
+          if (value_is(t, "upgrade")) h.connection_upgrade = true;
+        }
+      });
+      break;
+    case Name::expect:
+      (value_is(value, "100-continue") ? h.expect_continue : h.expect_other) = true;
+      break;
+    default:
+      break;
+  }
+  return Error::none;
+}
+
+// The framing the field lines settle on (RFC 9112 6): Transfer-Encoding against Content-Length and
+// the version, and whether the connection stays open.
+inline Error settle_framing(Head& h, bool is_request, const Framing& fr) {
+  if (fr.te_count > 0) {
+    // Both framings in a request: one hop may read the body by one and the next by the other
+    // (request smuggling). RFC 9112 6.3 allows rejecting it; a request must be.
+    if (is_request && h.content_length) return Error::conflicting_framing;
+    // RFC 9112 6.1: Transfer-Encoding in HTTP/1.0 means faulty framing.
+    if (h.version_minor == 0) return Error::bad_transfer_encoding;
+    bool empty = true;
+    for_each_element(fr.te_value, [&](std::string_view) { empty = false; });
+    if (fr.te_count == 1 && empty) return Error::bad_transfer_encoding;
+    if (fr.te_count == 1 && value_is(fr.te_value, "chunked"))
+      h.chunked = true;
+    else
+      h.other_transfer_encoding = true;
+    if (h.content_length) {  // a response: Transfer-Encoding overrides Content-Length
+      h.content_length.reset();
+      h.content_length_ignored = true;
+    }
+  }
+  h.keep_alive = !h.connection_close && (h.version_minor == 1 || fr.keep_alive_token);
+  return Error::none;
+}
+
 // The field lines from p up to and including the final empty line at end - 2, and the framing
 // facts. p is the start of the line after the start line.
 Error parse_fields(const char* p, const char* end, Head& h, bool is_request) {
   // A response is bounded by its bytes only (one field takes at least 4 of them).
   const std::size_t max_fields = is_request ? kMaxFields : static_cast<std::size_t>(end - p);
-  std::string_view te_value;
-  std::size_t te_count = 0;
-  bool keep_alive_token = false;
+  Framing fr;
   for (;;) {
     if (*p == '\r') {
       if (p[1] != '\n') return Error::bad_line_ending;
@@ -362,62 +431,10 @@ Error parse_fields(const char* p, const char* end, Head& h, bool is_request) {
     f.value = value;
     f.id = id;
 
-    switch (id) {
-      case Name::host:
-        ++h.host_count;
-        break;
-      case Name::content_length: {
-        // Two, even equal, or a list: which one would the next hop believe? Refused.
-        std::uint64_t n = 0;
-        if (h.content_length || !parse_content_length(value, n)) return Error::bad_content_length;
-        h.content_length = n;
-        break;
-      }
-      case Name::transfer_encoding:
-        ++te_count;
-        te_value = value;
-        break;
-      case Name::connection:
-        for_each_element(value, [&](std::string_view t) {
-          if (value_is(t, "close")) {
-            h.connection_close = true;
-          } else if (value_is(t, "keep-alive")) {
-            keep_alive_token = true;
-          } else {
-            h.connection_names_other = true;
-            if (value_is(t, "upgrade")) h.connection_upgrade = true;
-          }
-        });
-        break;
-      case Name::expect:
-        (value_is(value, "100-continue") ? h.expect_continue : h.expect_other) = true;
-        break;
-      default:
-        break;
-    }
+    if (const Error e = note_field(id, value, h, fr); e != Error::none) return e;
     h.present |= 1u << static_cast<unsigned>(id);
   }
-
-  if (te_count > 0) {
-    // Both framings in a request: one hop may read the body by one and the next by the other
-    // (request smuggling). RFC 9112 6.3 allows rejecting it; a request must be.
-    if (is_request && h.content_length) return Error::conflicting_framing;
-    // RFC 9112 6.1: Transfer-Encoding in HTTP/1.0 means faulty framing.
-    if (h.version_minor == 0) return Error::bad_transfer_encoding;
-    bool empty = true;
-    for_each_element(te_value, [&](std::string_view) { empty = false; });
-    if (te_count == 1 && empty) return Error::bad_transfer_encoding;
-    if (te_count == 1 && value_is(te_value, "chunked"))
-      h.chunked = true;
-    else
-      h.other_transfer_encoding = true;
-    if (h.content_length) {  // a response: Transfer-Encoding overrides Content-Length
-      h.content_length.reset();
-      h.content_length_ignored = true;
-    }
-  }
-  h.keep_alive = !h.connection_close && (h.version_minor == 1 || keep_alive_token);
-  return Error::none;
+  return settle_framing(h, is_request, fr);
 }
 
 // "HTTP/1.0" or "HTTP/1.1" at p (at least 8 bytes there): the minor version, or -1.
@@ -628,6 +645,53 @@ void ChunkedDecoder::reset() noexcept {
   error_ = Error::none;
 }
 
+bool ChunkedDecoder::size_line_byte(unsigned char c) noexcept {
+  if (state_ == State::size) {
+    if (const int d = hex_digit(c); d >= 0) {
+      if (remaining_ > (UINT64_MAX >> 4)) return false;
+      remaining_ = remaining_ << 4 | static_cast<std::uint64_t>(d);
+      digits_ = true;
+    } else if (!digits_) {
+      return false;
+    } else if (c == '\r') {
+      state_ = State::size_lf;
+    } else if (c == ';') {
+      state_ = State::ext;
+    } else if (c == ' ' || c == '\t') {
+      state_ = State::size_bws;
+    } else {
+      return false;
+    }
+  } else if (state_ == State::size_bws) {
+    // Whitespace after the size only before an extension ("5 \r\n" is not a chunk line).
+    if (c == ';') state_ = State::ext;
+    else if (c != ' ' && c != '\t') return false;
+  } else {
+    // Extensions are skipped, but no control characters: a bare LF must not end the line here
+    // when another parser would read on.
+    if (c == '\r') state_ = State::size_lf;
+    else if (!kValue[c]) return false;
+  }
+  return true;
+}
+
+bool ChunkedDecoder::trailer_byte(unsigned char c) noexcept {
+  if (state_ == State::trailer_line) {
+    if (!kToken[c]) return false;  // includes obs-fold
+    state_ = State::trailer_name;
+  } else if (state_ == State::trailer_name) {
+    if (c == ':') state_ = State::trailer_value;
+    else if (!kToken[c]) return false;
+  } else if (state_ == State::trailer_value) {
+    if (c == '\r') state_ = State::trailer_lf;
+    else if (!kValue[c]) return false;
+  } else {
+    if (c != '\n') return false;
+    state_ = State::trailer_line;
+  }
+  return true;
+}
+
 std::size_t ChunkedDecoder::next(std::string_view in, std::string_view& data) noexcept {
   data = {};
   const std::size_t n = in.size();
@@ -640,33 +704,7 @@ std::size_t ChunkedDecoder::next(std::string_view in, std::string_view& data) no
       case State::size_bws:
       case State::ext:
         // chunk-size [ BWS ";" extensions ] CRLF, the line bounded.
-        if (++line_ > kMaxChunkLine) return fail(Error::bad_chunk, i);
-        if (state_ == State::size) {
-          if (const int d = hex_digit(c); d >= 0) {
-            if (remaining_ > (UINT64_MAX >> 4)) return fail(Error::bad_chunk, i);
-            remaining_ = remaining_ << 4 | static_cast<std::uint64_t>(d);
-            digits_ = true;
-          } else if (!digits_) {
-            return fail(Error::bad_chunk, i);
-          } else if (c == '\r') {
-            state_ = State::size_lf;
-          } else if (c == ';') {
-            state_ = State::ext;
-          } else if (c == ' ' || c == '\t') {
-            state_ = State::size_bws;
-          } else {
-            return fail(Error::bad_chunk, i);
-          }
-        } else if (state_ == State::size_bws) {
-          // Whitespace after the size only before an extension ("5 \r\n" is not a chunk line).
-          if (c == ';') state_ = State::ext;
-          else if (c != ' ' && c != '\t') return fail(Error::bad_chunk, i);
-        } else {
-          // Extensions are skipped, but no control characters: a bare LF must not end the line
-          // here when another parser would read on.
-          if (c == '\r') state_ = State::size_lf;
-          else if (!kValue[c]) return fail(Error::bad_chunk, i);
-        }
+        if (++line_ > kMaxChunkLine || !size_line_byte(c)) return fail(Error::bad_chunk, i);
         ++i;
         break;
       case State::size_lf:
@@ -711,19 +749,7 @@ std::size_t ChunkedDecoder::next(std::string_view in, std::string_view& data) no
           break;
         }
         if (++line_ > max_trailer_) return fail(Error::header_too_large, i);
-        if (state_ == State::trailer_line) {
-          if (!kToken[c]) return fail(Error::bad_chunk, i);  // includes obs-fold
-          state_ = State::trailer_name;
-        } else if (state_ == State::trailer_name) {
-          if (c == ':') state_ = State::trailer_value;
-          else if (!kToken[c]) return fail(Error::bad_chunk, i);
-        } else if (state_ == State::trailer_value) {
-          if (c == '\r') state_ = State::trailer_lf;
-          else if (!kValue[c]) return fail(Error::bad_chunk, i);
-        } else {
-          if (c != '\n') return fail(Error::bad_chunk, i);
-          state_ = State::trailer_line;
-        }
+        if (!trailer_byte(c)) return fail(Error::bad_chunk, i);
         ++i;
         break;
       case State::final_lf:

@@ -278,6 +278,10 @@ class ChunkedDecoder {
     state_ = State::failed;
     return consumed;
   }
+  // One byte of a chunk-size line (size, whitespace, extensions); false: not a chunk line.
+  bool size_line_byte(unsigned char c) noexcept;
+  // One byte of a trailer field line (its LF included); false: not a field line.
+  bool trailer_byte(unsigned char c) noexcept;
 
   std::uint64_t max_body_;
   std::size_t max_trailer_;
