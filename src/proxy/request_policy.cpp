@@ -101,6 +101,74 @@ std::size_t priority_class_of(const config::Priority& p, const RequestFacts& fac
   return p.class_of(t);
 }
 
+namespace {
+// The rule's priority class (and its channel's) and its meter, into the request.
+void add_classes_and_meter(const RequestFacts& facts, const config::Rule& rule, const PolicySettings& settings,
+                           Plan& out) {
+  store::AcquireRequest& req = out.request;
+  if (rule.priority) {
+    out.priority = &*rule.priority;
+    out.priority_class = priority_class_of(*rule.priority, facts, settings);
+    req.reserve_share = rule.priority->keep[out.priority_class];
+  }
+  if (rule.meter) {
+    // Colour-aware with classes: the highest class is pre-coloured green, the others yellow.
+    const config::Meter& m = *rule.meter;
+    req.meter = store::MeterRef{rule.bucket, m.two_rate, m.sr, m.tr,
+                                out.priority && out.priority_class > 0 ? limiter::Color::yellow : limiter::Color::green,
+                                m.wait_green};
+    req.reserve_share = 0;
+  }
+  if (req.parent && out.channel->priority) {
+    const std::size_t c = priority_class_of(*out.channel->priority, facts, settings);
+    req.parent_reserve_share = out.channel->priority->keep[c];
+    if (!out.priority) {
+      out.priority = &*out.channel->priority;
+      out.priority_class = c;
+    }
+  }
+}
+
+// The wait a request with a time budget may be given: what its budget leaves once the upstream has
+// answered (its p90). False: too late even for that (and not the probe that measures it again).
+bool fit_budget(const RequestFacts& facts, const config::Rule& rule, const RuleViews& rules,
+                const PolicySettings& settings, Plan& out) {
+  store::AcquireRequest& req = out.request;
+  LatencyEstimate& estimate = rules.metrics_of(rule).upstream_latency;
+  const std::optional<std::int64_t> measured = estimate.p90_us(facts.now_us);
+  out.latency_us = measured.value_or(settings.default_latency_us);
+  const std::int64_t room = facts.budget->us - out.latency_us;
+  if (room < 0 && !(measured && estimate.take_probe(facts.now_us))) return false;
+  if (room < 0) {
+    // A probe: the measured p90 says it cannot make it, but only answers can say whether that is
+    // still true. It takes an immediate permit or none, and its deadline stays its own.
+    req.timeout_us = 0;
+    out.deadline_bound = true;
+    out.probe = true;
+  } else if (room < req.timeout_us) {
+    req.timeout_us = room;
+    out.deadline_bound = true;
+  }
+  return true;
+}
+
+// What an adaptive bucket's decision takes along: this gateway's count of the supplier's
+// admissions, its advertised allowance, the window pair, and who asked.
+void add_adaptive_evidence(const RequestFacts& facts, const config::Rule& rule, const RuleViews& rules,
+                           const PolicySettings& settings, store::AcquireRequest& req) {
+  const BucketMetrics::Admitted heard = rules.metrics_of(rule).take_admitted();
+  req.admitted = heard.total;
+  req.admitted_before = heard.before;
+  req.advert = rules.metrics_of(rule).take_advert();
+  req.window_pair = rules.metrics_of(rule).take_window_pair();
+  // Who asked: a throttle cuts the shared rate only when it is not one caller's alone.
+  if (settings.trusted && !settings.trusted->empty())
+    req.caller = limiter::caller_id(client_address(facts.peer, facts.headers.joined("X-Forwarded-For"), *settings.trusted));
+  else
+    req.caller = limiter::caller_id(facts.peer);
+}
+}  // namespace
+
 void plan_request(const RequestFacts& facts, const RuleViews* rules, config::SwitchMode global,
                   const PolicySettings& settings, Plan& out) {
   if (global == config::SwitchMode::off) {
@@ -134,51 +202,14 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
   req.hash_tag = out.channel ? std::string_view(out.channel->channel_type) : std::string_view(rule.bucket);
   req.permits = rule.cost;
   req.parent_permits = rule.channel_cost;
-  if (rule.priority) {
-    out.priority = &*rule.priority;
-    out.priority_class = priority_class_of(*rule.priority, facts, settings);
-    req.reserve_share = rule.priority->keep[out.priority_class];
-  }
-  if (rule.meter) {
-    // Colour-aware with classes: the highest class is pre-coloured green, the others yellow.
-    const config::Meter& m = *rule.meter;
-    req.meter = store::MeterRef{rule.bucket, m.two_rate, m.sr, m.tr,
-                                out.priority && out.priority_class > 0 ? limiter::Color::yellow : limiter::Color::green,
-                                m.wait_green};
-    req.reserve_share = 0;
-  }
-  if (req.parent && out.channel->priority) {
-    const std::size_t c = priority_class_of(*out.channel->priority, facts, settings);
-    req.parent_reserve_share = out.channel->priority->keep[c];
-    if (!out.priority) {
-      out.priority = &*out.channel->priority;
-      out.priority_class = c;
-    }
-  }
+  add_classes_and_meter(facts, rule, settings, out);
   req.timeout_us = out.capped ? 0 : rule.timeout_us();
   req.use_bucket = rule.has_bucket;
   req.adaptive = rule.has_bucket ? rule.adaptive : limiter::Adaptive::off;
-  if (facts.budget && settings.deadlines && !out.shadow) {
-    // The wait it may be given: what its budget leaves once the upstream has answered.
-    LatencyEstimate& estimate = rules->metrics_of(rule).upstream_latency;
-    const std::optional<std::int64_t> measured = estimate.p90_us(facts.now_us);
-    out.latency_us = measured.value_or(settings.default_latency_us);
-    const std::int64_t room = facts.budget->us - out.latency_us;
-    if (room < 0 && !(measured && estimate.take_probe(facts.now_us))) {
-      out.step = Step::too_late;
-      out.outcome = Outcome::rejected;
-      return;
-    }
-    if (room < 0) {
-      // A probe: the measured p90 says it cannot make it, but only answers can say whether that is
-      // still true. It takes an immediate permit or none, and its deadline stays its own.
-      req.timeout_us = 0;
-      out.deadline_bound = true;
-      out.probe = true;
-    } else if (room < req.timeout_us) {
-      req.timeout_us = room;
-      out.deadline_bound = true;
-    }
+  if (facts.budget && settings.deadlines && !out.shadow && !fit_budget(facts, rule, *rules, settings, out)) {
+    out.step = Step::too_late;
+    out.outcome = Outcome::rejected;
+    return;
   }
   if (needs_client_key(rule, out.channel)) {
     if (auto bad = add_client_checks(facts, settings, out)) {
@@ -195,16 +226,7 @@ void plan_request(const RequestFacts& facts, const RuleViews* rules, config::Swi
   if (req.adaptive != limiter::Adaptive::off) {
     // Only a request the store decides takes this gateway's count of the supplier's admissions
     // along (a plan that ends before the store would lose it).
-    const BucketMetrics::Admitted heard = rules->metrics_of(rule).take_admitted();
-    req.admitted = heard.total;
-    req.admitted_before = heard.before;
-    req.advert = rules->metrics_of(rule).take_advert();
-    req.window_pair = rules->metrics_of(rule).take_window_pair();
-    // Who asked: a throttle cuts the shared rate only when it is not one caller's alone.
-    if (settings.trusted && !settings.trusted->empty())
-      req.caller = limiter::caller_id(client_address(facts.peer, facts.headers.joined("X-Forwarded-For"), *settings.trusted));
-    else
-      req.caller = limiter::caller_id(facts.peer);
+    add_adaptive_evidence(facts, rule, *rules, settings, req);
   }
   out.step = Step::decide;
 }
