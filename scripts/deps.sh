@@ -9,7 +9,8 @@ elif [[ "${1:-build}" == "test" ]]; then
   want+=(googletest libgtest-dev mariadb-server mariadb-client redis-server redis-tools python3 clang libclang-rt-14-dev
         chromium chromium-driver python3-selenium
         nginx-light openssl  # TLS tests: nginx as an HTTPS upstream, a private CA made by tests/support/tls_pki.sh
-        dnsmasq-base)        # a DNS server whose answers the upstream-name tests change (tests/support/dns.hpp)
+        dnsmasq-base         # a DNS server whose answers the upstream-name tests change (tests/support/dns.hpp)
+        universal-ctags)     # tests/function_length_check.py measures the functions of src/
 fi
 missing=()
 for p in "${want[@]}"; do

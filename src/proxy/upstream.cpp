@@ -636,6 +636,11 @@ net::awaitable<bool> relay(ProxyContext& px, TimedSocket& client, unsigned versi
 
 }  // namespace
 
+// Longer than a function should be (about 240 lines): one request's credential, endpoint pick,
+// connect, send, failover, retry and 401 loop, and its answer, over one coroutine frame. Its steps
+// share a dozen locals (the permit, the endpoints tried, the deadline cut, the head made once) and
+// run on every request: each as a coroutine of its own would allocate a frame a request (a step
+// after the decision as its own coroutine measured +320 Ir a request, docs/history/benchmarks.md).
 net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, TimedSocket& client,
                              const UpstreamRequest& request, const Route& route, const RateLimitFields& fields,
                              AccessRecord& rec) {
@@ -878,13 +883,13 @@ net::awaitable<bool> forward(ProxyContext& px, Worker& w, WorkerTable& table, Ti
   co_return co_await relay(px, client, version, keep, std::move(conn), pool, up, res, framing, fields);
 }
 
-net::awaitable<Exchange> exchange(ProxyContext& px, Worker& w, WorkerTable& table, std::size_t index,
-                                  std::string_view line, std::string_view fields, std::string_view body, Deadline by,
-                                  std::size_t max_body) {
-  Upstream& up = table.routes->upstreams()[index];
-  Pool& pool = *table.pools[index];
-  Exchange out;
-  refresh_view(pool, up);
+namespace {
+// exchange's request sent and its answer's head read (a connection per endpoint tried, one more
+// try on a pooled connection the server closed meanwhile): the connection holding the head, or
+// null with out.why said.
+net::awaitable<std::unique_ptr<PooledConn>> exchange_head(ProxyContext& px, Worker& w, Upstream& up, Pool& pool,
+                                                          std::string_view line, std::string_view fields,
+                                                          std::string_view body, Deadline by, Exchange& out) {
   const TlsClientProfile* const tls = up.conf.https ? pool.tls.get() : nullptr;
   const std::uint64_t tls_generation = tls ? tls->generation() : 0;
   std::array<const UpstreamEndpoint*, kMaxTried> tried;
@@ -897,7 +902,7 @@ net::awaitable<Exchange> exchange(ProxyContext& px, Worker& w, WorkerTable& tabl
                                : pick_endpoint(*set, pool.rr, limiter::steady_now_us(), tried.data(), tried_count);
     if (pick == kNoEndpoint || std::chrono::steady_clock::now() >= by) {
       if (out.why.empty()) out.why = set->endpoints.empty() ? "no address (the name does not resolve)" : "no endpoint left";
-      co_return out;
+      co_return nullptr;
     }
     const EndpointPtr& ep = set->endpoints[pick];
     conn = take_idle(px, pool, up, ep.get(), tls_generation);
@@ -915,7 +920,7 @@ net::awaitable<Exchange> exchange(ProxyContext& px, Worker& w, WorkerTable& tabl
         endpoint_failed(up, *conn->endpoint);
         out.why = failure ? "TLS " + failure->reason + ": " + failure->words : "connect: " + ec.message();
         if (tried_count < kMaxTried) tried[tried_count++] = ep.get();
-        else co_return out;
+        else co_return nullptr;
         continue;
       }
     }
@@ -941,59 +946,79 @@ net::awaitable<Exchange> exchange(ProxyContext& px, Worker& w, WorkerTable& tabl
       upstream_error(px, up, ec == beast::error::timeout ? UpstreamError::timeout : UpstreamError::reset);
       endpoint_failed(up, *conn->endpoint);
       out.why = !why.empty() ? std::string(why) : ec == beast::error::timeout ? "timed out" : ec.message();
-      co_return out;
+      co_return nullptr;
     }
     break;
   }
-  const http1::ResponseHead& res = *conn->head;
-  out.status = res.status;
-  const http1::BodyFraming framing = http1::response_body(res, false);
-  const std::size_t head_bytes = res.head_bytes;
-  const bool keep = res.keep_alive && framing.kind != http1::BodyKind::until_close;
-  conn->buffer.consume(head_bytes);  // the head's views are not used past this point
+  co_return conn;
+}
+
+// exchange's answer's body into out.body (at most max_body bytes), as its framing says; false
+// with out.why said.
+net::awaitable<bool> read_exchange_body(PooledConn& conn, const http1::BodyFraming& framing, Deadline by,
+                                        std::size_t max_body, Exchange& out) {
   http1::ChunkedDecoder decoder(max_body);
   for (;;) {
-    const std::string_view data = view(conn->buffer);
+    const std::string_view data = view(conn.buffer);
     bool done = false;
     if (framing.kind == http1::BodyKind::none) {
       done = true;
     } else if (framing.kind == http1::BodyKind::length) {
       if (framing.length > max_body) {
         out.why = "response body over " + std::to_string(max_body) + " bytes";
-        co_return out;
+        co_return false;
       }
       const std::size_t want = static_cast<std::size_t>(framing.length) - out.body.size();
       const std::size_t used = std::min(want, data.size());
       out.body.append(data.substr(0, used));
-      conn->buffer.consume(used);
+      conn.buffer.consume(used);
       done = out.body.size() == framing.length;
     } else if (framing.kind == http1::BodyKind::chunked) {
       const std::size_t used = decoder.decode(data, [&](const char* p, std::size_t n) { out.body.append(p, n); });
-      conn->buffer.consume(used);
+      conn.buffer.consume(used);
       if (decoder.error() != http1::Error::none) {
         out.why = "malformed chunked body";
-        co_return out;
+        co_return false;
       }
       done = decoder.done();
     } else if (framing.kind == http1::BodyKind::until_close) {
       out.body.append(data);
-      conn->buffer.consume(data.size());
+      conn.buffer.consume(data.size());
       if (out.body.size() > max_body) {
         out.why = "response body over " + std::to_string(max_body) + " bytes";
-        co_return out;
+        co_return false;
       }
     } else {
       out.why = "unsupported Transfer-Encoding";
-      co_return out;
+      co_return false;
     }
     if (done) break;
-    const beast::error_code ec = co_await read_more(conn->stream, conn->buffer, by);
+    const beast::error_code ec = co_await read_more(conn.stream, conn.buffer, by);
     if (closed(ec) && framing.kind == http1::BodyKind::until_close) break;
     if (ec) {
       out.why = ec == beast::error::timeout ? "timed out reading the body" : "body cut short";
-      co_return out;
+      co_return false;
     }
   }
+  co_return true;
+}
+}  // namespace
+
+net::awaitable<Exchange> exchange(ProxyContext& px, Worker& w, WorkerTable& table, std::size_t index,
+                                  std::string_view line, std::string_view fields, std::string_view body, Deadline by,
+                                  std::size_t max_body) {
+  Upstream& up = table.routes->upstreams()[index];
+  Pool& pool = *table.pools[index];
+  Exchange out;
+  refresh_view(pool, up);
+  std::unique_ptr<PooledConn> conn = co_await exchange_head(px, w, up, pool, line, fields, body, by, out);
+  if (!conn) co_return out;
+  const http1::ResponseHead& res = *conn->head;
+  out.status = res.status;
+  const http1::BodyFraming framing = http1::response_body(res, false);
+  const bool keep = res.keep_alive && framing.kind != http1::BodyKind::until_close;
+  conn->buffer.consume(res.head_bytes);  // the head's views are not used past this point
+  if (!co_await read_exchange_body(*conn, framing, by, max_body, out)) co_return out;
   out.complete = true;
   if (keep) give_back(px, pool, std::move(conn));
   co_return out;
