@@ -122,9 +122,13 @@ passed
 # taken from its per-thread recycling cache (::operator new) and given back through the frame's own
 # operator delete (which returns them to that cache), as a mismatch; it is not one, and the Release
 # build, which does not inline that far, has no such warning.
+# -O1 -g1 (line tables only): what ASan's authors advise, and enough for a report's stack trace with
+# file and line; it builds in half the time of -O2 -g (a heavy file measured 28 -> 13 s, a test
+# file 34 -> 16 s).
 begin "ASan + UBSan build"
 rm -rf build-asan
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOLLGATE_JEMALLOC=OFF -DTOLLGATE_SERVER_TESTS=OFF \
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DTOLLGATE_JEMALLOC=OFF -DTOLLGATE_SERVER_TESTS=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -Wno-maybe-uninitialized -Wno-mismatched-new-delete" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 cmake --build build-asan -j"$(nproc)" --target unit_tests e2e_tests redis_cluster_tests tollgate tollgate-mock-upstream tollgate-sim \
