@@ -18,10 +18,15 @@ REASON = "Longer than a function should be"
 LOOK_ABOVE = 12  # lines above the signature searched for the reason
 
 
+def ctags():
+    """Universal Ctags: Debian's universal-ctags installs ctags-universal (and ctags, as an alternative)."""
+    return shutil.which("ctags-universal") or shutil.which("ctags")
+
+
 def functions(root):
     """(file, first line, last line, name) of every function definition in src/."""
     out = subprocess.run(
-        ["ctags", "--languages=C++", "--c++-kinds=f", "--fields=+ne", "-R", "-o", "-", "src"],
+        [ctags(), "--languages=C++", "--c++-kinds=f", "--fields=+ne", "-R", "-o", "-", "src"],
         cwd=root, check=True, capture_output=True, text=True).stdout
     for row in out.splitlines():
         cols = row.split("\t")
@@ -31,7 +36,7 @@ def functions(root):
 
 
 def main(root):
-    if shutil.which("ctags") is None:
+    if ctags() is None:
         print("function_length: ctags not found (install universal-ctags: scripts/deps.sh test)")
         return 1
     problems, long_with_reason = [], 0
