@@ -282,9 +282,12 @@ std::optional<RejectedRow> check_quota(const RawQuota& raw, const Rule& rule, Qu
   return std::nullopt;
 }
 
+// The field at fault and why (a step of check, which names the row).
+using Why = std::pair<std::string, std::string>;
+std::optional<Why> bad_field(std::string field, std::string reason) { return Why{std::move(field), std::move(reason)}; }
+
 // A meter row's own fields: nullopt when it is sound, else the field at fault and why.
-std::optional<std::pair<std::string, std::string>> check_meter(const RawRow& row, bool two_rate, Rule& rule) {
-  using Why = std::pair<std::string, std::string>;
+std::optional<Why> check_meter(const RawRow& row, bool two_rate, Rule& rule) {
   const char* name = two_rate ? "trtcm" : "srtcm";
   const std::string scope = row.scope.value_or("interface");
   if (scope == "channel") return Why{"algorithm", "a meter limits an interface, not a channel"};
@@ -331,9 +334,6 @@ std::optional<std::pair<std::string, std::string>> check_meter(const RawRow& row
   return std::nullopt;
 }
 
-// The field at fault and why (a step of check, which names the row).
-using Why = std::pair<std::string, std::string>;
-std::optional<Why> bad_field(std::string field, std::string reason) { return Why{std::move(field), std::move(reason)}; }
 
 // What the row names and how it matches: scope, mode, adaptive, the interface or channel, matchCase.
 std::optional<Why> check_names(const RawRow& row, Rule& rule) {

@@ -254,9 +254,7 @@ class MultiLock {
   std::array<std::size_t, 64> locked_;
   std::size_t n_ = 0, held_ = 0;
 };
-}  // namespace
 
-namespace {
 constexpr std::int64_t kQuotaPermits = 1;  // a quota counts requests, whatever their cost
 }  // namespace
 
@@ -264,11 +262,11 @@ constexpr std::int64_t kQuotaPermits = 1;  // a quota counts requests, whatever 
 StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   StoreDecision out;
   // Every key hashed once, for its shard's lock and for its lookup.
-  const Key bucket_key(req.use_bucket ? std::string_view(req.bucket.name) : std::string_view());
-  const Key parent_key(req.parent ? std::string_view(req.parent->name) : std::string_view());
-  const Key share_key(req.share ? std::string_view(req.share->key) : std::string_view());
+  const Key bucket_key = req.use_bucket ? Key(req.bucket.name) : Key();
+  const Key parent_key = req.parent ? Key(req.parent->name) : Key();
+  const Key share_key = req.share ? Key(req.share->key) : Key();
   const std::string meter_key = req.meter ? meter_name(req.meter->name) : std::string();
-  const Key meter_hashed(meter_key);
+  const Key meter_hashed = req.meter ? Key(meter_key) : Key();
   thread_local std::vector<Key> quota_keys;  // scratch space reused by this thread's decisions
   quota_keys.clear();
   for (const QuotaRef& q : req.quotas) quota_keys.emplace_back(q.key);
@@ -313,7 +311,7 @@ StoreDecision LocalStore::decide_all(const AcquireRequest& req) {
   if (req.share && p.bd.granted && p.bd.wait_us > 0) decide_share(req, share_key, p, now, out);
   out.decision = p.bd;
   if (p.all) charge(req, p, now, out);
-  else refuse(req, p, now, out);
+  else refuse(p, now, out);
   out.parent_bound = out.bound == Bound::parent;
   return out;
 }
@@ -422,7 +420,7 @@ void LocalStore::decide_share(const AcquireRequest& req, const Key& key, Pending
   }
 }
 
-void LocalStore::refuse(const AcquireRequest&, const Pending& p, Micros now, StoreDecision& out) {
+void LocalStore::refuse(const Pending& p, Micros now, StoreDecision& out) {
   out.decision.granted = false;
   out.decision.wait_us = 0;
   out.decision.retry_after_us = p.retry;

@@ -95,9 +95,10 @@ class LocalStore final : public BucketStore {
   };
   // A key hashed once: the same hash picks its shard and its place in the shard's tables.
   struct Key {
+    Key() = default;  // no key (a check the request does not have): nothing hashed
     explicit Key(std::string_view s) : name(s), hash(std::hash<std::string_view>{}(s)) {}
     std::string_view name;
-    std::size_t hash;
+    std::size_t hash = 0;
   };
   struct StringHash {
     using is_transparent = void;
@@ -171,7 +172,7 @@ class LocalStore final : public BucketStore {
   void decide_quotas(const AcquireRequest& req, const std::vector<Key>& keys, Pending& p, Micros now, StoreDecision& out);
   void decide_share(const AcquireRequest& req, const Key& key, Pending& p, Micros now, StoreDecision& out);
   // The request refused: the buckets' state reported as it stays, nothing charged.
-  static void refuse(const AcquireRequest& req, const Pending& p, Micros now, StoreDecision& out);
+  static void refuse(const Pending& p, Micros now, StoreDecision& out);
   // The request admitted: every check's copy written back.
   static void charge(const AcquireRequest& req, Pending& p, Micros now, StoreDecision& out);
   bool simple(const AcquireRequest& req) const {
